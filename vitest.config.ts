@@ -1,0 +1,11 @@
+import { defineConfig } from 'vitest/config';
+
+// Tests run on a real filesystem and real sockets; forks isolate native state and fds per file.
+export default defineConfig({
+  test: {
+    include: ['test/**/*.test.ts'],
+    pool: 'forks',
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+  },
+});
