@@ -1,0 +1,29 @@
+// The export table and nothing else.
+#include <napi.h>
+
+#include "codes.h"
+#include "workers.h"
+
+namespace {
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("openDirectory", Napi::Function::New(env, rp::OpenDirectory, "openDirectory"));
+  exports.Set("closeFd", Napi::Function::New(env, rp::CloseFd, "closeFd"));
+  exports.Set("read", Napi::Function::New(env, rp::Read, "read"));
+  exports.Set("stat", Napi::Function::New(env, rp::Stat, "stat"));
+  exports.Set("list", Napi::Function::New(env, rp::List, "list"));
+  exports.Set("inboxCreate", Napi::Function::New(env, rp::InboxCreate, "inboxCreate"));
+  exports.Set("inboxCommit", Napi::Function::New(env, rp::InboxCommit, "inboxCommit"));
+  exports.Set("inboxDiscard", Napi::Function::New(env, rp::InboxDiscard, "inboxDiscard"));
+  exports.Set("probeOpenat2", Napi::Function::New(env, rp::ProbeOpenat2, "probeOpenat2"));
+  Napi::Array codes = Napi::Array::New(env);
+  // Every failure code, straight from the table, so a test can prove the TS catalogue covers it.
+  for (int c = static_cast<int>(rp::Code::NotFound); c <= static_cast<int>(rp::Code::IoError); c++)
+    codes.Set(codes.Length(), rp::code_name(static_cast<rp::Code>(c)));
+  exports.Set("codes", codes);
+  return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(resource_plane, Init)

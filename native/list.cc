@@ -1,0 +1,144 @@
+// Listing: directories are entered with O_NOFOLLOW on descriptors the walk opened, so a symlinked
+// directory is never descended and a directory swapped for a link mid-walk is simply skipped.
+// Each file is opened once; its size, mtime and hash come from that descriptor. Whatever vanishes,
+// cannot be opened or is not a regular file is left out, never an error.
+#include "list.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "read.h"
+
+namespace rp {
+
+namespace {
+
+// Directory depth beyond which the listing stops descending: each level holds one descriptor.
+constexpr int kMaxDepth = 256;
+
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  const size_t n = s.size();
+  while (i < n) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80) { i++; continue; }
+    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
+    else return false;
+    if (i + len > n) return false;
+    for (size_t k = 1; k < len; k++) {
+      unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += len;
+  }
+  return true;
+}
+
+// Adds the file behind `fd` (already opened) if fstat says it is a regular file.
+void add_if_regular(int fd, const std::string& path, std::vector<ListEntry>* out) {
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return;
+  ListEntry entry;
+  int err = 0;
+  int64_t hashed = hash_whole_fd(fd, entry.sha256, &err);
+  if (hashed < 0) return;
+  entry.path = path;
+  // The byte count that was hashed, so size and hash agree even if the file changed under us.
+  entry.size = static_cast<uint64_t>(hashed);
+  entry.mtime_ms = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
+  out->push_back(std::move(entry));
+}
+
+struct Walker {
+  int root_fd;
+  SymlinkPolicy policy;
+  Resolver resolver;
+  std::vector<ListEntry>* out;
+
+  void walk(int dir_fd, const std::string& prefix, int depth) {
+    // fdopendir takes ownership of its descriptor, so it gets a duplicate.
+    int dup_fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+    if (dup_fd < 0) return;
+    DIR* dir = fdopendir(dup_fd);
+    if (!dir) {
+      close(dup_fd);
+      return;
+    }
+    std::vector<std::pair<std::string, unsigned char>> names;
+    for (;;) {
+      errno = 0;
+      struct dirent* ent = readdir(dir);
+      if (!ent) break;
+      std::string name = ent->d_name;
+      if (name == "." || name == "..") continue;
+      names.emplace_back(std::move(name), ent->d_type);
+    }
+    closedir(dir);
+    for (const auto& [name, d_type] : names) {
+      (void)d_type;  // not trusted: some filesystems report DT_UNKNOWN, and it races anyway
+      if (!valid_utf8(name)) continue;  // unaddressable by a request path; never listed
+      std::string path = prefix.empty() ? name : prefix + "/" + name;
+      struct stat st;
+      if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (S_ISDIR(st.st_mode)) {
+        if (depth >= kMaxDepth) continue;
+        Fd sub(retry_eintr([&] {
+          return openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        }));
+        if (sub.valid()) walk(sub.get(), path, depth + 1);
+      } else if (S_ISREG(st.st_mode)) {
+        Fd file(retry_eintr([&] {
+          return openat(dir_fd, name.c_str(), served_file_flags() | O_NOFOLLOW);
+        }));
+        if (file.valid()) add_if_regular(file.get(), path, out);
+      } else if (S_ISLNK(st.st_mode)) {
+        if (policy == SymlinkPolicy::Refuse) continue;
+        // Listed under its own path only if, resolved from the root by the same resolver a read
+        // uses, it reaches a regular file beneath the root. A link to a directory is never entered.
+        Failure failure;
+        int flags = served_file_flags();
+        if (resolver == Resolver::Walk) flags |= O_NOFOLLOW;
+        Fd file = open_beneath(root_fd, path, flags, SymlinkPolicy::Follow, resolver, &failure);
+        if (file.valid()) add_if_regular(file.get(), path, out);
+      }
+      // FIFOs, sockets and devices are skipped without being opened.
+    }
+  }
+};
+
+}  // namespace
+
+ListResult list_export_root(int workdir_fd, const std::string& root, SymlinkPolicy policy,
+                            Resolver resolver) {
+  ListResult result;
+  Fd root_fd = open_root(workdir_fd, root, O_RDONLY, resolver, &result.failure);
+  if (!root_fd.valid()) {
+    // A root that does not exist yet lists as empty; only an escape or an I/O fault is an error.
+    if (result.failure.code == Code::NotFound) {
+      result.failure = Failure();
+      result.root_missing = true;
+    }
+    return result;
+  }
+  Walker walker{root_fd.get(), policy, resolver, &result.entries};
+  walker.walk(root_fd.get(), "", 0);
+  std::sort(result.entries.begin(), result.entries.end(),
+            [](const ListEntry& a, const ListEntry& b) { return a.path < b.path; });
+  return result;
+}
+
+}  // namespace rp

@@ -1,0 +1,43 @@
+// Reading one export file: resolve, open once, fstat that descriptor, bounded pread from it, and
+// SHA-256 over exactly the bytes returned. Nothing here re-opens or re-stats by name, so the
+// size, mtime, bytes and hash always describe one inode, whatever happens to the path meanwhile.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "codes.h"
+#include "resolve.h"
+
+namespace rp {
+
+struct FileStat {
+  uint64_t size = 0;
+  int64_t mtime_ms = 0;
+};
+
+struct ReadResult {
+  Failure failure;
+  unsigned char* data = nullptr;  // malloc'd; ownership passes to the caller (freed with free())
+  size_t length = 0;
+  int64_t mtime_ms = 0;
+  unsigned char sha256[32] = {};
+};
+
+// Resolves `rel` beneath `root` beneath `workdir_fd` and opens it for reading. The descriptor
+// is checked with fstat to be a regular file; `stat` receives that fstat.
+Fd open_export_file(int workdir_fd, const std::string& root, const std::string& rel,
+                    SymlinkPolicy policy, Resolver resolver, FileStat* stat, Failure* failure);
+
+// open_export_file, then at most max_bytes + 1 bytes read from that one descriptor.
+ReadResult read_export_file(int workdir_fd, const std::string& root, const std::string& rel,
+                            uint64_t max_bytes, SymlinkPolicy policy, Resolver resolver);
+
+// Hashes a whole descriptor from offset 0 (listing: no size bound). Returns bytes hashed or -1.
+int64_t hash_whole_fd(int fd, unsigned char out[32], int* err);
+
+// The open flags every served file is opened with: never blocks (FIFO), never becomes a
+// controlling terminal, never follows a final symlink by itself.
+int served_file_flags();
+
+}  // namespace rp

@@ -1,0 +1,253 @@
+// The resolver. This file decides what may be opened; everything else in native/ only reads or
+// writes descriptors this file produced. Comments here explain every refusal.
+#include "resolve.h"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <deque>
+#include <vector>
+
+namespace rp {
+
+namespace {
+
+// Kernel-side resolution can fail with EAGAIN when a concurrent rename races a `..` step; the
+// retry is bounded so a hostile renamer can turn a request into an error but never into a hang.
+constexpr int kOpenat2EagainRetries = 128;
+// Symlinks followed in one resolution before giving up (the kernel's own limit is 40).
+constexpr int kMaxLinks = 40;
+// Components processed in one walk, link expansions included: bounds work on crafted targets.
+constexpr int kMaxSteps = 4096;
+
+long raw_openat2(int dirfd, const char* path, struct open_how* how) {
+  return syscall(SYS_openat2, dirfd, path, how, sizeof *how);
+}
+
+// Maps an openat2 errno to a code. ELOOP means "a symlink" under RESOLVE_NO_SYMLINKS (or with
+// O_NOFOLLOW on the last component), and "too many links" (a loop) otherwise.
+void map_open_errno(int err, SymlinkPolicy policy, Failure* failure) {
+  switch (err) {
+    case EXDEV:
+      failure->set(Code::OutsideRoot);
+      return;
+    case ELOOP:
+      // A loop never reaches a file: it names nothing, like a dangling link.
+      failure->set(policy == SymlinkPolicy::Refuse ? Code::SymlinkRefused : Code::NotFound);
+      return;
+    case ENOENT:
+    case ENOTDIR:
+    case ENAMETOOLONG:
+      failure->set(Code::NotFound);
+      return;
+    case ENXIO:     // open(2) on a UNIX socket
+    case EISDIR:
+    case ENODEV:
+      failure->set(Code::NotARegularFile);
+      return;
+    default:
+      failure->set(Code::IoError, err);
+      return;
+  }
+}
+
+Fd open_with_openat2(int dirfd, const std::string& rel, int flags, SymlinkPolicy policy,
+                     Failure* failure) {
+  struct open_how how = {};
+  how.flags = static_cast<unsigned long long>(flags | O_CLOEXEC);
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  if (policy == SymlinkPolicy::Refuse) how.resolve |= RESOLVE_NO_SYMLINKS;
+  for (int attempt = 0; attempt <= kOpenat2EagainRetries; attempt++) {
+    long fd = raw_openat2(dirfd, rel.c_str(), &how);
+    if (fd >= 0) return Fd(static_cast<int>(fd));
+    if (errno == EINTR || errno == EAGAIN) continue;
+    map_open_errno(errno, policy, failure);
+    return Fd();
+  }
+  failure->set(Code::IoError, EAGAIN);
+  return Fd();
+}
+
+std::deque<std::string> split_components(const std::string& path) {
+  std::deque<std::string> out;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t slash = path.find('/', start);
+    if (slash == std::string::npos) slash = path.size();
+    out.push_back(path.substr(start, slash - start));
+    start = slash + 1;
+  }
+  return out;
+}
+
+// Reads a symlink's target relative to `dirfd`. Returns false if `name` is not a symlink.
+bool read_link(int dirfd, const std::string& name, std::string* target, int* err) {
+  std::vector<char> buf(256);
+  for (;;) {
+    ssize_t n = readlinkat(dirfd, name.c_str(), buf.data(), buf.size());
+    if (n < 0) {
+      *err = errno;
+      return false;
+    }
+    if (static_cast<size_t>(n) < buf.size()) {
+      target->assign(buf.data(), static_cast<size_t>(n));
+      return true;
+    }
+    if (buf.size() >= 65536) {
+      *err = ENAMETOOLONG;
+      return false;
+    }
+    buf.resize(buf.size() * 2);
+  }
+}
+
+// The component walk. `stack` holds a descriptor for the root and one per directory entered, so
+// `..` from a link target pops to a descriptor we already hold instead of asking the kernel.
+Fd open_with_walk(int dirfd, const std::string& rel, int flags, SymlinkPolicy policy,
+                  Failure* failure) {
+  if (!rel.empty() && rel[0] == '/') {
+    failure->set(Code::OutsideRoot);
+    return Fd();
+  }
+  std::vector<Fd> stack;
+  auto current = [&]() { return stack.empty() ? dirfd : stack.back().get(); };
+  std::deque<std::string> pending = split_components(rel);
+  int links = 0;
+  int steps = 0;
+  while (!pending.empty()) {
+    if (++steps > kMaxSteps) {
+      failure->set(Code::NotFound);
+      return Fd();
+    }
+    std::string name = std::move(pending.front());
+    pending.pop_front();
+    bool last = pending.empty();
+    if (name.empty() || name == ".") {
+      if (last) break;  // the target is the directory we stand in
+      continue;
+    }
+    if (name == "..") {
+      // Popping past the root is the one way a relative walk can escape; it is an escape.
+      if (stack.empty()) {
+        failure->set(Code::OutsideRoot);
+        return Fd();
+      }
+      stack.pop_back();
+      if (last) break;
+      continue;
+    }
+    int fd;
+    if (last) {
+      fd = retry_eintr([&] { return openat(current(), name.c_str(), flags | O_NOFOLLOW | O_CLOEXEC); });
+    } else {
+      // O_PATH: traversal needs search permission only, and opening has no side effects.
+      fd = retry_eintr([&] {
+        return openat(current(), name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      });
+    }
+    if (fd >= 0) {
+      if (last) return Fd(fd);
+      stack.emplace_back(fd);
+      continue;
+    }
+    int open_err = errno;
+    if (open_err != ELOOP && open_err != ENOTDIR) {
+      map_open_errno(open_err, policy, failure);
+      return Fd();
+    }
+    // ELOOP/ENOTDIR: either a symlink (O_NOFOLLOW refused it) or a non-directory in the middle.
+    std::string target;
+    int link_err = 0;
+    if (!read_link(current(), name, &target, &link_err)) {
+      if (link_err == EINVAL) {
+        map_open_errno(open_err == ELOOP ? ENOTDIR : open_err, policy, failure);
+      } else {
+        map_open_errno(link_err, policy, failure);
+      }
+      return Fd();
+    }
+    if (policy == SymlinkPolicy::Refuse) {
+      failure->set(Code::SymlinkRefused);
+      return Fd();
+    }
+    if (++links > kMaxLinks) {
+      failure->set(Code::NotFound);  // a loop, as openat2 reports it
+      return Fd();
+    }
+    // Inside a sealed sandbox an absolute target names the agent's view, not a host path.
+    if (target.empty()) {
+      failure->set(Code::NotFound);
+      return Fd();
+    }
+    if (target[0] == '/') {
+      failure->set(Code::OutsideRoot);
+      return Fd();
+    }
+    std::deque<std::string> expansion = split_components(target);
+    pending.insert(pending.begin(), expansion.begin(), expansion.end());
+  }
+  // The walk ended on a directory (a link target ending in `.` or `..`): open it as the target.
+  int fd = retry_eintr([&] { return openat(current(), ".", flags | O_CLOEXEC); });
+  if (fd < 0) {
+    map_open_errno(errno, policy, failure);
+    return Fd();
+  }
+  return Fd(fd);
+}
+
+}  // namespace
+
+bool openat2_available() {
+  static const bool available = [] {
+    struct open_how how = {};
+    how.flags = O_PATH | O_CLOEXEC;
+    how.resolve = RESOLVE_BENEATH;
+    long fd = raw_openat2(AT_FDCWD, ".", &how);
+    if (fd >= 0) {
+      close(static_cast<int>(fd));
+      return true;
+    }
+    return false;  // ENOSYS (old kernel) or EPERM (a seccomp filter)
+  }();
+  return available;
+}
+
+Fd open_beneath(int dirfd, const std::string& rel, int flags, SymlinkPolicy policy,
+                Resolver resolver, Failure* failure) {
+  if (rel.empty()) {
+    failure->set(Code::NotFound);
+    return Fd();
+  }
+  if (rel[0] == '/') {
+    failure->set(Code::OutsideRoot);
+    return Fd();
+  }
+  if (resolver == Resolver::Openat2) return open_with_openat2(dirfd, rel, flags, policy, failure);
+  return open_with_walk(dirfd, rel, flags, policy, failure);
+}
+
+Fd open_directory(const std::string& path, Failure* failure) {
+  int fd = retry_eintr([&] { return open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
+  if (fd < 0) {
+    int err = errno;
+    failure->set(err == ENOENT || err == ENOTDIR ? Code::NotFound : Code::IoError, err);
+    return Fd();
+  }
+  return Fd(fd);
+}
+
+Fd open_root(int workdir_fd, const std::string& root, int flags, Resolver resolver,
+             Failure* failure) {
+  std::string rel = root;
+  while (rel.size() > 1 && rel.back() == '/') rel.pop_back();
+  Fd fd = open_beneath(workdir_fd, rel, flags | O_DIRECTORY, SymlinkPolicy::Follow, resolver,
+                       failure);
+  if (!fd.valid() && failure->code == Code::NotARegularFile) failure->set(Code::NotFound);
+  return fd;
+}
+
+}  // namespace rp

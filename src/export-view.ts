@@ -1,0 +1,63 @@
+// One declared export root seen through the resolver: the shared reader both planes and the mint
+// use, so a path is judged by exactly one piece of code whichever door it came through. It lowers
+// the path (src/paths.ts), calls the native resolver/reader, and speaks the wire vocabulary.
+import { fromNative, PlaneError, type Plane } from './errors.js';
+import * as native from './native.js';
+import { lowerRelpath } from './paths.js';
+
+export type Containment = 'advisory' | 'scoped' | 'sealed';
+
+export interface ExportViewOptions {
+  plane: Plane;
+  workdirFd: number;
+  /** The declared root, verbatim (e.g. `out/`); resolved beneath the workdir on every call. */
+  root: string;
+  maxBytes: number;
+  containment: Containment;
+  resolver: native.ResolverKind;
+}
+
+export class ExportView {
+  readonly opts: Readonly<ExportViewOptions>;
+  private readonly resolveOpts: native.ResolveOptions;
+
+  constructor(opts: ExportViewOptions) {
+    this.opts = Object.freeze({ ...opts });
+    // Only `scoped` refuses symlinks; `sealed` and `advisory` follow them while they stay beneath.
+    this.resolveOpts = { refuseSymlinks: opts.containment === 'scoped', resolver: opts.resolver };
+  }
+
+  /** Lowers `raw` or throws outside_root; returns the canonical relpath. */
+  lower(raw: string, source: 'url' | 'text'): string {
+    const lowered = lowerRelpath(raw, source);
+    if (!lowered.ok) throw new PlaneError(this.opts.plane, 'outside_root');
+    return lowered.relpath;
+  }
+
+  /** Reads one file: at most max_bytes, hashed over exactly the bytes returned. */
+  async read(relpath: string): Promise<native.ReadResult> {
+    try {
+      return await native.readFile(this.opts.workdirFd, this.opts.root, relpath, this.opts.maxBytes, this.resolveOpts);
+    } catch (error) {
+      throw fromNative(this.opts.plane, error, this.opts.maxBytes);
+    }
+  }
+
+  /** Resolves and fstat's one file without reading it (the mint's check). */
+  async stat(relpath: string): Promise<native.StatResult> {
+    try {
+      return await native.statFile(this.opts.workdirFd, this.opts.root, relpath, this.resolveOpts);
+    } catch (error) {
+      throw fromNative(this.opts.plane, error, this.opts.maxBytes);
+    }
+  }
+
+  /** The recursive listing; a root that does not exist yet lists as empty. */
+  async list(): Promise<native.ListEntry[]> {
+    try {
+      return (await native.listRoot(this.opts.workdirFd, this.opts.root, this.resolveOpts)).entries;
+    } catch (error) {
+      throw fromNative(this.opts.plane, error, this.opts.maxBytes);
+    }
+  }
+}

@@ -1,0 +1,156 @@
+// The only module that loads the addon. It gives the native operations typed, promise-returning
+// wrappers and turns native rejections into NativeError with a stable `code`. Callers validate
+// meaning (lowered paths, byte ceilings) before calling; the addon re-checks types only.
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const require = createRequire(import.meta.url);
+const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..');
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const binding = require('node-gyp-build')(packageRoot) as Binding;
+
+/** Every code the addon can reject with; src/errors.ts maps each one to a wire code. */
+export type NativeCode =
+  | 'NOT_FOUND'
+  | 'OUTSIDE_ROOT'
+  | 'SYMLINK_REFUSED'
+  | 'NOT_A_REGULAR_FILE'
+  | 'TOO_LARGE'
+  | 'UNSAFE_INBOX'
+  | 'IO_ERROR';
+
+/** The codes as the addon itself lists them (read from its code table, not restated here). */
+export const NATIVE_CODES: readonly string[] = Object.freeze([...binding.codes]);
+
+export type ResolverKind = 'openat2' | 'walk';
+
+export interface ResolveOptions {
+  /** true under `scoped`: the first symlink anywhere beneath the root is refused. */
+  refuseSymlinks: boolean;
+  resolver: ResolverKind;
+}
+
+export interface ReadResult {
+  bytes: Buffer;
+  mtimeMs: number;
+  sha256: string;
+}
+
+export interface StatResult {
+  size: number;
+  mtimeMs: number;
+}
+
+export interface ListEntry {
+  path: string;
+  size: number;
+  mtimeMs: number;
+  sha256: string;
+}
+
+export interface ListResult {
+  rootMissing: boolean;
+  entries: ListEntry[];
+}
+
+export interface InboxTemp {
+  dirFd: number;
+  fd: number;
+  name: string;
+}
+
+export class NativeError extends Error {
+  readonly code: NativeCode;
+  readonly detail: string;
+  readonly errno: number;
+  constructor(code: NativeCode, detail: string, errno: number) {
+    super(detail ? `${code}: ${detail}` : code);
+    this.name = 'NativeError';
+    this.code = code;
+    this.detail = detail;
+    this.errno = errno;
+  }
+}
+
+interface Binding {
+  codes: string[];
+  probeOpenat2(): boolean;
+  openDirectory(path: string): Promise<number>;
+  closeFd(fd: number): void;
+  read(fd: number, root: string, rel: string, max: number, refuse: boolean, walk: boolean): Promise<ReadResult>;
+  stat(fd: number, root: string, rel: string, refuse: boolean, walk: boolean): Promise<StatResult>;
+  list(fd: number, root: string, refuse: boolean, walk: boolean): Promise<ListResult>;
+  inboxCreate(fd: number, inbox: string): Promise<InboxTemp>;
+  inboxCommit(dirFd: number, fd: number, temp: string, finalName: string): Promise<void>;
+  inboxDiscard(dirFd: number, temp: string): Promise<void>;
+}
+
+// Rejections from the pool carry no JS stack; re-raise them with the caller's.
+async function call<T>(op: Promise<T>): Promise<T> {
+  try {
+    return await op;
+  } catch (raw) {
+    const e = raw as { code?: string; detail?: string; errno?: number; message?: string };
+    const code = (NATIVE_CODES.includes(e.code ?? '') ? e.code : 'IO_ERROR') as NativeCode;
+    throw new NativeError(code, e.detail ?? e.message ?? '', e.errno ?? 0);
+  }
+}
+
+let probed: boolean | undefined;
+
+/** Whether openat2 works here (ENOSYS on old kernels, EPERM under some seccomp filters). */
+export function openat2Available(): boolean {
+  probed ??= binding.probeOpenat2();
+  return probed;
+}
+
+/**
+ * The resolver a session uses: openat2 when the kernel allows it, else the component walk.
+ * `RESOURCE_PLANE_RESOLVER=walk` forces the walk (tests, and hosts where openat2 misbehaves);
+ * forcing `openat2` where it is unavailable is refused rather than silently downgraded.
+ */
+export function chooseResolver(env: NodeJS.ProcessEnv = process.env): ResolverKind {
+  const forced = env.RESOURCE_PLANE_RESOLVER;
+  if (forced === 'walk') return 'walk';
+  if (forced === 'openat2') {
+    if (!openat2Available()) throw new Error('RESOURCE_PLANE_RESOLVER=openat2 but openat2 is unavailable here');
+    return 'openat2';
+  }
+  if (forced !== undefined && forced !== '') {
+    throw new Error(`RESOURCE_PLANE_RESOLVER must be 'openat2' or 'walk', not '${forced}'`);
+  }
+  return openat2Available() ? 'openat2' : 'walk';
+}
+
+export function openDirectory(path: string): Promise<number> {
+  return call(binding.openDirectory(path));
+}
+
+export function closeFd(fd: number): void {
+  binding.closeFd(fd);
+}
+
+export function readFile(workdirFd: number, root: string, relpath: string, maxBytes: number, opts: ResolveOptions): Promise<ReadResult> {
+  return call(binding.read(workdirFd, root, relpath, maxBytes, opts.refuseSymlinks, opts.resolver === 'walk'));
+}
+
+export function statFile(workdirFd: number, root: string, relpath: string, opts: ResolveOptions): Promise<StatResult> {
+  return call(binding.stat(workdirFd, root, relpath, opts.refuseSymlinks, opts.resolver === 'walk'));
+}
+
+export function listRoot(workdirFd: number, root: string, opts: ResolveOptions): Promise<ListResult> {
+  return call(binding.list(workdirFd, root, opts.refuseSymlinks, opts.resolver === 'walk'));
+}
+
+export function createInboxTemp(workdirFd: number, inbox: string): Promise<InboxTemp> {
+  return call(binding.inboxCreate(workdirFd, inbox));
+}
+
+export function commitInboxTemp(dirFd: number, fd: number, tempName: string, finalName: string): Promise<void> {
+  return call(binding.inboxCommit(dirFd, fd, tempName, finalName));
+}
+
+export function discardInboxTemp(dirFd: number, tempName: string): Promise<void> {
+  return call(binding.inboxDiscard(dirFd, tempName));
+}

@@ -1,0 +1,54 @@
+// A tiny DSL that builds real directory trees for tests, in the spirit of Go's os.Root tests:
+//   'd/'            a directory          'f: text'      a file with that content
+//   'l -> target'   a symlink            'p |'          a FIFO
+//   's ='           a UNIX socket        'z @ 8g'       a sparse file of that size (k/m/g)
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, readdirSync, mkdtempSync, openSync, closeSync, ftruncateSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+
+export function tempDir(prefix = 'rp-'): string {
+  return realpathSync(mkdtempSync(join(tmpdir(), prefix)));
+}
+
+export function removeTree(dir: string): void {
+  rmSync(dir, { recursive: true, force: true });
+}
+
+const SIZE = /^(\d+)([kmg]?)$/;
+
+export function makeTree(base: string, lines: string[]): void {
+  for (const line of lines) {
+    let m: RegExpExecArray | null;
+    if ((m = /^(.*?) -> (.*)$/.exec(line))) {
+      mkdirSync(dirname(join(base, m[1]!)), { recursive: true });
+      symlinkSync(m[2]!, join(base, m[1]!));
+    } else if ((m = /^(.*?) \|$/.exec(line))) {
+      mkdirSync(dirname(join(base, m[1]!)), { recursive: true });
+      execFileSync('mkfifo', [join(base, m[1]!)]);
+    } else if ((m = /^(.*?) =$/.exec(line))) {
+      mkdirSync(dirname(join(base, m[1]!)), { recursive: true });
+      // A bound-but-unused UNIX socket leaves its inode behind, which is what we want here.
+      execFileSync('python3', ['-c', 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1])', join(base, m[1]!)]);
+    } else if ((m = /^(.*?) @ (.*)$/.exec(line))) {
+      const size = SIZE.exec(m[2]!);
+      if (!size) throw new Error(`bad size in '${line}'`);
+      const mult = { '': 1, k: 1024, m: 1024 ** 2, g: 1024 ** 3 }[size[2] as '' | 'k' | 'm' | 'g'];
+      mkdirSync(dirname(join(base, m[1]!)), { recursive: true });
+      const fd = openSync(join(base, m[1]!), 'w');
+      ftruncateSync(fd, Number(size[1]) * mult);
+      closeSync(fd);
+    } else if (line.endsWith('/')) {
+      mkdirSync(join(base, line), { recursive: true });
+    } else if ((m = /^(.*?): ([\s\S]*)$/.exec(line))) {
+      mkdirSync(dirname(join(base, m[1]!)), { recursive: true });
+      writeFileSync(join(base, m[1]!), m[2]!);
+    } else {
+      throw new Error(`cannot parse tree line '${line}'`);
+    }
+  }
+}
+
+export function fdCount(): number {
+  return readdirSync('/proc/self/fd').length;
+}

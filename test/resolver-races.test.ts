@@ -1,0 +1,159 @@
+// Races against the resolver and the reader: a directory swapped for an escaping symlink while
+// reads run, files replaced by rename and rewritten in place while reads run, and descriptor
+// accounting over many operations. None of these may ever yield an outside byte or a hash that
+// does not describe the body.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ExportView, type Containment } from '../src/export-view.js';
+import { PlaneError } from '../src/errors.js';
+import * as native from '../src/native.js';
+import { runSwapper } from './helpers/race.js';
+import { fdCount, makeTree, removeTree, tempDir } from './helpers/tree.js';
+
+const RESOLVERS: native.ResolverKind[] = native.openat2Available() ? ['openat2', 'walk'] : ['walk'];
+const SECRET = 'OUTSIDE-SECRET-BYTES';
+const sha = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
+
+const cleanups: Array<() => void> = [];
+afterEach(() => {
+  while (cleanups.length) cleanups.pop()!();
+});
+
+async function openView(dir: string, containment: Containment, resolver: native.ResolverKind, maxBytes = 1 << 20): Promise<ExportView> {
+  const fd = await native.openDirectory(dir);
+  cleanups.push(() => native.closeFd(fd));
+  return new ExportView({ plane: 'files', workdirFd: fd, root: 'out', maxBytes, containment, resolver });
+}
+
+describe.each(RESOLVERS)('symlink-swap race (%s)', (resolver) => {
+  it.each(['sealed', 'scoped'] as Containment[])('never reads outside while mid/ and an escaping link trade places (%s)', async (containment) => {
+    const dir = tempDir();
+    cleanups.push(() => removeTree(dir));
+    const outside = tempDir();
+    cleanups.push(() => removeTree(outside));
+    makeTree(outside, [`f.txt: ${SECRET}`, `deep/f.txt: ${SECRET}`]);
+    makeTree(dir, [
+      'out/mid/f.txt: inside bytes',
+      'out/mid/deep/f.txt: inside bytes',
+      `out/swap -> ${outside}`,
+      'out/swap-rel -> ../outside',
+      `outside/f.txt: ${SECRET}`,
+      `outside/deep/f.txt: ${SECRET}`,
+    ]);
+    const v = await openView(dir, containment, resolver);
+    for (const [a, b] of [['out/mid', 'out/swap'], ['out/mid', 'out/swap-rel']] as const) {
+      let stop = false;
+      const seen = new Map<string, number>();
+      const swapper = runSwapper(`${dir}/${a}`, `${dir}/${b}`, 20_000).finally(() => (stop = true));
+      const reader = async () => {
+        while (!stop) {
+          for (const rel of ['mid/f.txt', 'mid/deep/f.txt']) {
+            try {
+              const r = await v.read(rel);
+              expect(r.bytes.toString()).toBe('inside bytes');
+              expect(r.sha256).toBe(sha(r.bytes));
+              seen.set('ok', (seen.get('ok') ?? 0) + 1);
+            } catch (error) {
+              if (!(error instanceof PlaneError)) throw error;
+              expect(['outside_root', 'not_found', 'symlink_refused']).toContain(error.code);
+              seen.set(error.code, (seen.get(error.code) ?? 0) + 1);
+            }
+          }
+        }
+      };
+      await Promise.all([swapper, reader(), reader(), reader(), reader()]);
+      expect(await swapper).toBe(20_000);
+      const total = [...seen.values()].reduce((x, y) => x + y, 0);
+      expect(total).toBeGreaterThan(500);
+      expect(seen.get('ok') ?? 0).toBeGreaterThan(0);
+      // Both states were observed, so the reads really did interleave with the swaps.
+      expect(seen.size).toBeGreaterThan(1);
+    }
+  });
+});
+
+function churn(script: string, dir: string): ChildProcess {
+  const child = spawn(process.execPath, ['-e', script, dir], { stdio: 'ignore' });
+  cleanups.push(() => child.kill('SIGKILL'));
+  return child;
+}
+
+// Each version is one repeated character at a length that varies, so a torn body is detectable.
+const RENAME_WRITER = `
+const fs = require('fs'); const dir = process.argv[1]; let i = 0;
+for (;;) { const c = String.fromCharCode(97 + (i % 26)); const len = 1000 + (i * 7919) % 200000;
+  fs.writeFileSync(dir + '/out/.tmp', c.repeat(len)); fs.renameSync(dir + '/out/.tmp', dir + '/out/f.txt'); i++; }`;
+const INPLACE_WRITER = `
+const fs = require('fs'); const dir = process.argv[1]; let i = 0;
+for (;;) { const c = String.fromCharCode(97 + (i % 26)); const len = 1000 + (i * 7919) % 200000;
+  fs.writeFileSync(dir + '/out/f.txt', c.repeat(len)); i++; }`;
+
+describe.each(RESOLVERS)('content churn (%s)', (resolver) => {
+  it('rename-into-place: every body is one whole version and its hash describes it', async () => {
+    const dir = tempDir();
+    cleanups.push(() => removeTree(dir));
+    makeTree(dir, ['out/f.txt: a']);
+    const v = await openView(dir, 'sealed', resolver);
+    churn(RENAME_WRITER, dir);
+    const versions = new Set<string>();
+    for (let i = 0; i < 2000; i++) {
+      const r = await v.read('f.txt');
+      expect(r.sha256).toBe(sha(r.bytes));
+      const text = r.bytes.toString();
+      expect(text.length).toBeGreaterThan(0);
+      expect(text).toBe(text[0]!.repeat(text.length));
+      versions.add(text[0]!);
+    }
+    expect(versions.size).toBeGreaterThan(1);
+  });
+
+  it('in-place rewrite: the hash always describes exactly the bytes returned', async () => {
+    const dir = tempDir();
+    cleanups.push(() => removeTree(dir));
+    makeTree(dir, ['out/f.txt: a']);
+    const v = await openView(dir, 'sealed', resolver);
+    churn(INPLACE_WRITER, dir);
+    for (let i = 0; i < 2000; i++) {
+      const r = await v.read('f.txt');
+      expect(r.sha256).toBe(sha(r.bytes));
+    }
+  });
+
+  it('a file that grows past the ceiling between fstat and read is refused, not truncated', async () => {
+    const dir = tempDir();
+    cleanups.push(() => removeTree(dir));
+    makeTree(dir, ['out/f.txt: a']);
+    const v = await openView(dir, 'sealed', resolver, 150_000);
+    churn(INPLACE_WRITER, dir);
+    for (let i = 0; i < 2000; i++) {
+      try {
+        const r = await v.read('f.txt');
+        expect(r.bytes.length).toBeLessThanOrEqual(150_000);
+        expect(r.sha256).toBe(sha(r.bytes));
+      } catch (error) {
+        expect((error as PlaneError).code).toBe('too_large');
+      }
+    }
+  });
+});
+
+describe('descriptor accounting', () => {
+  it.each(RESOLVERS)('10,000 operations leave no descriptor behind (%s)', async (resolver) => {
+    const dir = tempDir();
+    cleanups.push(() => removeTree(dir));
+    makeTree(dir, ['out/a.txt: a', 'out/sub/b.txt: b', 'out/link -> a.txt', 'out/esc -> ../x', 'out/fifo |', 'out/big @ 4k', 'out/sub/l2 -> ../sub/b.txt']);
+    const before = fdCount();
+    const v = await openView(dir, 'sealed', resolver, 1024);
+    const scoped = await openView(dir, 'scoped', resolver, 1024);
+    const ops = [
+      () => v.read('a.txt'), () => v.read('link'), () => v.read('esc'), () => v.read('fifo'), () => v.read('big'),
+      () => v.read('missing'), () => v.read('sub/l2'), () => v.stat('sub/b.txt'), () => v.list(), () => scoped.read('link'),
+    ];
+    for (let i = 0; i < 10_000; i += ops.length) {
+      await Promise.all(ops.map((op) => op().catch(() => undefined)));
+    }
+    while (cleanups.length > 1) cleanups.pop()!(); // close the two workdir descriptors
+    expect(fdCount()).toBe(before);
+  });
+});
