@@ -1,0 +1,67 @@
+/**
+ * The audience string a peer handle is bound to: `<name>@<host:port>`, lowercased.
+ *
+ * Both sides compute it without exchanging it. The minter derives it from the card it fetched
+ * from the peer; the fetcher asserts it from the two fields of its own identity that its card
+ * publishes. This file owns that derivation, so that the two computations are one function and
+ * cannot drift apart.
+ */
+
+const NO_NAME = "the peer's agent card carries no 'name'";
+const NO_JSONRPC_URL =
+  "the peer's agent card has no 'supportedInterfaces' entry " +
+  "with 'protocolBinding' JSONRPC and a 'url'";
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** `host:port` out of a URL or a bare address: the scheme stripped, then cut at the first `/`. */
+function hostPort(url: string): string {
+  const trimmed = url.trim();
+  const schemeEnd = trimmed.indexOf('://');
+  const rest = schemeEnd === -1 ? trimmed : trimmed.slice(schemeEnd + 3);
+  const slash = rest.indexOf('/');
+  return slash === -1 ? rest : rest.slice(0, slash);
+}
+
+/**
+ * The `url` of the card's first `supportedInterfaces` entry whose `protocolBinding` is
+ * `JSONRPC`, or null. Only the first such entry counts: it is the one the peer serves on.
+ */
+function jsonRpcUrl(card: Record<string, unknown>): string | null {
+  const interfaces = card['supportedInterfaces'];
+  if (!Array.isArray(interfaces)) return null;
+  const entry: unknown = interfaces.find(
+    (candidate: unknown) => isRecord(candidate) && candidate['protocolBinding'] === 'JSONRPC',
+  );
+  if (!isRecord(entry)) return null;
+  const url = entry['url'];
+  return typeof url === 'string' ? url : null;
+}
+
+function audienceOf(name: string, url: string): string {
+  return `${name.trim()}@${hostPort(url)}`.toLowerCase();
+}
+
+/**
+ * The audience a handle for this peer is minted for, read off the peer's own agent card.
+ * Throws, naming what is missing, when the card has no usable name or JSONRPC url.
+ */
+export function audienceFromCard(card: unknown): string {
+  if (!isRecord(card)) throw new Error(NO_NAME);
+  const name = card['name'];
+  if (typeof name !== 'string' || name.trim() === '') throw new Error(NO_NAME);
+  const url = jsonRpcUrl(card);
+  // A url that is blank, or only a scheme, names no host a peer could be reached at.
+  if (url === null || hostPort(url) === '') throw new Error(NO_JSONRPC_URL);
+  return audienceOf(name, url);
+}
+
+/**
+ * This capsule's own audience, asserted on every redeem it issues: the string a peer derives
+ * from the card this capsule publishes with `name` and `advertisedUrl`.
+ */
+export function ownAudience(name: string, advertisedUrl: string): string {
+  return audienceOf(name, advertisedUrl);
+}

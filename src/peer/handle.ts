@@ -1,0 +1,284 @@
+/**
+ * mh1 peer handles: the token format, minting, verification, and keeping tokens out of records.
+ *
+ * A handle is `mh1.<base64url(payload JSON)>.<base64url(HMAC-SHA256)>`. The payload is in the
+ * clear on purpose; the MAC makes it unforgeable, and the audience — covered by the MAC but never
+ * carried — makes it useless to whoever merely finds it. This file owns the exact bytes the MAC
+ * covers, the strict base64url codec every segment is judged by, the fixed order a token is
+ * checked in, the `handle_id` that stands in for a token wherever one would be recorded, the
+ * redaction that enforces that at the trace boundary, and the name a fetched file lands under.
+ * It knows nothing about HTTP, files or the trace itself.
+ */
+import { createHash } from 'node:crypto';
+import { constantTimeEqual, InstanceKey, randomBytes } from './key.js';
+
+export interface HandlePayload {
+  v: number;
+  iss: string;
+  p: string;
+  exp: number;
+  n: string;
+}
+
+/** Domain separator leading every MAC input, so no other MAC this key makes can pass as one. */
+export const MAC_DOMAIN = 'murmur-peer-handle-v1';
+/** First segment of every token, and the only version minted or accepted. */
+export const TOKEN_TAG = 'mh1';
+/** The only payload version minted or accepted. */
+export const PAYLOAD_VERSION = 1;
+/** Bytes of randomness in a payload's nonce. */
+export const NONCE_BYTES = 16;
+/** Directory, relative to the workdir, that fetched files land in. */
+export const PEER_INBOX_DIR = 'peer-in';
+
+const MAC_BYTES = 32;
+const UNIT_SEPARATOR = Buffer.from([0x1f]);
+const MAC_DOMAIN_BYTES = Buffer.from(MAC_DOMAIN, 'utf8');
+
+export type VerifyResult =
+  | { ok: true; payload: HandlePayload }
+  | { ok: false; reason: 'malformed' | 'not_valid' | 'expired' };
+
+// ── Strict base64url ─────────────────────────────────────────────────────────
+// Node's decoder skips characters it does not know, accepts padding and either alphabet, and
+// ignores non-zero trailing bits, so many strings would decode to the same bytes. A token must
+// have exactly one spelling: otherwise `handle_id` (a hash of the spelling) could differ for the
+// same MAC'd payload, and a validator would be agreeing with bytes nobody minted.
+
+const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+const DECODE_TABLE: Int8Array = (() => {
+  const table = new Int8Array(128).fill(-1);
+  for (let i = 0; i < ALPHABET.length; i++) table[ALPHABET.charCodeAt(i)] = i;
+  return table;
+})();
+
+function sextet(text: string, index: number): number {
+  const code = text.charCodeAt(index);
+  return code < 128 ? (DECODE_TABLE[code] as number) : -1;
+}
+
+/**
+ * Decodes unpadded base64url, or returns null unless `text` is the one canonical encoding of
+ * some non-empty byte string: alphabet `[A-Za-z0-9_-]` only, no `=`, a length that is not 1
+ * mod 4, and zero bits in whatever the final character carries beyond the last whole byte.
+ */
+export function decodeBase64UrlStrict(text: string): Buffer | null {
+  const length = text.length;
+  if (length === 0 || length % 4 === 1) return null;
+  const out = Buffer.alloc(Math.floor((length * 3) / 4));
+  let acc = 0;
+  let bits = 0;
+  let written = 0;
+  for (let i = 0; i < length; i++) {
+    const value = sextet(text, i);
+    if (value < 0) return null;
+    acc = ((acc << 6) | value) & 0xffffff;
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out[written++] = (acc >> bits) & 0xff;
+    }
+  }
+  // The bits left over are the final character's padding bits; a canonical encoder writes zeros.
+  if ((acc & ((1 << bits) - 1)) !== 0) return null;
+  return out;
+}
+
+function encodeBase64Url(bytes: Buffer): string {
+  // Node's encoder is exact (unpadded, url alphabet); only its decoder is lenient.
+  return bytes.toString('base64url');
+}
+
+// ── Shape ────────────────────────────────────────────────────────────────────
+
+interface TokenParts {
+  payloadSegment: string;
+  payload: Buffer;
+  mac: Buffer;
+}
+
+function splitToken(token: string): TokenParts | null {
+  const segments = token.split('.');
+  if (segments.length !== 3 || segments[0] !== TOKEN_TAG) return null;
+  const payloadSegment = segments[1] as string;
+  const payload = decodeBase64UrlStrict(payloadSegment);
+  const mac = decodeBase64UrlStrict(segments[2] as string);
+  if (payload === null || mac === null || mac.length !== MAC_BYTES) return null;
+  return { payloadSegment, payload, mac };
+}
+
+/** Shape alone: `mh1.<b64url>.<b64url>` with a 32-byte MAC. Nothing is read from the payload. */
+export function checkShape(token: string): boolean {
+  return splitToken(token) !== null;
+}
+
+// ── The payload ──────────────────────────────────────────────────────────────
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** The five fields with the types a handle requires, or null. Unknown extra fields are ignored. */
+function toPayload(value: unknown): HandlePayload | null {
+  if (!isRecord(value)) return null;
+  const { v, iss, p, exp, n } = value;
+  if (v !== PAYLOAD_VERSION) return null;
+  if (typeof iss !== 'string' || typeof p !== 'string' || typeof n !== 'string') return null;
+  if (typeof exp !== 'number' || !Number.isSafeInteger(exp) || exp < 0) return null;
+  return { v, iss, p, exp, n };
+}
+
+const UTF8 = new TextDecoder('utf-8', { fatal: true });
+
+function parsePayload(bytes: Buffer): HandlePayload | null {
+  try {
+    return toPayload(JSON.parse(UTF8.decode(bytes)));
+  } catch {
+    return null;
+  }
+}
+
+/** Compact JSON with the keys in the contract's order, whatever order the caller built them in. */
+function serialisePayload(payload: HandlePayload): Buffer {
+  const { v, iss, p, exp, n } = payload;
+  return Buffer.from(JSON.stringify({ v, iss, p, exp, n }), 'utf8');
+}
+
+// ── Mint and verify ──────────────────────────────────────────────────────────
+
+function macFor(key: InstanceKey, payloadSegment: string, audience: string): Buffer {
+  return key.hmacSha256([
+    MAC_DOMAIN_BYTES,
+    UNIT_SEPARATOR,
+    Buffer.from(payloadSegment, 'utf8'),
+    UNIT_SEPARATOR,
+    Buffer.from(audience, 'utf8'),
+  ]);
+}
+
+/**
+ * Seals arbitrary payload bytes. `mintToken` is the only production caller; tests use it
+ * directly to produce validly MAC'd payloads that are not valid handles.
+ */
+export function sealRaw(key: InstanceKey, payloadJson: Buffer, audience: string): string {
+  const payloadSegment = encodeBase64Url(payloadJson);
+  const mac = macFor(key, payloadSegment, audience);
+  return `${TOKEN_TAG}.${payloadSegment}.${encodeBase64Url(mac)}`;
+}
+
+/**
+ * Mints a token for `audience`. Refuses a payload that `verifyToken` would call malformed, so
+ * no caller can hand out a handle that can never redeem.
+ */
+export function mintToken(key: InstanceKey, payload: HandlePayload, audience: string): string {
+  if (toPayload(payload) === null) {
+    throw new Error('a handle payload needs v=1, string iss/p/n and a non-negative integer exp');
+  }
+  return sealRaw(key, serialisePayload(payload), audience);
+}
+
+/**
+ * Verifies a token in a fixed order: shape → MAC → payload → issuer → expiry.
+ *
+ * Nothing in the payload is read before the MAC has proven this instance wrote it. Every MAC
+ * failure — tampered payload, tampered MAC, another instance's key, the wrong audience — is the
+ * single `not_valid`, and so is a foreign `iss`: splitting them would tell a prober which field
+ * to change next.
+ */
+export function verifyToken(
+  key: InstanceKey,
+  token: string,
+  audience: string,
+  sessionId: string,
+  nowMs: number,
+): VerifyResult {
+  const parts = splitToken(token);
+  if (parts === null) return { ok: false, reason: 'malformed' };
+  const expected = macFor(key, parts.payloadSegment, audience);
+  if (!constantTimeEqual(expected, parts.mac)) return { ok: false, reason: 'not_valid' };
+  const payload = parsePayload(parts.payload);
+  if (payload === null) return { ok: false, reason: 'malformed' };
+  if (payload.iss !== sessionId) return { ok: false, reason: 'not_valid' };
+  if (!(payload.exp > nowMs)) return { ok: false, reason: 'expired' };
+  return { ok: true, payload };
+}
+
+/**
+ * The payload of a token this process cannot verify (a peer's). Caller-controlled: fit only for
+ * a naming hint, never for a decision. Null unless the token is well-shaped and the payload has
+ * a handle's fields.
+ */
+export function decodePayloadUnverified(token: string): HandlePayload | null {
+  const parts = splitToken(token);
+  return parts === null ? null : parsePayload(parts.payload);
+}
+
+/** 32 lowercase hex characters of fresh randomness, for a payload's `n`. */
+export function randomNonceHex(): string {
+  return randomBytes(NONCE_BYTES).toString('hex');
+}
+
+// ── handle_id and redaction ──────────────────────────────────────────────────
+
+/** The first 16 lowercase hex of SHA-256(token): what traces and error bodies carry instead. */
+export function handleId(token: string): string {
+  return createHash('sha256').update(token, 'utf8').digest('hex').slice(0, 16);
+}
+
+// Exactly three segments; '.' is outside the segment class, so a full stop ending a sentence is
+// never swallowed. Deliberately looser than `checkShape`: anything token-like is redacted, even
+// if it would not verify, because a record must not depend on the token being well-formed.
+const TOKEN_PATTERN = /mh1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+/g;
+
+/** Replaces every `mh1.<seg>.<seg>` in `text` with `<handle:<handle_id>>`. */
+export function redactHandles(text: string): string {
+  if (!text.includes(`${TOKEN_TAG}.`)) return text;
+  return text.replace(TOKEN_PATTERN, (token) => `<handle:${handleId(token)}>`);
+}
+
+/**
+ * `redactHandles` applied to every string in a JSON-like value, object keys included. Returns a
+ * new value and leaves the input untouched; anything that is not a string, array or plain object
+ * is returned as it is.
+ */
+export function redactHandlesDeep<T>(value: T): T {
+  return redactValue(value) as T;
+}
+
+function redactValue(value: unknown): unknown {
+  if (typeof value === 'string') return redactHandles(value);
+  if (Array.isArray(value)) return value.map(redactValue);
+  if (typeof value === 'object' && value !== null) {
+    const proto: unknown = Object.getPrototypeOf(value);
+    if (proto !== Object.prototype && proto !== null) return value;
+    // fromEntries defines own properties, so a key such as "__proto__" stays a plain key.
+    return Object.fromEntries(
+      Object.entries(value).map(([k, v]) => [redactHandles(k), redactValue(v)]),
+    );
+  }
+  return value;
+}
+
+// ── Where a fetched file lands ───────────────────────────────────────────────
+
+const MAX_BASENAME_CHARS = 120;
+
+/**
+ * `peer-in/<handle_id>-<basename>`, runtime-chosen. The hint comes from an unverified payload,
+ * so only its last `/` segment is used, every character outside `[A-Za-z0-9._-]` becomes `_`,
+ * it is cut to 120 characters, and an empty, `.` or `..` result becomes `file`. The handle_id
+ * prefix keeps two handles with the same hint from colliding.
+ */
+export function storedPathFor(handleId: string, basenameHint: string | null): string {
+  const last = basenameHint === null ? '' : basenameHint.slice(basenameHint.lastIndexOf('/') + 1);
+  let name = '';
+  let count = 0;
+  // Iterating the string walks code points, so one non-ASCII character becomes one '_'.
+  for (const ch of last) {
+    if (count === MAX_BASENAME_CHARS) break;
+    name += /^[A-Za-z0-9._-]$/.test(ch) ? ch : '_';
+    count++;
+  }
+  if (name === '' || name === '.' || name === '..') name = 'file';
+  return `${PEER_INBOX_DIR}/${handleId}-${name}`;
+}
