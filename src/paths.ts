@@ -47,12 +47,22 @@ export function lowerRelpath(raw: string, source: 'url' | 'text'): Lowered {
   } catch {
     return { ok: false, display };
   }
-  if (text.length === 0 || text.includes('\0') || text.startsWith('/')) return { ok: false, display };
+  const relpath = canonicalRelpath(text);
+  return relpath === null ? { ok: false, display } : { ok: true, relpath, display };
+}
+
+/**
+ * The lexical refusals on an already-decoded path: empty, NUL, absolute, and any empty, `.` or
+ * `..` component after dropping one trailing `/`. Returns the canonical relpath or null. Used
+ * directly (without decoding again) on a handle's MAC-verified `p`, which is already canonical.
+ */
+export function canonicalRelpath(text: string): string | null {
+  if (text.length === 0 || text.includes('\0') || text.startsWith('/')) return null;
   const trimmed = text.endsWith('/') ? text.slice(0, -1) : text;
   for (const component of trimmed.split('/')) {
-    if (component === '' || component === '.' || component === '..') return { ok: false, display };
+    if (component === '' || component === '.' || component === '..') return null;
   }
-  return { ok: true, relpath: trimmed, display };
+  return trimmed;
 }
 
 /** The path part of a raw request target: query stripped, absolute-form scheme and authority cut. */

@@ -11,6 +11,7 @@
  */
 import { createHash } from 'node:crypto';
 import { constantTimeEqual, InstanceKey, randomBytes } from './key.js';
+import { PEER_INBOX_DIR } from '../scope.js';
 
 export interface HandlePayload {
   v: number;
@@ -29,7 +30,6 @@ export const PAYLOAD_VERSION = 1;
 /** Bytes of randomness in a payload's nonce. */
 export const NONCE_BYTES = 16;
 /** Directory, relative to the workdir, that fetched files land in. */
-export const PEER_INBOX_DIR = 'peer-in';
 
 const MAC_BYTES = 32;
 const UNIT_SEPARATOR = Buffer.from([0x1f]);
@@ -37,7 +37,9 @@ const MAC_DOMAIN_BYTES = Buffer.from(MAC_DOMAIN, 'utf8');
 
 export type VerifyResult =
   | { ok: true; payload: HandlePayload }
-  | { ok: false; reason: 'malformed' | 'not_valid' | 'expired' };
+  | { ok: false; reason: 'malformed' | 'not_valid' }
+  // The MAC verified, so the payload is this instance's own record and may be reported.
+  | { ok: false; reason: 'expired'; payload: HandlePayload };
 
 // ── Strict base64url ─────────────────────────────────────────────────────────
 // Node's decoder skips characters it does not know, accepts padding and either alphabet, and
@@ -199,7 +201,7 @@ export function verifyToken(
   const payload = parsePayload(parts.payload);
   if (payload === null) return { ok: false, reason: 'malformed' };
   if (payload.iss !== sessionId) return { ok: false, reason: 'not_valid' };
-  if (!(payload.exp > nowMs)) return { ok: false, reason: 'expired' };
+  if (!(payload.exp > nowMs)) return { ok: false, reason: 'expired', payload };
   return { ok: true, payload };
 }
 

@@ -1,0 +1,20 @@
+// Writing replies the way every plane must: headers in the spec's order, a content-length equal to
+// the body on every response, JSON error bodies from the catalogue.
+import type { FastifyReply } from 'fastify';
+import type { PlaneError } from '../errors.js';
+
+export type HeaderList = Array<[string, string]>;
+
+export function send(reply: FastifyReply, status: number, headers: HeaderList, body: Buffer): FastifyReply {
+  reply.code(status);
+  for (const [name, value] of headers) reply.header(name, value);
+  reply.header('content-length', String(body.length));
+  return reply.send(body);
+}
+
+/** An error reply: content-type, then the extra headers (generation, handle id, allow). */
+export function sendError(reply: FastifyReply, error: PlaneError, extra: HeaderList = []): FastifyReply {
+  const headers: HeaderList = [['content-type', 'application/json'], ...extra];
+  if (error.code === 'method_not_allowed') headers.push(['allow', 'GET']);
+  return send(reply, error.status, headers, error.body());
+}

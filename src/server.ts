@@ -1,0 +1,121 @@
+// The capsule's HTTP listener: Fastify configured so that the planes see the raw request target
+// (no router decoding or normalising decides anything), every method reaches the planes (so a
+// write verb is a 405, not a 404), and bodies are never parsed (no verb here takes one).
+import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
+import { agentCard, CARD_PATH } from './planes/card.js';
+import { handleFiles, isFilesPath } from './planes/files.js';
+import { AUDIENCE_HEADER, handlePeer, isPeerPath } from './planes/peer.js';
+import { send, sendError } from './planes/reply.js';
+import { PlaneError } from './errors.js';
+import { requestPath } from './paths.js';
+import { redactHandles } from './peer/handle.js';
+import type { Session } from './session.js';
+
+export interface ServeOptions {
+  host?: string;
+  port?: number;
+  /** What the agent card and the audience say; default `http://localhost:<bound port>`. */
+  advertise?: string;
+  /** A pino logger (stderr in the CLI); false for none. */
+  logger?: Logger | false;
+}
+
+export interface RunningServer {
+  app: FastifyInstance;
+  /** The URL the listener is bound to. */
+  url: string;
+  /** The URL this capsule advertises. */
+  advertisedUrl: string;
+  close(): Promise<void>;
+}
+
+function jsonError(reply: FastifyReply, status: number, code: string, message: string): FastifyReply {
+  return send(reply, status, [['content-type', 'application/json']], Buffer.from(JSON.stringify({ error: code, message })));
+}
+
+/** Routes one request under /resources by its raw path; the planes do the rest. */
+async function dispatch(session: Session, req: FastifyRequest, reply: FastifyReply): Promise<void> {
+  const path = requestPath(req.raw.url ?? '/');
+  const method = req.raw.method ?? 'GET';
+  if (isFilesPath(path)) return handleFiles(session, method, path, reply);
+  if (isPeerPath(path)) {
+    const audience = req.headers[AUDIENCE_HEADER];
+    return handlePeer(session, method, path, Array.isArray(audience) ? audience.join(', ') : audience, reply);
+  }
+  // Anything else under /resources/: no plane, no trace; still no write verb.
+  if (method !== 'GET') {
+    sendError(reply, new PlaneError('files', 'method_not_allowed'));
+    return;
+  }
+  sendError(reply, new PlaneError('files', 'not_found'));
+}
+
+export function buildApp(session: Session, logger: Logger | false = false): FastifyInstance {
+  const app = Fastify({
+    loggerInstance: logger || undefined,
+    logger: logger ? undefined : false,
+    // Fastify's own request lines would carry redeem URLs (tokens); onResponse logs a redacted one.
+    logController: new LogController({ disableRequestLogging: true }),
+    exposeHeadRoutes: false,
+    return503OnClosing: true,
+    requestTimeout: 30_000,
+    // Malformed percent-encodings are rejected by the router before any handler; under
+    // /resources/ they are still answered by the planes, in the spec's shape, from the raw path.
+    frameworkErrors: (error, req, reply) => {
+      // These replies skip the onSend hooks, so the class header is set here.
+      reply.header('x-murmur-containment', session.containment);
+      const path = requestPath(req.raw.url ?? '/');
+      if (path === '/resources' || path.startsWith('/resources/')) {
+        void dispatch(session, req, reply);
+        return;
+      }
+      jsonError(reply, 400, 'bad_request', error.message);
+    },
+  }) as unknown as FastifyInstance;
+
+  // No verb here takes a body: accept any content type without reading it, so a POST is answered
+  // 405 by the plane rather than 415 or 413 by the framework.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', (_req, _payload, done) => done(null));
+
+  app.addHook('onSend', async (_req, reply, payload) => {
+    if (!reply.hasHeader('x-murmur-containment')) reply.header('x-murmur-containment', session.containment);
+    return payload;
+  });
+  app.addHook('onResponse', async (req, reply) => {
+    // Tokens travel in redeem URLs: the log line carries the handle id instead.
+    req.log.info({ method: req.raw.method, url: redactHandles(req.raw.url ?? ''), status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request');
+  });
+  app.setNotFoundHandler((_req, reply) => {
+    jsonError(reply, 404, 'not_found', 'no such route');
+  });
+  app.setErrorHandler((error, req, reply) => {
+    req.log.error({ err: redactHandles(String(error)) }, 'unhandled error');
+    jsonError(reply, 500, 'io_error', 'read failed: internal error');
+  });
+
+  app.all('/resources', (req, reply) => dispatch(session, req, reply));
+  app.all('/resources/*', (req, reply) => dispatch(session, req, reply));
+  app.get(CARD_PATH, (_req, reply) => {
+    send(reply, 200, [['content-type', 'application/json']], Buffer.from(JSON.stringify(agentCard(session))));
+  });
+  return app;
+}
+
+export async function serve(session: Session, opts: ServeOptions = {}): Promise<RunningServer> {
+  const app = buildApp(session, opts.logger ?? false);
+  await app.listen({ host: opts.host ?? '127.0.0.1', port: opts.port ?? 0 });
+  const address = app.server.address();
+  if (!address || typeof address === 'string') throw new Error('the listener has no TCP address');
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  const url = `http://${host}:${address.port}`;
+  const advertisedUrl = (opts.advertise ?? `http://localhost:${address.port}`).replace(/\/+$/, '');
+  session.advertisedUrl = advertisedUrl;
+  return {
+    app,
+    url,
+    advertisedUrl,
+    close: () => app.close(),
+  };
+}

@@ -1,0 +1,176 @@
+// One session: the manifest's grants, the workdir descriptor held from launch, the instance key,
+// the generation counter, the trace and the capsule's identity. Everything a plane or a tool needs
+// comes from here; nothing here knows HTTP.
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, realpathSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { isAbsolute, join, resolve } from 'node:path';
+import { ExportView } from './export-view.js';
+import { checkRootsInsideWorkdir, parseManifest, type Containment, type Manifest, ManifestError } from './manifest.js';
+import * as native from './native.js';
+import { InstanceKey } from './peer/key.js';
+import { effectiveGrants, type EffectiveGrants } from './scope.js';
+import { Trace } from './trace.js';
+
+export const CONTAINMENT_CLASSES: readonly Containment[] = ['advisory', 'scoped', 'sealed'];
+
+export interface SessionOptions {
+  workdir: string;
+  /** Manifest file; default `<workdir>/murmur.yaml`. */
+  manifestPath?: string;
+  /** Already-parsed manifest (the TS API); wins over manifestPath. */
+  manifest?: Manifest;
+  sessionId?: string;
+  containment?: Containment;
+  /** Trace file; default in the records directory, outside the workdir. */
+  tracePath?: string;
+  /** Force a resolver (tests); default: openat2 when available, else the walk. */
+  resolver?: native.ResolverKind;
+}
+
+export type ToolName = 'share-file' | 'fetch-peer-file';
+
+export function newSessionId(): string {
+  return `ses_${randomBytes(16).toString('hex')}`;
+}
+
+/** `~/.murmur/records/<workdir digest>/<session-id>/trace.jsonl`: per workdir, per session. */
+export function defaultTracePath(workdirReal: string, sessionId: string): string {
+  const digest = createHash('sha256').update(workdirReal).digest('hex').slice(0, 16);
+  const base = process.env.RESOURCE_PLANE_RECORDS_DIR || join(homedir(), '.murmur', 'records');
+  return join(base, digest, sessionId, 'trace.jsonl');
+}
+
+/** Reads and validates a manifest file; a missing or unreadable file is an E-MAN-003 diagnostic. */
+export function loadManifest(path: string): Manifest {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (error) {
+    throw new ManifestError(
+      'E-MAN-003',
+      `cannot read the manifest '${path}': ${(error as NodeJS.ErrnoException).code ?? 'unknown error'}`,
+      'pass --manifest FILE, or put murmur.yaml at the workdir root',
+    );
+  }
+  return parseManifest(text);
+}
+
+export class Session {
+  readonly manifest: Manifest;
+  readonly workdir: string;
+  readonly sessionId: string;
+  readonly containment: Containment;
+  readonly resolver: native.ResolverKind;
+  readonly trace: Trace;
+  readonly grants: EffectiveGrants;
+  readonly files: ExportView | null;
+  readonly peerFiles: ExportView | null;
+  readonly key: InstanceKey | null;
+  /** Where this capsule says it is reachable (agent card, audience); set when the listener binds. */
+  advertisedUrl = '';
+  private workdirFd: number;
+  private generationCount = 0;
+  private closed = false;
+
+  private constructor(init: {
+    manifest: Manifest; workdir: string; workdirFd: number; sessionId: string; containment: Containment;
+    resolver: native.ResolverKind; trace: Trace;
+  }) {
+    this.manifest = init.manifest;
+    this.workdir = init.workdir;
+    this.workdirFd = init.workdirFd;
+    this.sessionId = init.sessionId;
+    this.containment = init.containment;
+    this.resolver = init.resolver;
+    this.trace = init.trace;
+    this.grants = effectiveGrants(init.manifest, init.containment);
+    const common = { workdirFd: init.workdirFd, containment: init.containment, resolver: init.resolver };
+    const { files, peerFiles } = init.manifest;
+    this.files = files ? new ExportView({ ...common, plane: 'files', root: files.root, maxBytes: files.maxBytes }) : null;
+    this.peerFiles = peerFiles ? new ExportView({ ...common, plane: 'peer', root: peerFiles.root, maxBytes: peerFiles.maxBytes }) : null;
+    // The key exists only when something can be minted, and only in locked memory.
+    this.key = peerFiles ? InstanceKey.generate() : null;
+  }
+
+  /**
+   * Validates everything first (manifest, roots, options) so that a refused launch creates nothing;
+   * then opens the workdir descriptor and the trace and writes `session_start`.
+   */
+  static async open(opts: SessionOptions): Promise<Session> {
+    const containment = opts.containment ?? 'advisory';
+    if (!CONTAINMENT_CLASSES.includes(containment)) throw new Error(`unknown containment class '${containment}'`);
+    const sessionId = opts.sessionId ?? newSessionId();
+    if (!/^[A-Za-z0-9_.:-]{1,128}$/.test(sessionId)) {
+      throw new Error('--session-id must be 1-128 characters of [A-Za-z0-9_.:-]');
+    }
+    const requested = resolve(opts.workdir);
+    const manifest = opts.manifest ?? loadManifest(opts.manifestPath ?? join(requested, 'murmur.yaml'));
+    // A workdir that does not exist yet has no roots to escape; it is created only after every
+    // check passed, so a refused launch leaves nothing behind.
+    if (existsSync(requested)) checkRootsInsideWorkdir(manifest, realpathSync(requested));
+    else mkdirSync(requested, { recursive: true, mode: 0o755 });
+    const workdir = realpathSync(requested);
+    const resolver = opts.resolver ?? native.chooseResolver();
+    const tracePath = opts.tracePath ? resolve(opts.tracePath) : defaultTracePath(workdir, sessionId);
+    if (!isAbsolute(tracePath)) throw new Error('trace path must resolve to an absolute path');
+
+    const workdirFd = await native.openDirectory(workdir);
+    let trace: Trace;
+    try {
+      trace = Trace.open(tracePath, sessionId);
+    } catch (error) {
+      native.closeFd(workdirFd);
+      throw error;
+    }
+    const session = new Session({ manifest, workdir, workdirFd, sessionId, containment, resolver, trace });
+    try {
+      trace.start({
+        containment_achieved: containment,
+        resolver,
+        tools_declared: session.toolsDeclared(),
+        effective_grants: session.grants,
+      });
+    } catch (error) {
+      await session.close();
+      throw error;
+    }
+    return session;
+  }
+
+  get workdirDescriptor(): number {
+    return this.workdirFd;
+  }
+
+  /** Tasks that reached a terminal state in this process. Provenance only. */
+  get generation(): number {
+    return this.generationCount;
+  }
+
+  /** Called by the runtime once per completed task. */
+  advanceGeneration(): number {
+    this.generationCount += 1;
+    return this.generationCount;
+  }
+
+  toolsDeclared(): ToolName[] {
+    const tools: ToolName[] = [];
+    if (this.manifest.peerFiles) tools.push('share-file');
+    if (this.manifest.peerFetchAllow) tools.push('fetch-peer-file');
+    return tools;
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  /** Zeroes and frees the key, flushes and closes the trace, releases the workdir. Idempotent. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.key?.destroy();
+    await this.trace.close();
+    native.closeFd(this.workdirFd);
+    this.workdirFd = -1;
+  }
+}

@@ -1,0 +1,106 @@
+// The append-only audit trace (trace.jsonl, SPEC section 8). One JSON object per line, each line
+// one write(2) on an O_APPEND descriptor so concurrent lines never interleave. Every line passes the
+// redaction boundary here: any `mh1.<seg>.<seg>` in it becomes `<handle:<id>>`, whoever built it.
+// A write that fails rejects, and callers send no file bytes unless their event was written.
+import { closeSync, constants, fsync, mkdirSync, openSync, write, writeSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { v7 as uuidv7 } from 'uuid';
+import { redactHandles } from './peer/handle.js';
+
+export type TraceFields = Record<string, unknown>;
+
+export class TraceWriteError extends Error {
+  constructor(cause: unknown) {
+    super(`the trace could not be written (${(cause as NodeJS.ErrnoException)?.code ?? 'unknown error'})`);
+    this.name = 'TraceWriteError';
+  }
+}
+
+export function newEventId(): string {
+  return `evt_${uuidv7().replaceAll('-', '')}`;
+}
+
+export class Trace {
+  readonly path: string;
+  readonly sessionId: string;
+  private fd: number;
+  private parentId: string | null = null;
+  private pending = new Set<Promise<void>>();
+
+  private constructor(path: string, sessionId: string, fd: number) {
+    this.path = path;
+    this.sessionId = sessionId;
+    this.fd = fd;
+  }
+
+  /** Opens (creating if needed) the trace for appending. Directories are created 0700. */
+  static open(path: string, sessionId: string): Trace {
+    mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+    // libuv adds O_CLOEXEC to every open. O_NOFOLLOW: a planted link must not redirect the record.
+    const flags = constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW;
+    return new Trace(path, sessionId, openSync(path, flags, 0o600));
+  }
+
+  /**
+   * Writes `session_start` (its event id becomes every later event's parent_id). Synchronous so
+   * that a launch that cannot record its own start fails before it serves anything.
+   */
+  start(fields: TraceFields): string {
+    const id = newEventId();
+    const line = this.render('session_start', id, null, fields);
+    try {
+      const buf = Buffer.from(line);
+      let off = 0;
+      // A regular file takes the whole line in one write; the loop only guards odd targets.
+      while (off < buf.length) off += writeSync(this.fd, buf.subarray(off));
+    } catch (error) {
+      throw new TraceWriteError(error);
+    }
+    this.parentId = id;
+    return id;
+  }
+
+  /** Appends one event; resolves once the line is written, rejects with TraceWriteError. */
+  async append(eventType: string, fields: TraceFields): Promise<void> {
+    if (this.parentId === null) throw new TraceWriteError(new Error('session_start not written'));
+    const buf = Buffer.from(this.render(eventType, newEventId(), this.parentId, fields));
+    const op = new Promise<void>((resolve, reject) => {
+      write(this.fd, buf, 0, buf.length, null, (error, written) => {
+        if (error) reject(new TraceWriteError(error));
+        else if (written !== buf.length) reject(new TraceWriteError(new Error('short write')));
+        else resolve();
+      });
+    });
+    this.pending.add(op);
+    try {
+      await op;
+    } finally {
+      this.pending.delete(op);
+    }
+  }
+
+  /** Waits for in-flight lines, flushes to disk and closes. Idempotent. */
+  async close(): Promise<void> {
+    await Promise.allSettled([...this.pending]);
+    if (this.fd < 0) return;
+    const fd = this.fd;
+    this.fd = -1;
+    await new Promise<void>((resolve) => fsync(fd, () => resolve()));
+    closeSync(fd);
+  }
+
+  private render(eventType: string, id: string, parentId: string | null, fields: TraceFields): string {
+    const event = {
+      event_type: eventType,
+      event_id: id,
+      parent_id: parentId,
+      session_id: this.sessionId,
+      timestamp: Date.now(),
+      ...fields,
+    };
+    // undefined would silently drop a key; the schema wants explicit nulls.
+    const json = JSON.stringify(event, (_k, v) => (v === undefined ? null : v));
+    // Token characters never need JSON escaping, so redacting the rendered line is exact.
+    return `${redactHandles(json)}\n`;
+  }
+}
