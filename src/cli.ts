@@ -1,0 +1,127 @@
+#!/usr/bin/env node
+// The `resource-plane` command: argv → a session (serve), the grants a launch would have
+// (explain-scope), the two-capsule demo, and small operator client verbs. Diagnostics from the
+// manifest print as `error[CODE]: …` / `  hint: …` and exit 2; other launch failures exit 1.
+import { Command, CommanderError, Option } from 'commander';
+import { ManifestError } from './manifest.js';
+import { launch, stderrLogger, UsageError, parseContainment } from './launch.js';
+import { loadManifest } from './session.js';
+import { effectiveGrants, renderExplainScope } from './scope.js';
+
+function fail(error: unknown): never {
+  if (error instanceof ManifestError) {
+    process.stderr.write(`${error.render()}\n`);
+    process.exit(2);
+  }
+  if (error instanceof UsageError) {
+    process.stderr.write(`error: ${error.message}\n`);
+    process.exit(2);
+  }
+  process.stderr.write(`error: ${(error as Error)?.message ?? String(error)}\n`);
+  process.exit(1);
+}
+
+interface ServeFlags {
+  workdir: string;
+  manifest?: string;
+  listen?: string;
+  advertise?: string;
+  sessionId?: string;
+  containment?: string;
+  trace?: string;
+  control: 'stdio' | 'none';
+}
+
+async function serveCommand(flags: ServeFlags): Promise<void> {
+  const logger = stderrLogger();
+  const launched = await launch({ ...flags, logger });
+  const { session, server } = launched;
+  const ready = {
+    event: 'listening',
+    url: server.url,
+    advertised_url: server.advertisedUrl,
+    session_id: session.sessionId,
+    trace: session.trace.path,
+  };
+  let shuttingDown = false;
+  const shutdown = async (why: string) => {
+    if (shuttingDown) return;
+    shuttingDown = true;
+    logger.info({ why }, 'shutting down');
+    await launched.stop();
+    logger.flush();
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  if (flags.control === 'stdio') {
+    const { runControl } = await import('./control.js');
+    await runControl(launched, ready, () => shutdown('control channel closed'));
+  } else {
+    // The launcher reads this one line from stdout instead of scraping logs.
+    process.stdout.write(`${JSON.stringify(ready)}\n`);
+  }
+  logger.info(ready, 'serving');
+}
+
+function explainScopeCommand(flags: { manifest: string; json?: boolean; containment?: string }): void {
+  const manifest = loadManifest(flags.manifest);
+  const containment = parseContainment(flags.containment);
+  if (flags.json) process.stdout.write(`${JSON.stringify(effectiveGrants(manifest, containment))}\n`);
+  else process.stdout.write(renderExplainScope(manifest, containment));
+}
+
+export function program(): Command {
+  const cmd = new Command('resource-plane')
+    .description('The hardened file server of a capsule: operator plane, peer plane, audit trace.')
+    .showHelpAfterError()
+    .exitOverride();
+
+  cmd
+    .command('serve')
+    .description('launch one session over a workdir')
+    .requiredOption('--workdir <dir>', 'the capsule workdir')
+    .option('--manifest <file>', 'the manifest (default: <workdir>/murmur.yaml)')
+    .option('--listen <host:port>', 'where to listen', '127.0.0.1:0')
+    .option('--advertise <url>', 'the URL the agent card and audience say (default: http://localhost:<bound port>)')
+    .option('--session-id <id>', 'the session id (default: a fresh ses_<32 hex>)')
+    .addOption(new Option('--containment <class>', 'the containment class the sandbox achieved').choices(['advisory', 'scoped', 'sealed']).default('advisory'))
+    .option('--trace <file>', 'the trace file (default: in the records directory, outside the workdir)')
+    .addOption(new Option('--control <channel>', 'the control channel').choices(['stdio', 'none']).default('none'))
+    .action((flags: ServeFlags) => serveCommand(flags).catch(fail));
+
+  cmd
+    .command('explain-scope')
+    .description('what a launch of this manifest would grant, before any session exists')
+    .requiredOption('--manifest <file>', 'the manifest to explain')
+    .option('--json', 'print the effective grants as one line of JSON')
+    .addOption(new Option('--containment <class>', 'the containment class to assume').choices(['advisory', 'scoped', 'sealed']).default('advisory'))
+    .action((flags) => {
+      try {
+        explainScopeCommand(flags);
+      } catch (error) {
+        fail(error);
+      }
+    });
+
+  cmd
+    .command('demo')
+    .description('start the example capsules and show the planes at work (what npm start runs)')
+    .action(async () => {
+      const { runDemo } = await import('./demo.js');
+      await runDemo().catch(fail);
+    });
+
+  return cmd;
+}
+
+async function main(): Promise<void> {
+  try {
+    await program().parseAsync(process.argv);
+  } catch (error) {
+    if (error instanceof CommanderError) process.exit(error.exitCode === 0 ? 0 : 2);
+    fail(error);
+  }
+}
+
+void main();

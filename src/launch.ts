@@ -1,0 +1,95 @@
+// Launching one session from CLI-style options: validate, open the session, bind the listener,
+// and tear both down cleanly. Shared by `serve`, `demo` and the tests that spawn the CLI.
+import { pino, type Logger } from 'pino';
+import type { Containment } from './manifest.js';
+import { serve, type RunningServer } from './server.js';
+import { CONTAINMENT_CLASSES, Session } from './session.js';
+
+export interface LaunchOptions {
+  workdir: string;
+  manifest?: string;
+  listen?: string;
+  advertise?: string;
+  sessionId?: string;
+  containment?: string;
+  trace?: string;
+  logger?: Logger | false;
+}
+
+export interface Launched {
+  session: Session;
+  server: RunningServer;
+  /** Stops the listener (in-flight requests finish), then zeroes the key and flushes the trace. */
+  stop(): Promise<void>;
+}
+
+/** `HOST:PORT`, with IPv6 hosts in brackets. */
+export function parseListen(value: string): { host: string; port: number } {
+  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(value);
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535) throw new UsageError(`--listen must be HOST:PORT (got '${value}')`);
+  return { host: (m[1] ?? m[2])!, port };
+}
+
+export class UsageError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'UsageError';
+  }
+}
+
+export function parseContainment(value: string | undefined): Containment {
+  const c = (value ?? 'advisory') as Containment;
+  if (!CONTAINMENT_CLASSES.includes(c)) {
+    throw new UsageError(`--containment must be one of ${CONTAINMENT_CLASSES.join(', ')} (got '${value}')`);
+  }
+  return c;
+}
+
+export function parseAdvertise(value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new UsageError(`--advertise must be an http(s) URL (got '${value}')`);
+  }
+  if ((url.protocol !== 'http:' && url.protocol !== 'https:') || url.search || url.hash || url.username || (url.pathname !== '/' && url.pathname !== '')) {
+    throw new UsageError(`--advertise must be an http(s) URL with no path, query or credentials (got '${value}')`);
+  }
+  return `${url.protocol}//${url.host}`;
+}
+
+export function stderrLogger(): Logger {
+  return pino({ level: process.env.RESOURCE_PLANE_LOG_LEVEL ?? 'info', base: { pid: process.pid } }, pino.destination(2));
+}
+
+export async function launch(opts: LaunchOptions): Promise<Launched> {
+  const listen = parseListen(opts.listen ?? '127.0.0.1:0');
+  const containment = parseContainment(opts.containment);
+  const advertise = parseAdvertise(opts.advertise);
+  const session = await Session.open({
+    workdir: opts.workdir,
+    manifestPath: opts.manifest,
+    sessionId: opts.sessionId,
+    containment,
+    tracePath: opts.trace,
+  });
+  let server: RunningServer;
+  try {
+    server = await serve(session, { host: listen.host, port: listen.port, advertise, logger: opts.logger ?? false });
+  } catch (error) {
+    await session.close();
+    throw error;
+  }
+  let stopping: Promise<void> | null = null;
+  return {
+    session,
+    server,
+    stop: () =>
+      (stopping ??= (async () => {
+        await server.close();
+        await session.close();
+      })()),
+  };
+}
