@@ -1,0 +1,136 @@
+// `resource-plane serve` as a launcher drives it: the URL on one stdout line, logs on stderr,
+// clean shutdown on signals with the trace flushed, and launch diagnostics that create nothing.
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { runCli, startServe, type Served } from './helpers/cli.js';
+import { makeTree, removeTree, tempDir } from './helpers/tree.js';
+
+const cleanups: Array<() => void | Promise<void>> = [];
+afterEach(async () => {
+  while (cleanups.length) await cleanups.pop()!();
+});
+
+function workdirWith(manifest: string, lines: string[] = []): string {
+  const dir = tempDir();
+  cleanups.push(() => removeTree(dir));
+  makeTree(dir, lines);
+  writeFileSync(join(dir, 'murmur.yaml'), manifest);
+  return dir;
+}
+
+const MANIFEST = 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n';
+
+function track(s: Served): Served {
+  cleanups.push(() => {
+    s.child.kill('SIGKILL');
+  });
+  return s;
+}
+
+describe('serve', () => {
+  it.each(['SIGTERM', 'SIGINT'] as const)('reports its URL on stdout, serves, and on %s exits 0 with the trace flushed', async (signal) => {
+    const dir = workdirWith(MANIFEST, ['out/a.txt: hello']);
+    const records = tempDir();
+    cleanups.push(() => removeTree(records));
+    const s = track(await startServe(['--workdir', dir, '--containment', 'sealed', '--session-id', 'ses_test1'], { RESOURCE_PLANE_RECORDS_DIR: records }));
+    expect(s.ready.event).toBe('listening');
+    expect(s.ready.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(s.ready.advertised_url).toBe(`http://localhost:${new URL(s.ready.url).port}`);
+    expect(s.ready.session_id).toBe('ses_test1');
+    expect(s.ready.trace.startsWith(records)).toBe(true);
+    const res = await fetch(`${s.ready.url}/resources/files/a.txt`);
+    expect(await res.text()).toBe('hello');
+    s.child.kill(signal);
+    expect(await s.exited).toEqual({ code: 0, signal: null });
+    // Exactly one stdout line, ever; logs went to stderr as JSON.
+    expect(s.stdout().trim().split('\n')).toHaveLength(1);
+    expect(s.stderr()).toContain('"msg":"shutting down"');
+    const events = readFileSync(s.ready.trace, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    expect(events.map((e) => e.event_type)).toEqual(['session_start', 'resource_read']);
+    // The trace lives outside the workdir, and the workdir was not written.
+    expect(readdirSync(dir).sort()).toEqual(['murmur.yaml', 'out']);
+  });
+
+  it('honours --listen, --advertise and --trace', async () => {
+    const dir = workdirWith(MANIFEST);
+    const traceDir = tempDir();
+    cleanups.push(() => removeTree(traceDir));
+    const trace = join(traceDir, 'nested', 'trace.jsonl');
+    const s = track(await startServe(['--workdir', dir, '--listen', '127.0.0.1:0', '--advertise', 'http://reporter.local:9000/', '--trace', trace]));
+    expect(s.ready.advertised_url).toBe('http://reporter.local:9000');
+    const card = await (await fetch(`${s.ready.url}/.well-known/agent-card.json`)).json();
+    expect(card.supportedInterfaces[0].url).toBe('http://reporter.local:9000');
+    expect(s.ready.trace).toBe(trace);
+    s.child.kill('SIGTERM');
+    await s.exited;
+    expect(JSON.parse(readFileSync(trace, 'utf8').split('\n')[0]!).event_type).toBe('session_start');
+  });
+
+  it('refuses a trace it cannot write before serving anything', () => {
+    const dir = workdirWith(MANIFEST);
+    const r = runCli(['serve', '--workdir', dir, '--trace', '/dev/full']);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/^error: the trace could not be written/);
+    expect(r.stdout).toBe('');
+  });
+
+  it.each([
+    [['--listen', 'nonsense'], /--listen must be HOST:PORT/],
+    [['--listen', '127.0.0.1:70000'], /--listen must be HOST:PORT/],
+    [['--advertise', 'ftp://x'], /--advertise must be an http\(s\) URL/],
+    [['--advertise', 'http://x/path'], /--advertise must be an http\(s\) URL/],
+    [['--containment', 'airtight'], /Allowed choices are advisory, scoped, sealed/],
+    [['--session-id', 'bad id'], /--session-id must be/],
+  ])('refuses bad options %j with a clear message', (extra, message) => {
+    const dir = workdirWith(MANIFEST);
+    const r = runCli(['serve', '--workdir', dir, ...extra]);
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toMatch(message);
+    expect(r.stdout).toBe('');
+  });
+});
+
+describe('launch diagnostics create nothing', () => {
+  const outside = tempDir();
+  afterAll(() => removeTree(outside));
+  const cases: Array<[string, string, string, string[]]> = [
+    ['E-MAN-003', 'name: x\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n    max_bytes: 10MB\n', 'exports.files.max_bytes must be a byte count, optionally suffixed Ki/Mi/Gi', []],
+    ['E-MAN-003', 'name: x\nversion: "1"\nexports:\n  files:\n    root: ../out\n    mode: read-only\n', 'exports.files.root must be a relative path inside the workdir', []],
+    ['E-MAN-003', 'name: x\nversion: "1"\nexports:\n  peer_files:\n    root: out/\n    max_ttl: 5 minutes\n', 'exports.peer_files.max_ttl must be a duration: an integer, optionally suffixed s/m/h/d', []],
+    ['E-MAN-003', 'name: x\nversion: "1"\ncapabilities:\n  peer_fetch:\n    allow: []\n', 'capabilities.peer_fetch.allow must be a non-empty list of network destinations', []],
+    ['E-CAP-001', 'name: x\nversion: "1"\ncapabilities:\n  network:\n    allow: ["http://h/path"]\n', "invalid network allow entry 'http://h/path'", []],
+    ['E-CAP-007', 'name: x\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n', "exports.files.root 'out/' resolves to", [`out -> ${outside}`]],
+    ['E-CAP-007', 'name: x\nversion: "1"\nexports:\n  peer_files:\n    root: share\n', "exports.peer_files.root 'share' resolves to", [`share -> ${outside}`]],
+    ['E-CAP-008', 'name: x\nversion: "1"\nexports:\n  peer_files:\n    root: out/\nlifecycle:\n  after_task: sleep\n', 'exports.peer_files.max_ttl', []],
+    ['E-CAP-008', 'name: x\nversion: "1"\nexports:\n  peer_files:\n    root: out/\n    max_ttl: 1h\nlifecycle:\n  after_task: sleep\n', '1h', []],
+  ];
+
+  it.each(cases)('%s: %s', (code, manifest, message, tree) => {
+    const base = tempDir();
+    cleanups.push(() => removeTree(base));
+    const records = tempDir();
+    cleanups.push(() => removeTree(records));
+    const manifestPath = join(base, 'murmur.yaml');
+    writeFileSync(manifestPath, manifest);
+    const workdir = join(base, 'workdir');
+    if (tree.length) makeTree(workdir, tree);
+    const before = existsSync(workdir) ? readdirSync(workdir).sort() : null;
+    const trace = join(base, 'trace.jsonl');
+    const r = runCli(['serve', '--workdir', workdir, '--manifest', manifestPath, '--trace', trace], { RESOURCE_PLANE_RECORDS_DIR: records });
+    expect(r.status).toBe(2);
+    expect(r.stderr.startsWith(`error[${code}]: `)).toBe(true);
+    expect(r.stderr).toContain(message);
+    expect(r.stderr).toMatch(/\n  hint: \S/);
+    expect(r.stdout).toBe('');
+    expect(existsSync(trace)).toBe(false);
+    expect(readdirSync(records)).toEqual([]);
+    expect(existsSync(workdir) ? readdirSync(workdir).sort() : null).toEqual(before);
+    // explain-scope applies the same diagnostics
+    const e = runCli(['explain-scope', '--manifest', manifestPath, '--json']);
+    if (code !== 'E-CAP-007') {
+      expect(e.status).toBe(2);
+      expect(e.stderr.startsWith(`error[${code}]: `)).toBe(true);
+    }
+  });
+});
