@@ -9,6 +9,10 @@ import { loadManifest } from './session.js';
 import { effectiveGrants, renderExplainScope } from './scope.js';
 
 function fail(error: unknown): never {
+  if ((error as Error)?.name === 'ClientError') {
+    process.stderr.write(`error: ${(error as Error).message}\n`);
+    process.exit(1);
+  }
   if (error instanceof ManifestError) {
     process.stderr.write(`${error.render()}\n`);
     process.exit(2);
@@ -110,6 +114,28 @@ export function program(): Command {
     .action(async () => {
       const { runDemo } = await import('./demo.js');
       await runDemo().catch(fail);
+    });
+
+  cmd
+    .command('ls')
+    .description("list a capsule's operator plane as a table")
+    .argument('<url>', 'the capsule URL, e.g. http://127.0.0.1:41234')
+    .action(async (url: string) => {
+      const { list } = await import('./client.js');
+      process.stdout.write(await list(url).catch(fail));
+    });
+
+  cmd
+    .command('get')
+    .description('download one file, verifying its etag against the bytes before saving')
+    .argument('<url>', 'the capsule URL')
+    .argument('<path>', 'the path relative to the export root')
+    .option('-o, --output <file>', "where to save it ('-' for stdout; default: its basename here)")
+    .option('--force', 'replace an existing file')
+    .action(async (url: string, path: string, flags: { output?: string; force?: boolean }) => {
+      const { get } = await import('./client.js');
+      const r = await get(url, path, flags).catch(fail);
+      if (r.savedTo) process.stderr.write(`saved ${r.bytes} bytes to ${r.savedTo} (sha256 ${r.sha256}, etag verified)\n`);
     });
 
   return cmd;

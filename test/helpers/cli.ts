@@ -9,6 +9,23 @@ export function runCli(args: string[], env: NodeJS.ProcessEnv = {}): { status: n
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
+/** runCli without blocking the event loop: needed when the server under test is in-process. */
+export function runCliAsync(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...env } });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+    child.on('error', reject);
+    child.on('close', (status) => {
+      clearTimeout(timer);
+      resolve({ status, stdout, stderr });
+    });
+  });
+}
+
 export interface Served {
   child: ChildProcessWithoutNullStreams;
   ready: { event: string; url: string; advertised_url: string; session_id: string; trace: string };

@@ -1,0 +1,118 @@
+// The operator's client verbs: `resource-plane ls <url>` and `resource-plane get <url> <path>`.
+// `get` verifies the etag against the bytes it received and refuses to save anything that does
+// not match; a file is written to a temporary name first and renamed into place.
+import { createHash, randomBytes } from 'node:crypto';
+import { closeSync, existsSync, fsyncSync, openSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import { basename, dirname, join, resolve } from 'node:path';
+import { request } from 'undici';
+
+export class ClientError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ClientError';
+  }
+}
+
+const TIMEOUTS = { headersTimeout: 30_000, bodyTimeout: 60_000 };
+
+function base(url: string): URL {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new ClientError(`'${url}' is not a URL (expected http://host:port)`);
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new ClientError(`'${url}' is not an http(s) URL`);
+  return u;
+}
+
+/** A refusal from the server, in its own words. */
+async function refusal(status: number, body: { text(): Promise<string> }): Promise<ClientError> {
+  const text = await body.text();
+  try {
+    const parsed = JSON.parse(text) as { error?: string; message?: string };
+    if (parsed.error) return new ClientError(`${status} ${parsed.error}: ${parsed.message ?? ''}`.trim());
+  } catch {
+    // not JSON: fall through
+  }
+  return new ClientError(`the server answered ${status}`);
+}
+
+interface Listing {
+  root: string;
+  mode: string;
+  max_bytes: number;
+  generation: number;
+  containment_achieved: string;
+  entries: Array<{ path: string; size_bytes: number; mtime_ms: number; sha256: string }>;
+}
+
+export async function list(url: string): Promise<string> {
+  const u = base(url);
+  const res = await request(new URL('/resources/files', u), { method: 'GET', ...TIMEOUTS }).catch((e: Error) => {
+    throw new ClientError(`cannot reach ${u.origin}: ${e.message}`);
+  });
+  if (res.statusCode !== 200) throw await refusal(res.statusCode, res.body);
+  const listing = (await res.body.json()) as Listing;
+  const rows = listing.entries.map((e) => [String(e.size_bytes), new Date(e.mtime_ms).toISOString(), e.sha256.slice(0, 16), e.path]);
+  const widths = [0, 1, 2].map((i) => Math.max(['SIZE', 'MODIFIED', 'SHA256', 'PATH'][i]!.length, ...rows.map((r) => r[i]!.length)));
+  const line = (r: string[]) => `${r[0]!.padStart(widths[0]!)}  ${r[1]!.padEnd(widths[1]!)}  ${r[2]!.padEnd(widths[2]!)}  ${r[3]}`;
+  const out = [
+    `root ${listing.root} (${listing.mode}, max ${listing.max_bytes} bytes per file), generation ${listing.generation}, containment ${listing.containment_achieved}`,
+    line(['SIZE', 'MODIFIED', 'SHA256', 'PATH']),
+    ...rows.map(line),
+    `${listing.entries.length} file(s), ${listing.entries.reduce((s, e) => s + e.size_bytes, 0)} bytes`,
+  ];
+  return `${out.join('\n')}\n`;
+}
+
+export interface GetResult {
+  bytes: number;
+  sha256: string;
+  /** Where it was written; null when written to stdout. */
+  savedTo: string | null;
+}
+
+/**
+ * Downloads one file. The relpath's components are percent-encoded so the server sees exactly the
+ * name asked for; the server still judges it. Refuses to save when the etag and bytes disagree.
+ */
+export async function get(url: string, relpath: string, opts: { output?: string; force?: boolean; stdout?: NodeJS.WritableStream } = {}): Promise<GetResult> {
+  const u = base(url);
+  // Dot segments are escaped too: a URL parser would otherwise resolve them away on this side, and
+  // the server, not the client, is the judge of a path.
+  const encoded = relpath
+    .split('/')
+    .map((c) => (c === '.' || c === '..' ? c.replaceAll('.', '%2E') : encodeURIComponent(c)))
+    .join('/');
+  const res = await request(new URL(`/resources/files/${encoded}`, u), { method: 'GET', ...TIMEOUTS }).catch((e: Error) => {
+    throw new ClientError(`cannot reach ${u.origin}: ${e.message}`);
+  });
+  if (res.statusCode !== 200) throw await refusal(res.statusCode, res.body);
+  const body = Buffer.from(await res.body.arrayBuffer());
+  const sha256 = createHash('sha256').update(body).digest('hex');
+  const etag = res.headers.etag;
+  if (etag !== `"sha256:${sha256}"`) {
+    throw new ClientError(`etag mismatch: the server said ${String(etag)} but the bytes hash to sha256:${sha256}; nothing was saved`);
+  }
+  if (opts.output === '-') {
+    (opts.stdout ?? process.stdout).write(body);
+    return { bytes: body.length, sha256, savedTo: null };
+  }
+  const target = resolve(opts.output ?? basename(relpath));
+  if (existsSync(target) && !opts.force) throw new ClientError(`'${target}' exists; pass --force to replace it`);
+  const temp = join(dirname(target), `.${basename(target)}.${randomBytes(6).toString('hex')}.part`);
+  const fd = openSync(temp, 'wx', 0o644);
+  try {
+    let off = 0;
+    while (off < body.length) off += writeSync(fd, body, off);
+    fsyncSync(fd);
+  } catch (error) {
+    closeSync(fd);
+    unlinkSync(temp);
+    throw error;
+  }
+  closeSync(fd);
+  renameSync(temp, target);
+  return { bytes: body.length, sha256, savedTo: target };
+}
