@@ -4,7 +4,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { closeSync, existsSync, fsyncSync, openSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
-import { request } from 'undici';
+import { Client } from 'undici';
 
 export class ClientError extends Error {
   constructor(message: string) {
@@ -14,6 +14,23 @@ export class ClientError extends Error {
 }
 
 const TIMEOUTS = { headersTimeout: 30_000, bodyTimeout: 60_000 };
+
+/**
+ * One GET with the request target sent exactly as given: a URL object would resolve dot segments
+ * (even `%2E%2E`) before the server ever saw them.
+ */
+async function getRaw(origin: URL, path: string) {
+  const client = new Client(origin.origin, { connectTimeout: 10_000 });
+  try {
+    const res = await client.request({ method: 'GET', path, ...TIMEOUTS });
+    const body = Buffer.from(await res.body.arrayBuffer());
+    return { statusCode: res.statusCode, headers: res.headers, body };
+  } catch (error) {
+    throw new ClientError(`cannot reach ${origin.origin}: ${(error as Error).message}`);
+  } finally {
+    await client.close().catch(() => undefined);
+  }
+}
 
 function base(url: string): URL {
   let u: URL;
@@ -27,8 +44,8 @@ function base(url: string): URL {
 }
 
 /** A refusal from the server, in its own words. */
-async function refusal(status: number, body: { text(): Promise<string> }): Promise<ClientError> {
-  const text = await body.text();
+function refusal(status: number, body: Buffer): ClientError {
+  const text = body.toString('utf8');
   try {
     const parsed = JSON.parse(text) as { error?: string; message?: string };
     if (parsed.error) return new ClientError(`${status} ${parsed.error}: ${parsed.message ?? ''}`.trim());
@@ -49,11 +66,9 @@ interface Listing {
 
 export async function list(url: string): Promise<string> {
   const u = base(url);
-  const res = await request(new URL('/resources/files', u), { method: 'GET', ...TIMEOUTS }).catch((e: Error) => {
-    throw new ClientError(`cannot reach ${u.origin}: ${e.message}`);
-  });
-  if (res.statusCode !== 200) throw await refusal(res.statusCode, res.body);
-  const listing = (await res.body.json()) as Listing;
+  const res = await getRaw(u, '/resources/files');
+  if (res.statusCode !== 200) throw refusal(res.statusCode, res.body);
+  const listing = JSON.parse(res.body.toString('utf8')) as Listing;
   const rows = listing.entries.map((e) => [String(e.size_bytes), new Date(e.mtime_ms).toISOString(), e.sha256.slice(0, 16), e.path]);
   const widths = [0, 1, 2].map((i) => Math.max(['SIZE', 'MODIFIED', 'SHA256', 'PATH'][i]!.length, ...rows.map((r) => r[i]!.length)));
   const line = (r: string[]) => `${r[0]!.padStart(widths[0]!)}  ${r[1]!.padEnd(widths[1]!)}  ${r[2]!.padEnd(widths[2]!)}  ${r[3]}`;
@@ -79,17 +94,11 @@ export interface GetResult {
  */
 export async function get(url: string, relpath: string, opts: { output?: string; force?: boolean; stdout?: NodeJS.WritableStream } = {}): Promise<GetResult> {
   const u = base(url);
-  // Dot segments are escaped too: a URL parser would otherwise resolve them away on this side, and
-  // the server, not the client, is the judge of a path.
-  const encoded = relpath
-    .split('/')
-    .map((c) => (c === '.' || c === '..' ? c.replaceAll('.', '%2E') : encodeURIComponent(c)))
-    .join('/');
-  const res = await request(new URL(`/resources/files/${encoded}`, u), { method: 'GET', ...TIMEOUTS }).catch((e: Error) => {
-    throw new ClientError(`cannot reach ${u.origin}: ${e.message}`);
-  });
-  if (res.statusCode !== 200) throw await refusal(res.statusCode, res.body);
-  const body = Buffer.from(await res.body.arrayBuffer());
+  // Sent as typed (components percent-encoded, dot segments kept): the server is the judge.
+  const encoded = relpath.split('/').map(encodeURIComponent).join('/');
+  const res = await getRaw(u, `/resources/files/${encoded}`);
+  if (res.statusCode !== 200) throw refusal(res.statusCode, res.body);
+  const body = res.body;
   const sha256 = createHash('sha256').update(body).digest('hex');
   const etag = res.headers.etag;
   if (etag !== `"sha256:${sha256}"`) {
