@@ -126,3 +126,16 @@ export function fromNative(plane: Plane, error: unknown, maxBytes: number): Plan
   }
   return new PlaneError(plane, 'io_error', { detail: 'internal error' });
 }
+
+/**
+ * A refusal by one of the agent-loop tools (share-file, fetch-peer-file): a stable code, which is
+ * also the trace's outcome, and a message that carries no host path and no secret.
+ */
+export class ToolError extends Error {
+  readonly code: string;
+  constructor(code: string, message: string) {
+    super(message);
+    this.name = 'ToolError';
+    this.code = code;
+  }
+}

@@ -29,7 +29,6 @@ export const TOKEN_TAG = 'mh1';
 export const PAYLOAD_VERSION = 1;
 /** Bytes of randomness in a payload's nonce. */
 export const NONCE_BYTES = 16;
-/** Directory, relative to the workdir, that fetched files land in. */
 
 const MAC_BYTES = 32;
 const UNIT_SEPARATOR = Buffer.from([0x1f]);

@@ -1,0 +1,252 @@
+// The `fetch-peer-file` tool (SPEC section 6): redeems a peer's handle and lands the bytes as a
+// file at `peer-in/<handle_id>-<sanitised basename>` in this capsule's workdir. The peer is matched
+// against `capabilities.peer_fetch.allow` before any socket exists; the redeem runs under a connect
+// timeout, a total timeout and a byte cap; the body streams into an exclusive temporary file
+// created beneath the workdir descriptor (src/native.ts: no symlink followed, a symlinked `peer-in`
+// refused) while it is hashed, and is renamed into place only when the peer's etag names exactly
+// those bytes. Every attempt lands in the trace as `peer_file_fetch`. The token itself goes only
+// into the request line: never into a result, a refusal, or the record.
+import { createHash } from 'node:crypto';
+import { write } from 'node:fs';
+import { destinationMatches, targetFromPeer, type Target } from '../manifest.js';
+import * as native from '../native.js';
+import { AUDIENCE_HEADER, PEER_PREFIX } from '../planes/peer.js';
+import { PEER_INBOX_DIR } from '../scope.js';
+import type { Session } from '../session.js';
+import { ownAudience } from './audience.js';
+import { checkShape, decodePayloadUnverified, handleId, redactHandles, storedPathFor } from './handle.js';
+import { assertLimits, getStream, PeerHttpError, type PeerResponse } from './http.js';
+import { ToolError } from '../errors.js';
+
+export interface FetchPeerFileInput {
+  /** The peer capsule: `host:port` (spoken over http) or an http(s) URL. */
+  peer: string;
+  /** The mh1 token the peer handed over. */
+  handle: string;
+}
+
+export interface FetchPeerFileResult {
+  /** Where the bytes landed, relative to the workdir: `peer-in/<handle_id>-<name>`. */
+  path: string;
+  bytes: number;
+  sha256: string;
+  peer: string;
+  /** The peer's generation when it served the bytes (its `x-murmur-generation`), if it said. */
+  generation: number | null;
+}
+
+export interface FetchPeerFileOptions {
+  /** Largest file accepted; default 10 MiB. */
+  maxBytes?: number;
+  connectTimeoutMs?: number;
+  totalTimeoutMs?: number;
+  /** Trusted CAs for an https peer instead of the system store. */
+  ca?: string | Buffer | Array<string | Buffer>;
+}
+
+export const DEFAULT_FETCH_MAX_BYTES = 10 * 1024 * 1024;
+export const FETCH_CONNECT_TIMEOUT_MS = 5_000;
+export const FETCH_TOTAL_TIMEOUT_MS = 60_000;
+/** A refusal body is one short JSON object; a larger one is not read, only its status counts. */
+const ERROR_BODY_MAX_BYTES = 16 * 1024;
+/** A peer's `error` is trusted as a code only in this shape. */
+const PEER_CODE = /^[a-z_]{1,64}$/;
+/**
+ * Outcomes only this side can decide: `ok`, and the refusals that describe our own checks. A peer
+ * answering with one of them would forge the trace's account of what this capsule decided (a
+ * `peer_not_allowed` for a peer that was in fact contacted), so those fall back to `http_<status>`.
+ */
+const LOCAL_ONLY = new Set(['ok', 'peer_not_allowed', 'peer_unreachable', 'etag_mismatch']);
+const ETAG = /^"sha256:([0-9a-f]{64})"$/;
+
+/**
+ * Writes all of `chunk` to the inbox temporary file. A plain fs `write(` call on purpose: the
+ * runtime-writes scanner reads source for write sites, and this one must be visible to it (it
+ * lands only in the file `createInboxTemp` made inside `peer-in/`).
+ */
+async function writeAll(fd: number, chunk: Buffer): Promise<void> {
+  let offset = 0;
+  while (offset < chunk.length) {
+    const written = await new Promise<number>((resolve, reject) => {
+      write(fd, chunk, offset, chunk.length - offset, null, (error, n) => (error ? reject(error) : resolve(n)));
+    });
+    if (written <= 0) throw new Error('short write');
+    offset += written;
+  }
+}
+
+/** The peer's refusal code from its JSON body, or `http_<status>`. */
+async function peerCode(response: PeerResponse): Promise<string> {
+  const fallback = `http_${response.status}`;
+  try {
+    const body = await response.readAll(ERROR_BODY_MAX_BYTES);
+    const parsed: unknown = JSON.parse(body.toString('utf8'));
+    const code = (parsed as { error?: unknown } | null)?.error;
+    return typeof code === 'string' && PEER_CODE.test(code) && !LOCAL_ONLY.has(code) ? code : fallback;
+  } catch {
+    return fallback;
+  }
+}
+
+function generationOf(response: PeerResponse): number | null {
+  const value = response.header('x-murmur-generation');
+  return value !== null && /^[0-9]{1,15}$/.test(value) ? Number(value) : null;
+}
+
+function transportRefusal(error: unknown, peer: string, maxBytes: number): ToolError {
+  if (error instanceof PeerHttpError && error.kind === 'too_large') {
+    return new ToolError('too_large', `the peer's file exceeds the fetch limit of ${maxBytes} bytes; nothing was stored`);
+  }
+  const why = error instanceof PeerHttpError ? error.message : 'the request failed';
+  return new ToolError('peer_unreachable', `the peer '${peer}' could not be fetched from: ${why}`);
+}
+
+/**
+ * Redeems `input.handle` at `input.peer` and lands the bytes. Resolves once the file is in place
+ * and its `peer_file_fetch` event is written; throws ToolError otherwise, having left no temporary
+ * file behind and closed every descriptor it was handed.
+ */
+export async function fetchPeerFile(
+  session: Session,
+  input: FetchPeerFileInput,
+  opts: FetchPeerFileOptions = {},
+): Promise<FetchPeerFileResult> {
+  const maxBytes = opts.maxBytes ?? DEFAULT_FETCH_MAX_BYTES;
+  assertLimits({ maxBytes, connectTimeoutMs: opts.connectTimeoutMs, totalTimeoutMs: opts.totalTimeoutMs });
+  const peer: unknown = input?.peer;
+  const handle: unknown = input?.handle;
+  const peerText = typeof peer === 'string' ? redactHandles(peer) : '';
+  const hid = typeof handle === 'string' ? handleId(handle) : null;
+
+  const record = async (fields: { stored_path: string | null; bytes: number | null; sha256: string | null; outcome: string; reason: string | null }) => {
+    try {
+      await session.trace.append('peer_file_fetch', {
+        peer: typeof peer === 'string' ? peer : null,
+        handle_id: hid,
+        stored_path: fields.stored_path,
+        bytes: fields.bytes,
+        sha256: fields.sha256,
+        outcome: fields.outcome,
+        reason: fields.reason,
+      });
+    } catch {
+      throw new ToolError('io_error', 'the trace could not be written, so the fetch was not completed');
+    }
+  };
+  const refuse = async (code: string, message: string): Promise<never> => {
+    // Belt and braces: no message is built from the token, but none may ever carry one either.
+    const error = new ToolError(code, redactHandles(message));
+    await record({ stored_path: null, bytes: null, sha256: null, outcome: error.code, reason: error.message });
+    throw error;
+  };
+
+  // ── Before any connection: the operator's allow list, then the token's shape ──
+  const allow = session.manifest.peerFetchAllow;
+  if (allow === null) {
+    return refuse('peer_not_allowed', 'this capsule declares no capabilities.peer_fetch block, so it fetches from no peer');
+  }
+  if (typeof peer !== 'string') return refuse('peer_not_allowed', "'peer' must be a string: host:port or an http(s) URL");
+  let target: Target;
+  try {
+    target = targetFromPeer(peer);
+  } catch (error) {
+    return refuse('peer_not_allowed', (error as Error).message);
+  }
+  if (!destinationMatches(allow, target)) {
+    return refuse('peer_not_allowed', `capabilities.peer_fetch.allow does not include the peer '${peerText}'`);
+  }
+  // A token travels as one path segment. Anything not shaped like one could carry `/`, `?` or `..`
+  // into the request line and address something else on the peer, so it is refused here.
+  if (typeof handle !== 'string' || !checkShape(handle)) {
+    return refuse('malformed_handle', 'the handle is not a well-formed mh1 token');
+  }
+
+  // ── The redeem ──
+  let response: PeerResponse;
+  try {
+    response = await getStream(target, `${PEER_PREFIX}/${handle}`, {
+      connectTimeoutMs: opts.connectTimeoutMs ?? FETCH_CONNECT_TIMEOUT_MS,
+      totalTimeoutMs: opts.totalTimeoutMs ?? FETCH_TOTAL_TIMEOUT_MS,
+      maxBytes,
+      headers: { [AUDIENCE_HEADER]: ownAudience(session.manifest.name, session.advertisedUrl) },
+      ...(opts.ca !== undefined ? { ca: opts.ca } : {}),
+    });
+  } catch (error) {
+    const refusal = transportRefusal(error, peerText, maxBytes);
+    return refuse(refusal.code, refusal.message);
+  }
+
+  let temp: native.InboxTemp | null = null;
+  let landedName: string | null = null;
+  try {
+    const generation = generationOf(response);
+    if (response.status !== 200) {
+      const code = await peerCode(response);
+      return await refuse(code, `the peer refused the redeem: ${code} (HTTP ${response.status})`);
+    }
+    // Both refusable from the headers alone, before a byte of the body is read or written.
+    const etag = ETAG.exec(response.header('etag') ?? '');
+    if (etag === null) {
+      return await refuse('etag_mismatch', `the peer's etag is not "sha256:<hex>", so the bytes cannot be checked; nothing was stored`);
+    }
+    if (response.contentLength !== null && response.contentLength > maxBytes) {
+      return await refuse('too_large', `the peer's file exceeds the fetch limit of ${maxBytes} bytes; nothing was stored`);
+    }
+
+    const stored = storedPathFor(handleId(handle), decodePayloadUnverified(handle)?.p ?? null);
+    const finalName = stored.slice(PEER_INBOX_DIR.length + 1);
+    try {
+      temp = await native.createInboxTemp(session.workdirDescriptor, PEER_INBOX_DIR);
+    } catch (error) {
+      const unsafe = error instanceof native.NativeError && error.code === 'UNSAFE_INBOX';
+      return await refuse('io_error', unsafe
+        ? `the inbox '${PEER_INBOX_DIR}' is a symlink or not a directory, so nothing was written`
+        : `the inbox '${PEER_INBOX_DIR}' could not be written: ${error instanceof native.NativeError ? error.detail || error.code : 'internal error'}`);
+    }
+
+    const hash = createHash('sha256');
+    let bytes = 0;
+    try {
+      for await (const chunk of response.chunks(maxBytes)) {
+        hash.update(chunk);
+        bytes += chunk.length;
+        try {
+          await writeAll(temp.fd, chunk);
+        } catch (error) {
+          throw new ToolError('io_error', `the fetched file could not be written (${(error as NodeJS.ErrnoException).code ?? 'write failed'})`);
+        }
+      }
+    } catch (error) {
+      const refusal = error instanceof ToolError ? error : transportRefusal(error, peerText, maxBytes);
+      return await refuse(refusal.code, refusal.message);
+    }
+    const sha256 = hash.digest('hex');
+    if (sha256 !== etag[1]) {
+      return await refuse('etag_mismatch', "the body's sha256 does not match the peer's etag; nothing was stored");
+    }
+
+    try {
+      // Commit fsyncs the file, renames it over the final name (never through a link there) and
+      // fsyncs the inbox, so a crash leaves a temporary file or the whole file, never a torn one.
+      await native.commitInboxTemp(temp.dirFd, temp.fd, temp.name, finalName);
+    } catch (error) {
+      return await refuse('io_error', `the fetched file could not be landed: ${error instanceof native.NativeError ? error.detail || error.code : 'internal error'}`);
+    }
+    landedName = finalName;
+    try {
+      await record({ stored_path: stored, bytes, sha256, outcome: 'ok', reason: null });
+    } catch (error) {
+      // The trace is the account of what entered the workdir: a file it does not record goes.
+      await native.discardInboxTemp(temp.dirFd, finalName).catch(() => undefined);
+      throw error;
+    }
+    return { path: stored, bytes, sha256, peer, generation };
+  } finally {
+    await response.close();
+    if (temp !== null) {
+      if (landedName === null) await native.discardInboxTemp(temp.dirFd, temp.name).catch(() => undefined);
+      native.closeFd(temp.fd);
+      native.closeFd(temp.dirFd);
+    }
+  }
+}

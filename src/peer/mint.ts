@@ -1,0 +1,187 @@
+// The `share-file` tool (SPEC section 6): mints one handle for one file under
+// `exports.peer_files.root`, for one peer. The path is judged by the same ExportView that serves a
+// redeem (an escape of any kind is a refusal, never normalised), the peer's agent card is fetched
+// only once `capabilities.network.allow` admits it, the audience is read off that card, and the
+// lifetime may only narrow the declared ceiling. Every attempt, minted or refused, lands in the
+// trace as `peer_handle_mint` before the caller hears the outcome. Refusals are ToolError
+// (src/errors.ts), the type both peer tools throw.
+import { PlaneError, ToolError, type WireCode } from '../errors.js';
+import { destinationMatches, parseDuration, targetFromPeer, type Target } from '../manifest.js';
+import { CARD_PATH } from '../planes/card.js';
+import type { Session } from '../session.js';
+import { audienceFromCard } from './audience.js';
+import { handleId, mintToken, PAYLOAD_VERSION, randomNonceHex } from './handle.js';
+import { assertLimits, getJson, PeerHttpError } from './http.js';
+
+/**
+ * A tool refusal: a stable `code` (the trace's `outcome`) and a sentence for the agent. Messages
+ * are built from fixed text, declared names (`exports.peer_files.root`), the peer address the
+ * caller gave and error codes: never a host path, a token, a key, or text a peer chose.
+ */
+
+export interface ShareFileInput {
+  /** Relative to `exports.peer_files.root`; lowered as text (percent-decoded once, never normalised). */
+  path: string;
+  /** The peer capsule: `host:port` (spoken over http) or an http(s) URL. */
+  peer: string;
+  /** Optional duration (`90`, `30s`, `5m`...); clamped down to the declared max_ttl. */
+  ttl?: string;
+}
+
+export interface ShareFileResult {
+  handle: string;
+  handle_id: string;
+  expires_at_ms: number;
+  audience: string;
+}
+
+export interface ShareFileOptions {
+  connectTimeoutMs?: number;
+  totalTimeoutMs?: number;
+  /** Trusted CAs for an https peer instead of the system store. */
+  ca?: string | Buffer | Array<string | Buffer>;
+}
+
+/** An agent card is a few hundred bytes; anything near this is not a card. */
+export const CARD_MAX_BYTES = 64 * 1024;
+export const CARD_CONNECT_TIMEOUT_MS = 5_000;
+export const CARD_TOTAL_TIMEOUT_MS = 10_000;
+
+const ROOT = 'exports.peer_files.root';
+
+/** The agent's view of a resolver refusal: what went wrong, in terms of the declared root. */
+const PATH_MESSAGES: Partial<Record<WireCode, string>> = {
+  outside_root: `the path is not a file beneath ${ROOT}: escapes, absolute paths, empty, '.' or '..' components and symlinks leaving the root are refused, never normalised`,
+  not_found: `no such file under ${ROOT}`,
+  not_a_regular_file: `the path does not name a regular file under ${ROOT}; only a regular file can be shared`,
+  symlink_refused: `a symlink was encountered under ${ROOT} and the achieved containment class is scoped`,
+};
+
+function pathRefusal(error: unknown): ToolError {
+  if (error instanceof PlaneError) {
+    const known = PATH_MESSAGES[error.code];
+    if (known !== undefined) return new ToolError(error.code, known);
+    // io_error: the native detail is errno text ("permission denied"), never a path.
+    const detail = error.code === 'io_error' ? error.message.replace(/^read failed: /, '') : error.code;
+    return new ToolError('io_error', `the file under ${ROOT} could not be checked: ${detail}`);
+  }
+  return new ToolError('io_error', `the file under ${ROOT} could not be checked: internal error`);
+}
+
+/**
+ * Mints a handle for `input.path`, bound to the audience on `input.peer`'s agent card.
+ * Resolves with the handle only after its `peer_handle_mint` event is written; throws ToolError
+ * otherwise (a trace that cannot be written fails the mint as `io_error`).
+ */
+export async function shareFile(session: Session, input: ShareFileInput, opts: ShareFileOptions = {}): Promise<ShareFileResult> {
+  assertLimits({ connectTimeoutMs: opts.connectTimeoutMs, totalTimeoutMs: opts.totalTimeoutMs });
+  const requestedPath: unknown = input?.path;
+  // Empty until the card has been read and yielded one: the trace says which refusals got that far.
+  let audience = '';
+
+  const record = async (fields: { handle_id: string | null; path: unknown; expires_at_ms: number | null; outcome: string; reason: string | null }) => {
+    try {
+      await session.trace.append('peer_handle_mint', {
+        handle_id: fields.handle_id,
+        path: typeof fields.path === 'string' ? fields.path : null,
+        audience,
+        expires_at_ms: fields.expires_at_ms,
+        outcome: fields.outcome,
+        reason: fields.reason,
+      });
+    } catch {
+      throw new ToolError('io_error', 'the trace could not be written, so nothing was minted');
+    }
+  };
+  const refuse = async (error: ToolError): Promise<never> => {
+    await record({ handle_id: null, path: requestedPath, expires_at_ms: null, outcome: error.code, reason: error.message });
+    throw error;
+  };
+
+  const declared = session.manifest.peerFiles;
+  const view = session.peerFiles;
+  const key = session.key;
+  if (!declared || !view || !key) {
+    return refuse(new ToolError('no_peer_plane', 'this capsule declares no exports.peer_files block, so it has no peer plane'));
+  }
+
+  // Arguments first: pure checks, so a bad call costs neither a filesystem nor a network access.
+  if (typeof requestedPath !== 'string') {
+    return refuse(new ToolError('invalid_argument', `'path' must be a string naming a file beneath ${ROOT}`));
+  }
+  let relpath: string;
+  try {
+    relpath = view.lower(requestedPath, 'text');
+  } catch (error) {
+    return refuse(pathRefusal(error));
+  }
+
+  let requestedTtl: number | null = null;
+  if (input.ttl !== undefined) {
+    const parsed = typeof input.ttl === 'string' ? parseDuration(input.ttl) : null;
+    if (parsed === null) {
+      return refuse(new ToolError('invalid_ttl',
+        "'ttl' must be a duration greater than zero: an integer, optionally suffixed s/m/h/d (e.g. 90, 30s, 5m)"));
+    }
+    requestedTtl = parsed;
+  }
+
+  if (typeof input.peer !== 'string') {
+    return refuse(new ToolError('invalid_argument', "'peer' must be a string: host:port or an http(s) URL"));
+  }
+  let target: Target;
+  try {
+    target = targetFromPeer(input.peer);
+  } catch (error) {
+    return refuse(new ToolError('peer_unreachable', (error as Error).message));
+  }
+
+  // Resolved beneath the root but not yet known to be servable: a directory or a FIFO would mint
+  // a handle that can only ever be refused. Size is left to the redeem, which reads the file.
+  try {
+    await view.stat(relpath);
+  } catch (error) {
+    return refuse(pathRefusal(error));
+  }
+
+  // The card fetch is an outbound request like any other: it needs the network allow list, and
+  // the check happens before a socket exists, so a refused peer sees nothing.
+  if (!destinationMatches(session.manifest.networkAllow, target)) {
+    return refuse(new ToolError('peer_unreachable',
+      `capabilities.network.allow does not include the peer '${input.peer}', so its agent card cannot be fetched`));
+  }
+  let card: unknown;
+  try {
+    card = (await getJson(target, CARD_PATH, {
+      connectTimeoutMs: opts.connectTimeoutMs ?? CARD_CONNECT_TIMEOUT_MS,
+      totalTimeoutMs: opts.totalTimeoutMs ?? CARD_TOTAL_TIMEOUT_MS,
+      maxBytes: CARD_MAX_BYTES,
+      ...(opts.ca !== undefined ? { ca: opts.ca } : {}),
+    })).json;
+  } catch (error) {
+    const why = error instanceof PeerHttpError ? error.message : 'the request failed';
+    return refuse(new ToolError('peer_unreachable', `the agent card of '${input.peer}' could not be fetched: ${why}`));
+  }
+  try {
+    audience = audienceFromCard(card);
+  } catch (error) {
+    // audienceFromCard's messages are fixed sentences naming what the card lacks.
+    return refuse(new ToolError('peer_unreachable', (error as Error).message));
+  }
+
+  // A ttl may only narrow: above the ceiling it is clamped down, absent it is the ceiling.
+  const ceiling = declared.effectiveMaxTtlSecs;
+  const ttlSecs = Math.min(requestedTtl ?? ceiling, ceiling);
+  let token: string;
+  let expiresAtMs: number;
+  try {
+    expiresAtMs = Date.now() + ttlSecs * 1000;
+    token = mintToken(key, { v: PAYLOAD_VERSION, iss: session.sessionId, p: relpath, exp: expiresAtMs, n: randomNonceHex() }, audience);
+  } catch {
+    // A destroyed key (the session closed under us) or a failed RNG: nothing to hand out.
+    return refuse(new ToolError('io_error', 'the handle could not be minted: the instance key is unavailable'));
+  }
+  const id = handleId(token);
+  await record({ handle_id: id, path: relpath, expires_at_ms: expiresAtMs, outcome: 'ok', reason: null });
+  return { handle: token, handle_id: id, expires_at_ms: expiresAtMs, audience };
+}

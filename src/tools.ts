@@ -1,0 +1,94 @@
+// The agent-loop tools as one typed API, shared by the MCP control channel and in-process callers:
+// their definitions (offered only when declared), argument validation, and the refusal a runtime
+// gets for a tool the manifest does not declare. The work itself is in src/peer/mint.ts and
+// src/peer/fetch.ts.
+import { ToolError } from './errors.js';
+import { fetchPeerFile } from './peer/fetch.js';
+import { shareFile } from './peer/mint.js';
+import type { Session, ToolName } from './session.js';
+
+export { ToolError };
+
+export interface ToolDefinition {
+  name: ToolName;
+  description: string;
+  inputSchema: { type: 'object'; properties: Record<string, unknown>; required: string[]; additionalProperties: false };
+}
+
+export function toolDefinitions(session: Session): ToolDefinition[] {
+  const defs: ToolDefinition[] = [];
+  const peer = session.manifest.peerFiles;
+  if (peer) {
+    defs.push({
+      name: 'share-file',
+      description:
+        `Hand one file to one named peer capsule. \`path\` is relative to exports.peer_files.root ('${peer.root}'). ` +
+        'Returns an opaque handle that only that peer can redeem, until it expires: put the handle in your message to the peer. ' +
+        `\`ttl\` may only narrow the handle's lifetime (at most ${peer.effectiveMaxTtlSecs}s).`,
+      inputSchema: {
+        type: 'object',
+        properties: {
+          path: { type: 'string', description: `file path relative to exports.peer_files.root ('${peer.root}')` },
+          peer: { type: 'string', description: "the peer capsule's address: host:port or an http(s) URL" },
+          ttl: { type: 'string', description: 'optional lifetime such as 90s, 10m, 1h; clamped to max_ttl' },
+        },
+        required: ['path', 'peer'],
+        additionalProperties: false,
+      },
+    });
+  }
+  if (session.manifest.peerFetchAllow) {
+    defs.push({
+      name: 'fetch-peer-file',
+      description:
+        'Fetch a file a peer capsule handed you. The bytes are stored as a file under peer-in/ in your workdir; ' +
+        'the result is the stored path, its size and SHA-256, never the contents. Read the file if you decide to.',
+      inputSchema: {
+        type: 'object',
+        properties: {
+          peer: { type: 'string', description: "the peer capsule's address: host:port or an http(s) URL" },
+          handle: { type: 'string', description: 'the mh1 handle the peer sent you' },
+        },
+        required: ['peer', 'handle'],
+        additionalProperties: false,
+      },
+    });
+  }
+  return defs;
+}
+
+function stringArgs(args: unknown, required: string[], optional: string[]): Record<string, string> {
+  if (typeof args !== 'object' || args === null || Array.isArray(args)) {
+    throw new ToolError('invalid_argument', 'the arguments must be an object');
+  }
+  const out: Record<string, string> = {};
+  for (const [key, value] of Object.entries(args)) {
+    if (!required.includes(key) && !optional.includes(key)) throw new ToolError('invalid_argument', `unknown argument '${key}'`);
+    if (typeof value !== 'string') throw new ToolError('invalid_argument', `argument '${key}' must be a string`);
+    out[key] = value;
+  }
+  for (const key of required) {
+    if (!(key in out)) throw new ToolError('invalid_argument', `missing required argument '${key}'`);
+  }
+  return out;
+}
+
+/** Runs one tool by name. Refusals are ToolError; an unknown tool name is `unknown_tool`. */
+export async function callTool(session: Session, name: string, args: unknown): Promise<Record<string, unknown>> {
+  try {
+    if (name === 'share-file') {
+      const a = stringArgs(args, ['path', 'peer'], ['ttl']);
+      return { ...(await shareFile(session, { path: a.path!, peer: a.peer!, ttl: a.ttl })) };
+    }
+    if (name === 'fetch-peer-file') {
+      const a = stringArgs(args, ['peer', 'handle'], []);
+      return { ...(await fetchPeerFile(session, { peer: a.peer!, handle: a.handle! })) };
+    }
+  } catch (error) {
+    if (error instanceof ToolError) throw error;
+    const e = error as { code?: unknown; message?: unknown };
+    if (typeof e?.code === 'string' && typeof e.message === 'string') throw new ToolError(e.code, e.message);
+    throw new ToolError('io_error', 'the tool failed unexpectedly');
+  }
+  throw new ToolError('unknown_tool', `no tool named '${name}' exists here`);
+}
