@@ -113,9 +113,9 @@ async function handleRead(session: Session, method: string, raw: string, generat
  * Runs a trace write; on failure answers 500 io_error (no file bytes) and returns false. The
  * trace is the only account of what left the capsule, so nothing leaves unrecorded.
  */
-export async function traced(write: () => Promise<void>, reply: FastifyReply, generation: number, extra: HeaderList = []): Promise<boolean> {
+export async function traced(appendEvent: () => Promise<void>, reply: FastifyReply, generation: number, extra: HeaderList = []): Promise<boolean> {
   try {
-    await write();
+    await appendEvent();
     return true;
   } catch (error) {
     reply.log.error({ err: (error as Error).message }, 'trace write failed; refusing the request');

@@ -39,7 +39,7 @@ export function scanSource(file: string, text: string, kind: 'ts' | 'cc'): Write
       const before = code.slice(0, m.index);
       if (kind === 'ts' && /[\w\])]\.\s*$/.test(before) && !/\b(fs|native|promises)\.\s*$/.test(before)) continue;
       if (kind === 'ts' && /\b(function|async)\s+$/.test(before)) continue; // a definition, not a call
-      if (kind === 'ts' && (call === 'open' || call === 'openSync') && !/['"`][wa]\+?['"`]|O_CREAT|O_WRONLY|O_APPEND|flags/.test(code)) continue;
+      if (kind === 'ts' && (call === 'open' || call === 'openSync') && !/['"`][wa][x+]*['"`]|O_CREAT|O_WRONLY|O_APPEND|flags/.test(code)) continue;
       if (kind === 'cc' && (call === 'open' || call === 'openat')) {
         // Flags can wrap onto the next line of the call.
         const span = code + (lines[i + 1] ?? '');
