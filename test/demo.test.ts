@@ -1,0 +1,46 @@
+// `npm start` runs `resource-plane demo`: two capsules, a handoff printed step by step, both left
+// serving until SIGINT. This runs it as a user would and checks what it claims.
+import { spawn } from 'node:child_process';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { CLI } from './helpers/cli.js';
+
+describe('resource-plane demo', () => {
+  it('hands a file from the reporter to the reader, verifiably, then serves until SIGINT', async () => {
+    const child = spawn(process.execPath, [CLI, 'demo'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    await new Promise<void>((resolve, reject) => {
+      child.stdout.on('data', (d: Buffer) => {
+        out += d.toString();
+        if (out.includes('Ctrl-C to stop.')) resolve();
+      });
+      child.on('exit', (code) => reject(new Error(`demo exited ${code}: ${out}`)));
+    });
+    try {
+      const handleId = /minted handle ([0-9a-f]{16}) for audience reader@localhost:\d+/.exec(out)?.[1];
+      expect(handleId).toBeDefined();
+      expect(out).toMatch(new RegExp(`stored \\d+ bytes at peer-in/${handleId}-report\\.md`));
+      expect(out).toMatch(/MATCH$/m);
+      expect(out).not.toContain('mh1.');
+      const reporterUrl = /reporter capsule serving (http:\/\/\S+)/.exec(out)![1]!;
+      const readerWorkdir = /reader capsule serving\s+\S+\s+\(workdir (\S+)\)/.exec(out)![1]!;
+      expect(existsSync(join(readerWorkdir, `peer-in/${handleId}-report.md`))).toBe(true);
+      const listing = await (await fetch(`${reporterUrl}/resources/files`)).json();
+      expect(listing.entries.map((e: { path: string }) => e.path)).toEqual(['notes/findings.txt', 'report.md']);
+      const traces = /traces: (\S+)\n\s+(\S+)/.exec(out)!;
+      for (const t of [traces[1]!, traces[2]!]) {
+        const text = readFileSync(t, 'utf8');
+        expect(text).toContain(handleId!);
+        expect(text).not.toContain('mh1.');
+      }
+      child.removeAllListeners('exit');
+      const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+      child.kill('SIGINT');
+      expect(await exited).toBe(0);
+      rmSync(dirname(readerWorkdir), { recursive: true, force: true });
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+});
