@@ -1,6 +1,7 @@
 // The capsule's HTTP listener: Fastify configured so that the planes see the raw request target
 // (no router decoding or normalising decides anything), every method reaches the planes (so a
 // write verb is a 405, not a 404), and bodies are never parsed (no verb here takes one).
+import { METHODS } from 'node:http';
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { agentCard, CARD_PATH } from './planes/card.js';
@@ -73,6 +74,15 @@ export function buildApp(session: Session, logger: Logger | false = false): Fast
       jsonError(reply, 400, 'bad_request', error.message);
     },
   }) as unknown as FastifyInstance;
+
+  // Every method Node parses must reach the planes (a PROPFIND is a 405, not a 404), so the ones
+  // Fastify does not know are registered. QUERY is re-registered as bodiless: as a body method
+  // Fastify refuses it with a 500 before any handler when it carries no content-type.
+  for (const method of METHODS) {
+    if (method === 'CONNECT' || app.supportedMethods.includes(method)) continue;
+    app.addHttpMethod(method, { hasBody: true });
+  }
+  app.addHttpMethod('QUERY', { hasBody: false, overrideExisting: true });
 
   // No verb here takes a body: accept any content type without reading it, so a POST is answered
   // 405 by the plane rather than 415 or 413 by the framework.

@@ -7,8 +7,10 @@ export type HeaderList = Array<[string, string]>;
 
 export function send(reply: FastifyReply, status: number, headers: HeaderList, body: Buffer): FastifyReply {
   reply.code(status);
-  for (const [name, value] of headers) reply.header(name, value);
-  reply.header('content-length', String(body.length));
+  // Removed first: a header set earlier (frameworkErrors sets the class header) would otherwise
+  // keep its old position and break the spec's order.
+  for (const [name, value] of headers) reply.removeHeader(name).header(name, value);
+  reply.removeHeader('content-length').header('content-length', String(body.length));
   return reply.send(body);
 }
 
