@@ -68,10 +68,14 @@ export function buildApp(session: Session, logger: Logger | false = false): Fast
       reply.header('x-murmur-containment', session.containment);
       const path = requestPath(req.raw.url ?? '/');
       if (path === '/resources' || path.startsWith('/resources/')) {
-        void dispatch(session, req, reply);
+        dispatch(session, req, reply).catch((err: unknown) => {
+          req.log.error({ err: redactHandles(String(err)) }, 'unhandled error');
+          jsonError(reply, 500, 'io_error', 'read failed: internal error');
+        });
         return;
       }
-      jsonError(reply, 400, 'bad_request', error.message);
+      // Not echoed: the target could carry a token.
+      jsonError(reply, 400, 'bad_request', 'the request target is malformed');
     },
   }) as unknown as FastifyInstance;
 
@@ -94,8 +98,9 @@ export function buildApp(session: Session, logger: Logger | false = false): Fast
     return payload;
   });
   app.addHook('onResponse', async (req, reply) => {
-    // Tokens travel in redeem URLs: the log line carries the handle id instead.
-    req.log.info({ method: req.raw.method, url: redactHandles(req.raw.url ?? ''), status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request');
+    // Tokens travel in redeem URLs: the log line carries the handle id instead. Debug level: the
+    // trace is the record of every request; this is a diagnostic echo of it.
+    req.log.debug({ method: req.raw.method, url: redactHandles(req.raw.url ?? ''), status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request');
   });
   app.setNotFoundHandler((_req, reply) => {
     jsonError(reply, 404, 'not_found', 'no such route');

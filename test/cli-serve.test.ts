@@ -67,6 +67,19 @@ describe('serve', () => {
     expect(JSON.parse(readFileSync(trace, 'utf8').split('\n')[0]!).event_type).toBe('session_start');
   });
 
+  it('logs requests to stderr at debug level with handle tokens redacted', async () => {
+    const dir = workdirWith('name: cap\nversion: "1"\nexports:\n  peer_files:\n    root: out/\n');
+    const s = track(await startServe(['--workdir', dir], { RESOURCE_PLANE_LOG_LEVEL: 'debug' }));
+    const token = 'mh1.eyJ2IjoxfQ.c2lnbmF0dXJl';
+    await fetch(`${s.ready.url}/resources/peer/${token}`, { headers: { 'x-murmur-audience': 'a@b' } });
+    await fetch(`${s.ready.url}/nowhere/${token}%ZZ`);
+    s.child.kill('SIGTERM');
+    await s.exited;
+    expect(s.stderr()).toContain('"url":"/resources/peer/<handle:');
+    expect(s.stderr()).not.toContain(token);
+    expect(s.stdout()).not.toContain(token);
+  });
+
   it('refuses a trace it cannot write before serving anything', () => {
     const dir = workdirWith(MANIFEST);
     const r = runCli(['serve', '--workdir', dir, '--trace', '/dev/full']);
