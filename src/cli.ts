@@ -4,7 +4,7 @@
 // manifest print as `error[CODE]: …` / `  hint: …` and exit 2; other launch failures exit 1.
 import { Command, CommanderError, Option } from 'commander';
 import { ManifestError } from './manifest.js';
-import { launch, stderrLogger, UsageError, parseContainment } from './launch.js';
+import { launch, stderrLogger, UsageError, parseContainment, type LaunchOptions } from './launch.js';
 import { loadManifest } from './session.js';
 import { effectiveGrants, renderExplainScope } from './scope.js';
 
@@ -25,16 +25,7 @@ function fail(error: unknown): never {
   process.exit(1);
 }
 
-interface ServeFlags {
-  workdir: string;
-  manifest?: string;
-  listen?: string;
-  advertise?: string;
-  sessionId?: string;
-  containment?: string;
-  trace?: string;
-  control: 'stdio' | 'none';
-}
+type ServeFlags = Omit<LaunchOptions, 'logger'> & { control: 'stdio' | 'none' };
 
 async function serveCommand(flags: ServeFlags): Promise<void> {
   const logger = stderrLogger();

@@ -7,7 +7,7 @@ import { canonicalRelpath } from '../paths.js';
 import { checkShape, handleId, verifyToken } from '../peer/handle.js';
 import type { Session } from '../session.js';
 import { traced } from './files.js';
-import { send, sendError } from './reply.js';
+import { readHeaders, send, sendError } from './reply.js';
 
 export const PEER_PREFIX = '/resources/peer';
 export const AUDIENCE_HEADER = 'x-murmur-audience';
@@ -82,12 +82,6 @@ export async function handlePeer(
     return refuse(error as PlaneError);
   }
   if (!(await traced(() => record('ok', null, result.bytes.length, result.sha256), reply, generation, [['x-murmur-handle-id', hid]]))) return;
-  send(reply, 200, [
-    ['content-type', 'application/octet-stream'],
-    ['etag', `"sha256:${result.sha256}"`],
-    ['x-murmur-mtime-ms', String(result.mtimeMs)],
-    ['x-murmur-generation', String(generation)],
-    ['x-murmur-containment', session.containment],
-    ['x-murmur-handle-id', hid],
-  ], result.bytes);
+  // Never x-murmur-export-root: the peer plane discloses no path structure.
+  send(reply, 200, [...readHeaders(result, generation, session.containment), ['x-murmur-handle-id', hid]], result.bytes);
 }

@@ -2,6 +2,7 @@
 // the body on every response, JSON error bodies from the catalogue.
 import type { FastifyReply } from 'fastify';
 import type { PlaneError } from '../errors.js';
+import type { ReadResult } from '../native.js';
 
 export type HeaderList = Array<[string, string]>;
 
@@ -19,4 +20,15 @@ export function sendError(reply: FastifyReply, error: PlaneError, extra: HeaderL
   const headers: HeaderList = [['content-type', 'application/json'], ...extra];
   if (error.code === 'method_not_allowed') headers.push(['allow', 'GET']);
   return send(reply, error.status, headers, error.body());
+}
+
+/** The validator headers of a served file, shared by both planes, in the spec's order. */
+export function readHeaders(result: ReadResult, generation: number, containment: string): HeaderList {
+  return [
+    ['content-type', 'application/octet-stream'],
+    ['etag', `"sha256:${result.sha256}"`],
+    ['x-murmur-mtime-ms', String(result.mtimeMs)],
+    ['x-murmur-generation', String(generation)],
+    ['x-murmur-containment', containment],
+  ];
 }
