@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 
 #include "read.h"
 
@@ -18,8 +19,9 @@ namespace rp {
 
 namespace {
 
-// Directory depth beyond which the listing stops descending: each level holds one descriptor.
-constexpr int kMaxDepth = 256;
+// Directory depth beyond which the listing stops descending (each level holds one descriptor):
+// the depth at which a read's path would have too many components to resolve anyway.
+constexpr int kMaxDepth = static_cast<int>(kMaxComponents) - 1;
 
 bool valid_utf8(const std::string& s) {
   size_t i = 0;
@@ -92,6 +94,7 @@ struct Walker {
       (void)d_type;  // not trusted: some filesystems report DT_UNKNOWN, and it races anyway
       if (!valid_utf8(name)) continue;  // unaddressable by a request path; never listed
       std::string path = prefix.empty() ? name : prefix + "/" + name;
+      if (path.size() >= PATH_MAX) continue;  // no request could name it
       struct stat st;
       if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
       if (S_ISDIR(st.st_mode)) {
@@ -108,11 +111,11 @@ struct Walker {
       } else if (S_ISLNK(st.st_mode)) {
         if (policy == SymlinkPolicy::Refuse) continue;
         // Listed under its own path only if, resolved from the root by the same resolver a read
-        // uses, it reaches a regular file beneath the root. A link to a directory is never entered.
+        // uses, it reaches a regular file beneath the root. A link to a directory is never
+        // entered, and one to a FIFO or device is refused without being opened.
         Failure failure;
-        int flags = served_file_flags();
-        if (resolver == Resolver::Walk) flags |= O_NOFOLLOW;
-        Fd file = open_beneath(root_fd, path, flags, SymlinkPolicy::Follow, resolver, &failure);
+        FileStat ignored;
+        Fd file = open_regular_beneath(root_fd, path, SymlinkPolicy::Follow, resolver, true, &ignored, &failure);
         if (file.valid()) add_if_regular(file.get(), path, out);
       }
       // FIFOs, sockets and devices are skipped without being opened.

@@ -29,35 +29,55 @@ bool sha256_once(const unsigned char* data, size_t len, unsigned char out[32]) {
 
 int served_file_flags() { return O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC; }
 
-Fd open_export_file(int workdir_fd, const std::string& root, const std::string& rel,
-                    SymlinkPolicy policy, Resolver resolver, FileStat* stat, Failure* failure) {
-  Fd root_fd = open_root(workdir_fd, root, O_PATH, resolver, failure);
-  if (!root_fd.valid()) return Fd();
-  // Under Openat2 + Follow the kernel follows a final in-root link itself (RESOLVE_BENEATH keeps
-  // it inside); everywhere else O_NOFOLLOW makes a final link something the resolver decides.
-  int flags = served_file_flags();
-  if (resolver == Resolver::Walk || policy == SymlinkPolicy::Refuse) flags |= O_NOFOLLOW;
-  Fd fd = open_beneath(root_fd.get(), rel, flags, policy, resolver, failure);
-  if (!fd.valid()) return Fd();
+namespace {
+
+// fstat's `fd` into `stat`; false (with NotARegularFile or IoError set) unless a regular file.
+bool regular_file_stat(int fd, FileStat* stat, Failure* failure) {
   struct stat st;
-  if (fstat(fd.get(), &st) != 0) {
+  if (fstat(fd, &st) != 0) {
     failure->set(Code::IoError, errno);
-    return Fd();
+    return false;
   }
   if (!S_ISREG(st.st_mode)) {
     failure->set(Code::NotARegularFile);
-    return Fd();
+    return false;
   }
   stat->size = static_cast<uint64_t>(st.st_size);
   stat->mtime_ms = mtime_ms_of(st);
+  return true;
+}
+
+}  // namespace
+
+Fd open_regular_beneath(int dirfd, const std::string& rel, SymlinkPolicy policy, Resolver resolver,
+                        bool for_reading, FileStat* stat, Failure* failure) {
+  // The walk decides every symlink itself, so it never lets open(2) follow one. openat2 follows an
+  // in-root final link under Follow (RESOLVE_BENEATH keeps it inside) and refuses it under Refuse
+  // (RESOLVE_NO_SYMLINKS covers the final component unless O_PATH|O_NOFOLLOW asks for the link).
+  const bool nofollow = resolver == Resolver::Walk;
+  Fd probe = open_beneath(dirfd, rel, O_PATH | (nofollow ? O_NOFOLLOW : 0), policy, resolver, failure);
+  if (!probe.valid() || !regular_file_stat(probe.get(), stat, failure)) return Fd();
+  if (!for_reading) return probe;
+  int flags = served_file_flags();
+  if (nofollow || policy == SymlinkPolicy::Refuse) flags |= O_NOFOLLOW;
+  Fd fd = open_beneath(dirfd, rel, flags, policy, resolver, failure);
+  if (!fd.valid() || !regular_file_stat(fd.get(), stat, failure)) return Fd();
   return fd;
+}
+
+Fd open_export_file(int workdir_fd, const std::string& root, const std::string& rel,
+                    SymlinkPolicy policy, Resolver resolver, bool for_reading, FileStat* stat,
+                    Failure* failure) {
+  Fd root_fd = open_root(workdir_fd, root, O_PATH, resolver, failure);
+  if (!root_fd.valid()) return Fd();
+  return open_regular_beneath(root_fd.get(), rel, policy, resolver, for_reading, stat, failure);
 }
 
 ReadResult read_export_file(int workdir_fd, const std::string& root, const std::string& rel,
                             uint64_t max_bytes, SymlinkPolicy policy, Resolver resolver) {
   ReadResult result;
   FileStat st;
-  Fd fd = open_export_file(workdir_fd, root, rel, policy, resolver, &st, &result.failure);
+  Fd fd = open_export_file(workdir_fd, root, rel, policy, resolver, true, &st, &result.failure);
   if (!fd.valid()) return result;
   // Refused before a single byte is read: an 8 GiB sparse file costs one fstat.
   if (st.size > max_bytes) {

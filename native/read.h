@@ -24,10 +24,18 @@ struct ReadResult {
   unsigned char sha256[32] = {};
 };
 
-// Resolves `rel` beneath `root` beneath `workdir_fd` and opens it for reading. The descriptor
-// is checked with fstat to be a regular file; `stat` receives that fstat.
+// Resolves `rel` beneath `dirfd` and returns a descriptor of a regular file, or fails. It first
+// opens O_PATH and fstat's that: a FIFO, socket or device is refused without ever being opened
+// for real (no driver open(), no FIFO writer released). Only then, when `for_reading`, is the
+// path opened for reading; that descriptor is fstat'd again, since the path may have changed in
+// between, and `stat` describes it. Without `for_reading` the O_PATH descriptor is returned.
+Fd open_regular_beneath(int dirfd, const std::string& rel, SymlinkPolicy policy, Resolver resolver,
+                        bool for_reading, FileStat* stat, Failure* failure);
+
+// open_regular_beneath against `root`, itself opened beneath `workdir_fd` on every call.
 Fd open_export_file(int workdir_fd, const std::string& root, const std::string& rel,
-                    SymlinkPolicy policy, Resolver resolver, FileStat* stat, Failure* failure);
+                    SymlinkPolicy policy, Resolver resolver, bool for_reading, FileStat* stat,
+                    Failure* failure);
 
 // open_export_file, then at most max_bytes + 1 bytes read from that one descriptor.
 ReadResult read_export_file(int workdir_fd, const std::string& root, const std::string& rel,

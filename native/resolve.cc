@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
+#include <climits>
 #include <deque>
 #include <vector>
 
@@ -23,6 +25,14 @@ constexpr int kOpenat2EagainRetries = 128;
 constexpr int kMaxLinks = 40;
 // Components processed in one walk, link expansions included: bounds work on crafted targets.
 constexpr int kMaxSteps = 4096;
+// Directories the walk may stand in at once: each holds a descriptor. Link expansions can deepen
+// a walk beyond the request's own components; past this it names nothing.
+constexpr size_t kMaxWalkDepth = 512;
+
+bool is_symlink_fd(int fd) {
+  struct stat st;
+  return fstat(fd, &st) == 0 && S_ISLNK(st.st_mode);
+}
 
 long raw_openat2(int dirfd, const char* path, struct open_how* how) {
   return syscall(SYS_openat2, dirfd, path, how, sizeof *how);
@@ -150,9 +160,19 @@ Fd open_with_walk(int dirfd, const std::string& rel, int flags, SymlinkPolicy po
       });
     }
     if (fd >= 0) {
-      if (last) return Fd(fd);
-      stack.emplace_back(fd);
-      continue;
+      if (!last) {
+        if (stack.size() >= kMaxWalkDepth) {
+          close(fd);
+          failure->set(Code::NotFound);
+          return Fd();
+        }
+        stack.emplace_back(fd);
+        continue;
+      }
+      // O_PATH|O_NOFOLLOW opens a final symlink itself instead of failing with ELOOP.
+      if (!(flags & O_PATH) || !is_symlink_fd(fd)) return Fd(fd);
+      close(fd);
+      errno = ELOOP;
     }
     int open_err = errno;
     if (open_err != ELOOP && open_err != ENOTDIR) {
@@ -218,7 +238,10 @@ bool openat2_available() {
 
 Fd open_beneath(int dirfd, const std::string& rel, int flags, SymlinkPolicy policy,
                 Resolver resolver, Failure* failure) {
-  if (rel.empty()) {
+  // Both resolvers refuse the same oversized requests: openat2 would say ENAMETOOLONG past
+  // PATH_MAX, and the walk would otherwise hold one descriptor per component.
+  if (rel.empty() || rel.size() >= PATH_MAX ||
+      static_cast<size_t>(std::count(rel.begin(), rel.end(), '/')) >= kMaxComponents) {
     failure->set(Code::NotFound);
     return Fd();
   }

@@ -16,6 +16,9 @@
 namespace rp {
 
 enum class Resolver { Openat2, Walk };
+
+// Components a request path may have; deeper paths name nothing (list.cc stops at the same depth).
+constexpr size_t kMaxComponents = 256;
 enum class SymlinkPolicy { Follow, Refuse };
 
 // True when openat2 with RESOLVE_BENEATH works in this process (probed once, cached).
@@ -24,7 +27,8 @@ bool openat2_available();
 // Opens `rel` beneath `dirfd` with `flags` (O_CLOEXEC is always added). `rel` must already be
 // lexically clean for request paths: no empty, `.` or `..` component (src/paths.ts refuses those
 // before any call); the resolver still survives them, because link targets contain them.
-// An absolute `rel` or absolute link target is OutsideRoot.
+// An absolute `rel` or absolute link target is OutsideRoot. A `rel` of PATH_MAX bytes or more, or
+// of more than kMaxComponents components, is NotFound under both resolvers.
 Fd open_beneath(int dirfd, const std::string& rel, int flags, SymlinkPolicy policy,
                 Resolver resolver, Failure* failure);
 

@@ -124,7 +124,7 @@ class StatWorker final : public PromiseWorker {
       : PromiseWorker(env), workdir_(workdir), root_(std::move(root)), rel_(std::move(rel)),
         policy_(policy), resolver_(resolver) {}
   void Execute() override {
-    Fd fd = open_export_file(workdir_, root_, rel_, policy_, resolver_, &stat_, &failure_);
+    Fd fd = open_export_file(workdir_, root_, rel_, policy_, resolver_, false, &stat_, &failure_);
   }
   Napi::Value Result(Napi::Env env) override {
     Napi::Object out = Napi::Object::New(env);

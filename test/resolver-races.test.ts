@@ -23,7 +23,7 @@ afterEach(() => {
 async function openView(dir: string, containment: Containment, resolver: native.ResolverKind, maxBytes = 1 << 20): Promise<ExportView> {
   const fd = await native.openDirectory(dir);
   cleanups.push(() => native.closeFd(fd));
-  return new ExportView({ plane: 'files', workdirFd: fd, root: 'out', maxBytes, containment, resolver });
+  return new ExportView({ plane: 'files', workdirFd: () => fd, root: 'out', maxBytes, containment, resolver });
 }
 
 describe.each(RESOLVERS)('symlink-swap race (%s)', (resolver) => {

@@ -33,7 +33,7 @@ afterAll(() => {
 });
 
 function view(fd: number, containment: Containment, resolver: native.ResolverKind, root = 'out/'): ExportView {
-  return new ExportView({ plane: 'files', workdirFd: fd, root, maxBytes: MAX_BYTES, containment, resolver });
+  return new ExportView({ plane: 'files', workdirFd: () => fd, root, maxBytes: MAX_BYTES, containment, resolver });
 }
 
 async function outcome<T>(run: () => Promise<T>): Promise<{ code: string; value?: T }> {
