@@ -9,7 +9,11 @@ export type Containment = 'advisory' | 'scoped' | 'sealed';
 
 export interface ExportViewOptions {
   plane: Plane;
-  workdirFd: number;
+  /**
+   * The workdir descriptor, asked for on every call rather than captured: once the session closes
+   * the number may be reused by an unrelated open, so a stale view must fail, not follow it.
+   */
+  workdirFd: () => number;
   /** The declared root, verbatim (e.g. `out/`); resolved beneath the workdir on every call. */
   root: string;
   maxBytes: number;
@@ -20,6 +24,8 @@ export interface ExportViewOptions {
 export class ExportView {
   readonly opts: Readonly<ExportViewOptions>;
   private readonly resolveOpts: native.ResolveOptions;
+  /** Listings run one at a time: each hashes whole files on the shared pool reads need too. */
+  private listingQueue: Promise<unknown> = Promise.resolve();
 
   constructor(opts: ExportViewOptions) {
     this.opts = Object.freeze({ ...opts });
@@ -37,7 +43,7 @@ export class ExportView {
   /** Reads one file: at most max_bytes, hashed over exactly the bytes returned. */
   async read(relpath: string): Promise<native.ReadResult> {
     try {
-      return await native.readFile(this.opts.workdirFd, this.opts.root, relpath, this.opts.maxBytes, this.resolveOpts);
+      return await native.readFile(this.opts.workdirFd(), this.opts.root, relpath, this.opts.maxBytes, this.resolveOpts);
     } catch (error) {
       throw fromNative(this.opts.plane, error, this.opts.maxBytes);
     }
@@ -46,7 +52,7 @@ export class ExportView {
   /** Resolves and fstat's one file without reading it (the mint's check). */
   async stat(relpath: string): Promise<native.StatResult> {
     try {
-      return await native.statFile(this.opts.workdirFd, this.opts.root, relpath, this.resolveOpts);
+      return await native.statFile(this.opts.workdirFd(), this.opts.root, relpath, this.resolveOpts);
     } catch (error) {
       throw fromNative(this.opts.plane, error, this.opts.maxBytes);
     }
@@ -54,8 +60,10 @@ export class ExportView {
 
   /** The recursive listing; a root that does not exist yet lists as empty. */
   async list(): Promise<native.ListEntry[]> {
+    const run = this.listingQueue.then(() => native.listRoot(this.opts.workdirFd(), this.opts.root, this.resolveOpts));
+    this.listingQueue = run.catch(() => undefined);
     try {
-      return (await native.listRoot(this.opts.workdirFd, this.opts.root, this.resolveOpts)).entries;
+      return (await run).entries;
     } catch (error) {
       throw fromNative(this.opts.plane, error, this.opts.maxBytes);
     }

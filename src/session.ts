@@ -85,7 +85,7 @@ export class Session {
     this.resolver = init.resolver;
     this.trace = init.trace;
     this.grants = effectiveGrants(init.manifest, init.containment);
-    const common = { workdirFd: init.workdirFd, containment: init.containment, resolver: init.resolver };
+    const common = { workdirFd: () => this.workdirDescriptor, containment: init.containment, resolver: init.resolver };
     const { files, peerFiles } = init.manifest;
     this.files = files ? new ExportView({ ...common, plane: 'files', root: files.root, maxBytes: files.maxBytes }) : null;
     this.peerFiles = peerFiles ? new ExportView({ ...common, plane: 'peer', root: peerFiles.root, maxBytes: peerFiles.maxBytes }) : null;
@@ -138,7 +138,9 @@ export class Session {
     return session;
   }
 
+  /** The workdir descriptor; throws once the session is closed (the number may be reused). */
   get workdirDescriptor(): number {
+    if (this.closed) throw new native.NativeError('IO_ERROR', 'the session is closed', 0);
     return this.workdirFd;
   }
 
