@@ -64,16 +64,21 @@ interface Listing {
   entries: Array<{ path: string; size_bytes: number; mtime_ms: number; sha256: string }>;
 }
 
+/** Control characters shown escaped: a file name must never add rows or drive the terminal. */
+function printable(text: string): string {
+  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
+}
+
 export async function list(url: string): Promise<string> {
   const u = base(url);
   const res = await getRaw(u, '/resources/files');
   if (res.statusCode !== 200) throw refusal(res.statusCode, res.body);
   const listing = JSON.parse(res.body.toString('utf8')) as Listing;
-  const rows = listing.entries.map((e) => [String(e.size_bytes), new Date(e.mtime_ms).toISOString(), e.sha256.slice(0, 16), e.path]);
+  const rows = listing.entries.map((e) => [String(e.size_bytes), new Date(e.mtime_ms).toISOString(), printable(e.sha256.slice(0, 16)), printable(e.path)]);
   const widths = [0, 1, 2].map((i) => Math.max(['SIZE', 'MODIFIED', 'SHA256', 'PATH'][i]!.length, ...rows.map((r) => r[i]!.length)));
   const line = (r: string[]) => `${r[0]!.padStart(widths[0]!)}  ${r[1]!.padEnd(widths[1]!)}  ${r[2]!.padEnd(widths[2]!)}  ${r[3]}`;
   const out = [
-    `root ${listing.root} (${listing.mode}, max ${listing.max_bytes} bytes per file), generation ${listing.generation}, containment ${listing.containment_achieved}`,
+    `root ${printable(listing.root)} (${printable(listing.mode)}, max ${listing.max_bytes} bytes per file), generation ${listing.generation}, containment ${printable(String(listing.containment_achieved))}`,
     line(['SIZE', 'MODIFIED', 'SHA256', 'PATH']),
     ...rows.map(line),
     `${listing.entries.length} file(s), ${listing.entries.reduce((s, e) => s + e.size_bytes, 0)} bytes`,

@@ -438,6 +438,9 @@ function exportRoot(view: ManifestView, block: string[], field: string): string 
   const refuse = (why: string) => malformed(field, RELATIVE_PATH, `'${root}'`, rootHint(why));
   if (root === '') throw refuse('the root must not be empty');
   if (root.includes('\0')) throw refuse('remove the NUL byte');
+  // Control characters cannot be echoed in x-murmur-export-root, in a listing or in a terminal
+  // without being mistaken for structure; no real directory name needs them.
+  if (/[\u0001-\u001f\u007f-\u009f]/.test(root)) throw refuse('remove the control characters');
   if (root.startsWith('/')) throw refuse('drop the leading "/": roots are relative to the workdir');
   if (root.split('/').includes('..')) {
     throw refuse('remove the ".." component: a root may not climb out of the workdir');

@@ -5,7 +5,7 @@ import type { FastifyReply } from 'fastify';
 import { PlaneError } from '../errors.js';
 import { lowerRelpath } from '../paths.js';
 import type { Session } from '../session.js';
-import { readHeaders, send, sendError, type HeaderList } from './reply.js';
+import { headerSafe, readHeaders, send, sendError, type HeaderList } from './reply.js';
 
 export const FILES_PREFIX = '/resources/files';
 
@@ -64,7 +64,7 @@ async function handleList(session: Session, method: string, generation: number, 
     ['content-type', 'application/json'],
     ['x-murmur-generation', String(generation)],
     ['x-murmur-containment', session.containment],
-    ['x-murmur-export-root', view!.opts.root],
+    ['x-murmur-export-root', headerSafe(view!.opts.root)],
   ], body);
 }
 
@@ -99,7 +99,7 @@ async function handleRead(session: Session, method: string, raw: string, generat
     return;
   }
   if (!(await traced(() => record('ok', null, result.bytes.length, result.sha256), reply, generation))) return;
-  send(reply, 200, [...readHeaders(result, generation, session.containment), ['x-murmur-export-root', view!.opts.root]], result.bytes);
+  send(reply, 200, [...readHeaders(result, generation, session.containment), ['x-murmur-export-root', headerSafe(view!.opts.root)]], result.bytes);
 }
 
 /**

@@ -32,3 +32,17 @@ export function readHeaders(result: ReadResult, generation: number, containment:
     ['x-murmur-containment', containment],
   ];
 }
+
+/**
+ * A header value for an operator-declared string (the export root): verbatim when it is printable
+ * ASCII, otherwise every byte outside that range (and `%`) percent-encoded as UTF-8, since HTTP
+ * cannot carry it raw and Node would refuse the reply after the trace already said it was sent.
+ */
+export function headerSafe(value: string): string {
+  if (/^[\x20-\x7e]*$/.test(value)) return value;
+  let out = '';
+  for (const byte of Buffer.from(value, 'utf8')) {
+    out += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, '0')}`;
+  }
+  return out;
+}
