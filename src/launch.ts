@@ -2,6 +2,7 @@
 // and tear both down cleanly. Shared by `serve`, `demo` and the tests that spawn the CLI.
 import { pino, type Logger } from 'pino';
 import type { Containment } from './manifest.js';
+import { redactHandles } from './peer/handle.js';
 import { serve, type RunningServer } from './server.js';
 import { CONTAINMENT_CLASSES, Session } from './session.js';
 
@@ -61,7 +62,21 @@ export function parseAdvertise(value: string | undefined): string | undefined {
 }
 
 export function stderrLogger(): Logger {
-  return pino({ level: process.env.RESOURCE_PLANE_LOG_LEVEL ?? 'info', base: { pid: process.pid } }, pino.destination(2));
+  return pino(
+    {
+      level: process.env.RESOURCE_PLANE_LOG_LEVEL ?? 'info',
+      base: { pid: process.pid },
+      // An error is logged by type, code and redacted message only: Node errors can carry raw
+      // request bytes (rawPacket), URLs and paths, any of which may hold a handle token.
+      serializers: {
+        err: (e: unknown) => {
+          const err = e as { name?: unknown; code?: unknown; message?: unknown } | null;
+          return { type: String(err?.name ?? typeof e), code: err?.code ?? null, message: redactHandles(String(err?.message ?? e)) };
+        },
+      },
+    },
+    pino.destination(2),
+  );
 }
 
 export async function launch(opts: LaunchOptions): Promise<Launched> {

@@ -4,6 +4,7 @@
 // src/peer/fetch.ts.
 import { ToolError } from './errors.js';
 import { fetchPeerFile } from './peer/fetch.js';
+import { redactHandles } from './peer/handle.js';
 import { shareFile } from './peer/mint.js';
 import type { Session, ToolName } from './session.js';
 
@@ -73,22 +74,29 @@ function stringArgs(args: unknown, required: string[], optional: string[]): Reco
   return out;
 }
 
-/** Runs one tool by name. Refusals are ToolError; an unknown tool name is `unknown_tool`. */
+/**
+ * Runs one tool by name. Refusals are ToolError; an unknown tool name is `unknown_tool`. Every
+ * refusal message passes the redaction boundary here, whoever built it: messages quote caller text
+ * (a peer, a path, an argument name), and a token pasted into any of them must not come back out.
+ */
 export async function callTool(session: Session, name: string, args: unknown): Promise<Record<string, unknown>> {
   try {
-    if (name === 'share-file') {
-      const a = stringArgs(args, ['path', 'peer'], ['ttl']);
-      return { ...(await shareFile(session, { path: a.path!, peer: a.peer!, ttl: a.ttl })) };
-    }
-    if (name === 'fetch-peer-file') {
-      const a = stringArgs(args, ['peer', 'handle'], []);
-      return { ...(await fetchPeerFile(session, { peer: a.peer!, handle: a.handle! })) };
-    }
+    return await runTool(session, name, args);
   } catch (error) {
-    if (error instanceof ToolError) throw error;
-    const e = error as { code?: unknown; message?: unknown };
-    if (typeof e?.code === 'string' && typeof e.message === 'string') throw new ToolError(e.code, e.message);
-    throw new ToolError('io_error', 'the tool failed unexpectedly');
+    // Anything but a ToolError is unexpected, and its text (a host path, a URL) is not passed on.
+    const refusal = error instanceof ToolError ? error : new ToolError('io_error', 'the tool failed unexpectedly');
+    throw new ToolError(refusal.code, redactHandles(refusal.message));
+  }
+}
+
+async function runTool(session: Session, name: string, args: unknown): Promise<Record<string, unknown>> {
+  if (name === 'share-file') {
+    const a = stringArgs(args, ['path', 'peer'], ['ttl']);
+    return { ...(await shareFile(session, { path: a.path!, peer: a.peer!, ttl: a.ttl })) };
+  }
+  if (name === 'fetch-peer-file') {
+    const a = stringArgs(args, ['peer', 'handle'], []);
+    return { ...(await fetchPeerFile(session, { peer: a.peer!, handle: a.handle! })) };
   }
   throw new ToolError('unknown_tool', `no tool named '${name}' exists here`);
 }

@@ -430,3 +430,18 @@ describe('the stored path of a fetched file', () => {
     expect(storedPathFor('id', '😀'.repeat(300))).toBe(`peer-in/id-${'_'.repeat(120)}`);
   });
 });
+
+describe('redaction of overlapping tokens', () => {
+  it('redacts a token hidden after another token-like prefix, leaving no working segments', () => {
+    const inner = 'mh1.UGF5bG9hZA.TUFDbWFjbWFj';
+    for (const text of [`mh1.x.${inner}`, `mh1.x.mh1.y.${inner}`, `a mh1.x.${inner}.`]) {
+      const out = redactHandles(text);
+      expect(out).not.toContain('UGF5bG9hZA');
+      expect(out).not.toContain('TUFDbWFjbWFj');
+      expect(out).toContain(`<handle:${handleId(inner)}>`);
+    }
+    // Run together, the boundary is ambiguous; what matters is that no segment survives.
+    expect(redactHandles(`${inner}mh1.q.r`)).not.toMatch(/UGF5bG9hZA|TUFDbWFjbWFj|\.q\.r/);
+    expect(redactHandles(`see mh1.x.${inner}.`)).toBe(`see <handle:${handleId('mh1.x.mh1')}><handle:${handleId(inner)}>.`);
+  });
+});

@@ -229,12 +229,38 @@ export function handleId(token: string): string {
 // Exactly three segments; '.' is outside the segment class, so a full stop ending a sentence is
 // never swallowed. Deliberately looser than `checkShape`: anything token-like is redacted, even
 // if it would not verify, because a record must not depend on the token being well-formed.
-const TOKEN_PATTERN = /mh1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+/g;
+const TOKEN_AT = /mh1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+/y;
 
-/** Replaces every `mh1.<seg>.<seg>` in `text` with `<handle:<handle_id>>`. */
+/**
+ * Replaces every `mh1.<seg>.<seg>` in `text` with `<handle:<handle_id>>`. Tokens are looked for at
+ * every `mh1.`, not only where the previous match ended: in `mh1.x.mh1.P.M` a left-to-right
+ * replace would consume `mh1.x.mh1` and leave `.P.M`, the working token minus its tag. Overlapping
+ * tokens become one run of their handle ids.
+ */
 export function redactHandles(text: string): string {
   if (!text.includes(`${TOKEN_TAG}.`)) return text;
-  return text.replace(TOKEN_PATTERN, (token) => `<handle:${handleId(token)}>`);
+  const spans: Array<{ start: number; end: number; ids: string[] }> = [];
+  for (let i = text.indexOf(`${TOKEN_TAG}.`); i >= 0; i = text.indexOf(`${TOKEN_TAG}.`, i + 1)) {
+    TOKEN_AT.lastIndex = i;
+    const m = TOKEN_AT.exec(text);
+    if (!m) continue;
+    const end = i + m[0].length;
+    const id = handleId(m[0]);
+    const last = spans.at(-1);
+    if (last && i < last.end) {
+      last.end = Math.max(last.end, end);
+      last.ids.push(id);
+    } else {
+      spans.push({ start: i, end, ids: [id] });
+    }
+  }
+  let out = '';
+  let at = 0;
+  for (const span of spans) {
+    out += text.slice(at, span.start) + span.ids.map((id) => `<handle:${id}>`).join('');
+    at = span.end;
+  }
+  return out + text.slice(at);
 }
 
 /**

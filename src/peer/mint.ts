@@ -10,7 +10,7 @@ import { destinationMatches, parseDuration, targetFromPeer, type Target } from '
 import { CARD_PATH } from '../planes/card.js';
 import type { Session } from '../session.js';
 import { audienceFromCard } from './audience.js';
-import { handleId, mintToken, PAYLOAD_VERSION, randomNonceHex } from './handle.js';
+import { handleId, mintToken, PAYLOAD_VERSION, randomNonceHex, redactHandles } from './handle.js';
 import { assertLimits, getJson, PeerHttpError } from './http.js';
 
 /**
@@ -93,7 +93,9 @@ export async function shareFile(session: Session, input: ShareFileInput, opts: S
       throw new ToolError('io_error', 'the trace could not be written, so nothing was minted');
     }
   };
-  const refuse = async (error: ToolError): Promise<never> => {
+  const refuse = async (raw: ToolError): Promise<never> => {
+    // Messages quote the caller's `peer` and `path`; a token pasted there must not come back out.
+    const error = new ToolError(raw.code, redactHandles(raw.message));
     await record({ handle_id: null, path: requestedPath, expires_at_ms: null, outcome: error.code, reason: error.message });
     throw error;
   };
