@@ -47,8 +47,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     logger.flush();
     process.exit(0);
   };
-  process.on('SIGINT', () => void shutdown('SIGINT'));
-  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => void shutdown(signal));
   if (flags.control === 'stdio') {
     const { runControl } = await import('./control.js');
     await runControl(launched, ready, () => shutdown('control channel closed'));

@@ -27,8 +27,7 @@ export async function runDemo(out: (line: string) => void = (l) => process.stdou
     await Promise.all(running.map((r) => r.stop()));
     process.exit(0);
   };
-  process.on('SIGINT', () => void stop());
-  process.on('SIGTERM', () => void stop());
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => void stop());
 
   const readerAddr = new URL(reader.server.advertisedUrl).host;
   const reporterAddr = new URL(reporter.server.advertisedUrl).host;

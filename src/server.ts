@@ -52,6 +52,39 @@ async function dispatch(session: Session, req: FastifyRequest, reply: FastifyRep
   sendError(reply, new PlaneError('files', 'not_found'));
 }
 
+/**
+ * Counts responses still being sent, so that shutdown lets them finish. Node's server.close()
+ * destroys any connection whose response has *ended*, even while its body is still queued for
+ * the socket, which would cut a large read mid-body after its trace line said it was sent.
+ */
+class InFlight {
+  private count = 0;
+  private waiters: Array<() => void> = [];
+  closing = false;
+
+  track(res: { once(event: 'close', fn: () => void): unknown }): void {
+    this.count += 1;
+    res.once('close', () => {
+      this.count -= 1;
+      if (this.count === 0) for (const w of this.waiters.splice(0)) w();
+    });
+  }
+
+  /** Resolves once every tracked response is done, or after `timeoutMs`. */
+  drained(timeoutMs: number): Promise<void> {
+    if (this.count === 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, timeoutMs);
+      this.waiters.push(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+}
+
+const inflight = new WeakMap<FastifyInstance, InFlight>();
+
 export function buildApp(session: Session, logger: Logger | false = false): FastifyInstance {
   const app = Fastify({
     loggerInstance: logger || undefined,
@@ -60,6 +93,22 @@ export function buildApp(session: Session, logger: Logger | false = false): Fast
     logController: new LogController({ disableRequestLogging: true }),
     exposeHeadRoutes: false,
     return503OnClosing: true,
+    // A request Node's parser rejects: Fastify's default logs the error, whose rawPacket holds the
+    // raw request bytes (a redeem token among them). Log the code only and answer in the spec's shape.
+    clientErrorHandler: (err: NodeJS.ErrnoException, socket) => {
+      if (logger) logger.debug({ code: err.code }, 'client error');
+      if (!socket.writable) {
+        socket.destroy();
+        return;
+      }
+      const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
+      const reason = status === 431 ? 'Request Header Fields Too Large' : status === 408 ? 'Request Timeout' : 'Bad Request';
+      const body = JSON.stringify({ error: 'bad_request', message: 'the request could not be parsed' });
+      socket.end(
+        `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\nx-murmur-containment: ${session.containment}\r\n` +
+          `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      );
+    },
     requestTimeout: 30_000,
     // Malformed percent-encodings are rejected by the router before any handler; under
     // /resources/ they are still answered by the planes, in the spec's shape, from the raw path.
@@ -92,6 +141,18 @@ export function buildApp(session: Session, logger: Logger | false = false): Fast
   // 405 by the plane rather than 415 or 413 by the framework.
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', (_req, _payload, done) => done(null));
+
+  const responses = new InFlight();
+  inflight.set(app, responses);
+  app.addHook('onRequest', async (_req, reply) => {
+    if (responses.closing) {
+      reply.header('connection', 'close');
+      jsonError(reply, 503, 'shutting_down', 'the capsule is shutting down');
+      return reply;
+    }
+    responses.track(reply.raw);
+    return undefined;
+  });
 
   app.addHook('onSend', async (_req, reply, payload) => {
     if (!reply.hasHeader('x-murmur-containment')) reply.header('x-murmur-containment', session.containment);
@@ -131,6 +192,13 @@ export async function serve(session: Session, opts: ServeOptions = {}): Promise<
     app,
     url,
     advertisedUrl,
-    close: () => app.close(),
+    // New requests are refused first, the ones being answered finish (bounded), then the
+    // listener closes.
+    close: async () => {
+      const responses = inflight.get(app)!;
+      responses.closing = true;
+      await responses.drained(30_000);
+      await app.close();
+    },
   };
 }

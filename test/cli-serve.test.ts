@@ -1,6 +1,7 @@
 // `resource-plane serve` as a launcher drives it: the URL on one stdout line, logs on stderr,
 // clean shutdown on signals with the trace flushed, and launch diagnostics that create nothing.
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { get } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { runCli, startServe, type Served } from './helpers/cli.js';
@@ -50,6 +51,36 @@ describe('serve', () => {
     expect(events.map((e) => e.event_type)).toEqual(['session_start', 'resource_read']);
     // The trace lives outside the workdir, and the workdir was not written.
     expect(readdirSync(dir).sort()).toEqual(['murmur.yaml', 'out']);
+  });
+
+  it('lets a response being sent finish on SIGTERM, refuses new ones, and exits 0 (also on SIGHUP)', async () => {
+    const dir = workdirWith('name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n    max_bytes: 64Mi\n');
+    makeTree(dir, ['out/big.bin @ 1k']);
+    writeFileSync(join(dir, 'out/big.bin'), Buffer.alloc(32 << 20, 7));
+    const traces = tempDir();
+    cleanups.push(() => removeTree(traces));
+    for (const signal of ['SIGTERM', 'SIGHUP'] as const) {
+      const s = track(await startServe(['--workdir', dir, '--trace', join(traces, `${signal}.jsonl`)]));
+      const body = await new Promise<number>((resolve, reject) => {
+        const req = get(`${s.ready.url}/resources/files/big.bin`, (res) => {
+          res.pause();
+          s.child.kill(signal);
+          // Give the server time to start shutting down while the body is still queued.
+          setTimeout(async () => {
+            const refused = await fetch(`${s.ready.url}/resources/files/big.bin`).then((r) => r.status, () => 'closed');
+            expect([503, 'closed']).toContain(refused);
+            let n = 0;
+            res.on('data', (d: Buffer) => (n += d.length));
+            res.on('end', () => resolve(n));
+            res.on('error', reject);
+            res.resume();
+          }, 300);
+        });
+        req.on('error', reject);
+      });
+      expect(body).toBe(32 << 20);
+      expect(await s.exited).toEqual({ code: 0, signal: null });
+    }
   });
 
   it('honours --listen, --advertise and --trace', async () => {
