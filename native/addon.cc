@@ -12,6 +12,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("read", Napi::Function::New(env, rp::Read, "read"));
   exports.Set("stat", Napi::Function::New(env, rp::Stat, "stat"));
   exports.Set("list", Napi::Function::New(env, rp::List, "list"));
+  exports.Set("checkRoot", Napi::Function::New(env, rp::CheckRoot, "checkRoot"));
   exports.Set("inboxCreate", Napi::Function::New(env, rp::InboxCreate, "inboxCreate"));
   exports.Set("inboxCommit", Napi::Function::New(env, rp::InboxCommit, "inboxCommit"));
   exports.Set("inboxDiscard", Napi::Function::New(env, rp::InboxDiscard, "inboxDiscard"));

@@ -3,6 +3,8 @@
 // Failure into a rejected promise whose error carries the stable `code`.
 #include "workers.h"
 
+#include <fcntl.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -141,6 +143,28 @@ class StatWorker final : public PromiseWorker {
   FileStat stat_;
 };
 
+// Resolves only the export root beneath the workdir, as every request does; a missing root is not
+// a failure (it may be created later), an escape is.
+class RootWorker final : public PromiseWorker {
+ public:
+  RootWorker(Napi::Env env, int workdir, std::string root, Resolver resolver)
+      : PromiseWorker(env), workdir_(workdir), root_(std::move(root)), resolver_(resolver) {}
+  void Execute() override {
+    Fd fd = open_root(workdir_, root_, O_PATH, resolver_, &failure_);
+    if (!fd.valid() && failure_.code == Code::NotFound) {
+      failure_ = Failure();
+      exists_ = false;
+    }
+  }
+  Napi::Value Result(Napi::Env env) override { return Napi::Boolean::New(env, exists_); }
+
+ private:
+  int workdir_;
+  std::string root_;
+  Resolver resolver_;
+  bool exists_ = true;
+};
+
 class ListWorker final : public PromiseWorker {
  public:
   ListWorker(Napi::Env env, int workdir, std::string root, SymlinkPolicy policy, Resolver resolver)
@@ -250,6 +274,11 @@ Napi::Value Read(const Napi::CallbackInfo& info) {
 Napi::Value Stat(const Napi::CallbackInfo& info) {
   return queue<StatWorker>(info.Env(), fd_arg(info, 0), string_arg(info, 1), string_arg(info, 2),
                            policy_arg(info[3]), resolver_arg(info[4]));
+}
+
+// checkRoot(workdirFd, root, walk) -> exists
+Napi::Value CheckRoot(const Napi::CallbackInfo& info) {
+  return queue<RootWorker>(info.Env(), fd_arg(info, 0), string_arg(info, 1), resolver_arg(info[2]));
 }
 
 // list(workdirFd, root, refuseSymlinks, walk)

@@ -9,6 +9,7 @@ Napi::Value OpenDirectory(const Napi::CallbackInfo& info);
 Napi::Value Read(const Napi::CallbackInfo& info);
 Napi::Value Stat(const Napi::CallbackInfo& info);
 Napi::Value List(const Napi::CallbackInfo& info);
+Napi::Value CheckRoot(const Napi::CallbackInfo& info);
 Napi::Value InboxCreate(const Napi::CallbackInfo& info);
 Napi::Value InboxCommit(const Napi::CallbackInfo& info);
 Napi::Value InboxDiscard(const Napi::CallbackInfo& info);

@@ -5,7 +5,8 @@
 import { Command, CommanderError, Option } from 'commander';
 import { ManifestError } from './manifest.js';
 import { launch, stderrLogger, UsageError, parseContainment, type LaunchOptions } from './launch.js';
-import { loadManifest } from './session.js';
+import { dirname, resolve } from 'node:path';
+import { checkExportRootsAt, loadManifest } from './session.js';
 import { effectiveGrants, renderExplainScope } from './scope.js';
 
 function fail(error: unknown): never {
@@ -58,9 +59,12 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   logger.info(ready, 'serving');
 }
 
-function explainScopeCommand(flags: { manifest: string; json?: boolean; containment?: string }): void {
+async function explainScopeCommand(flags: { manifest: string; workdir?: string; json?: boolean; containment?: string }): Promise<void> {
   const manifest = loadManifest(flags.manifest);
   const containment = parseContainment(flags.containment);
+  // The same root checks a launch makes (E-CAP-007), against the workdir the manifest sits in
+  // unless told otherwise; nothing is created, and a workdir that does not exist yet passes.
+  await checkExportRootsAt(manifest, flags.workdir ?? dirname(resolve(flags.manifest)));
   if (flags.json) process.stdout.write(`${JSON.stringify(effectiveGrants(manifest, containment))}\n`);
   else process.stdout.write(renderExplainScope(manifest, containment));
 }
@@ -88,15 +92,10 @@ export function program(): Command {
     .command('explain-scope')
     .description('what a launch of this manifest would grant, before any session exists')
     .requiredOption('--manifest <file>', 'the manifest to explain')
+    .option('--workdir <dir>', 'the workdir a launch would use, for the export-root checks (default: the manifest\'s directory)')
     .option('--json', 'print the effective grants as one line of JSON')
     .addOption(new Option('--containment <class>', 'the containment class to assume').choices(['advisory', 'scoped', 'sealed']).default('advisory'))
-    .action((flags) => {
-      try {
-        explainScopeCommand(flags);
-      } catch (error) {
-        fail(error);
-      }
-    });
+    .action((flags) => explainScopeCommand(flags).catch(fail));
 
   cmd
     .command('demo')

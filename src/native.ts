@@ -81,6 +81,7 @@ interface Binding {
   read(fd: number, root: string, rel: string, max: number, refuse: boolean, walk: boolean): Promise<ReadResult>;
   stat(fd: number, root: string, rel: string, refuse: boolean, walk: boolean): Promise<StatResult>;
   list(fd: number, root: string, refuse: boolean, walk: boolean): Promise<ListResult>;
+  checkRoot(fd: number, root: string, walk: boolean): Promise<boolean>;
   inboxCreate(fd: number, inbox: string): Promise<InboxTemp>;
   inboxCommit(dirFd: number, fd: number, temp: string, finalName: string): Promise<void>;
   inboxDiscard(dirFd: number, temp: string): Promise<void>;
@@ -141,6 +142,11 @@ export function statFile(workdirFd: number, root: string, relpath: string, opts:
 
 export function listRoot(workdirFd: number, root: string, opts: ResolveOptions): Promise<ListResult> {
   return call(binding.list(workdirFd, root, opts.refuseSymlinks, opts.resolver === 'walk'));
+}
+
+/** Resolves only the export root, as every request does: false if it does not exist (yet). */
+export function checkRoot(workdirFd: number, root: string, resolver: ResolverKind): Promise<boolean> {
+  return call(binding.checkRoot(workdirFd, root, resolver === 'walk'));
 }
 
 export function createInboxTemp(workdirFd: number, inbox: string): Promise<InboxTemp> {

@@ -2,7 +2,7 @@
 // the generation counter, the trace and the capsule's identity. Everything a plane or a tool needs
 // comes from here; nothing here knows HTTP.
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, realpathSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { isAbsolute, join, resolve } from 'node:path';
 import { ExportView } from './export-view.js';
@@ -30,6 +30,9 @@ export interface SessionOptions {
 
 export type ToolName = 'share-file' | 'fetch-peer-file';
 
+/** What a session id may be: it names a records directory and appears in every trace line. */
+export const SESSION_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
+
 export function newSessionId(): string {
   return `ses_${randomBytes(16).toString('hex')}`;
 }
@@ -54,6 +57,71 @@ export function loadManifest(path: string): Manifest {
     );
   }
   return parseManifest(text);
+}
+
+/**
+ * What to show as "resolves to" when the resolver refused a root the host's realpath accepted: the
+ * first symlink target with an absolute path on the way (the usual cause), else the first symlink
+ * target at all (a relative one climbing out, e.g. through /proc), else the root as declared.
+ */
+function refusedRootShown(workdir: string, declared: string): string {
+  let current = workdir;
+  let firstTarget: string | null = null;
+  for (const component of declared.split('/').filter((c) => c !== '' && c !== '.')) {
+    const next = join(current, component);
+    try {
+      if (!lstatSync(next).isSymbolicLink()) {
+        current = next;
+        continue;
+      }
+      const target = readlinkSync(next);
+      if (isAbsolute(target)) return target;
+      firstTarget ??= target;
+      current = realpathSync(next);
+    } catch {
+      break;
+    }
+  }
+  return firstTarget ?? declared;
+}
+
+/**
+ * The launch checks of the export roots: E-CAP-007 both as the host sees it (realpath leaves the
+ * workdir) and as every request will see it (the resolver refuses the root, e.g. because a link on
+ * the way has an absolute target, which is outside_root even when on the host it points inside).
+ * Without the second check such a launch would succeed and then refuse every request.
+ */
+export async function checkExportRoots(manifest: Manifest, workdirReal: string, workdirFd: number, resolver: native.ResolverKind): Promise<void> {
+  checkRootsInsideWorkdir(manifest, workdirReal);
+  const roots: Array<[string, string]> = [];
+  if (manifest.files) roots.push(['exports.files.root', manifest.files.root]);
+  if (manifest.peerFiles) roots.push(['exports.peer_files.root', manifest.peerFiles.root]);
+  for (const [field, declared] of roots) {
+    try {
+      await native.checkRoot(workdirFd, declared, resolver);
+    } catch (error) {
+      if (!(error instanceof native.NativeError) || error.code !== 'OUTSIDE_ROOT') throw error;
+      const shown = refusedRootShown(workdirReal, declared);
+      throw new ManifestError(
+        'E-CAP-007',
+        `${field} '${declared}' resolves to '${shown}', which is outside the capsule workdir '${workdirReal}'`,
+        'an export root may be a symlink only with a relative target that stays inside the workdir: ' +
+          'inside a sealed sandbox an absolute path does not name a host path, so every request would be refused',
+      );
+    }
+  }
+}
+
+/** Opens the workdir just long enough to run checkExportRoots (explain-scope has no session). */
+export async function checkExportRootsAt(manifest: Manifest, workdir: string, resolver: native.ResolverKind = native.chooseResolver()): Promise<void> {
+  if (!existsSync(workdir)) return;
+  const real = realpathSync(workdir);
+  const fd = await native.openDirectory(real);
+  try {
+    await checkExportRoots(manifest, real, fd, resolver);
+  } finally {
+    native.closeFd(fd);
+  }
 }
 
 export class Session {
@@ -101,17 +169,17 @@ export class Session {
     const containment = opts.containment ?? 'advisory';
     if (!CONTAINMENT_CLASSES.includes(containment)) throw new Error(`unknown containment class '${containment}'`);
     const sessionId = opts.sessionId ?? newSessionId();
-    if (!/^[A-Za-z0-9_.:-]{1,128}$/.test(sessionId)) {
+    if (!SESSION_ID.test(sessionId)) {
       throw new Error('--session-id must be 1-128 characters of [A-Za-z0-9_.:-]');
     }
     const requested = resolve(opts.workdir);
     const manifest = opts.manifest ?? loadManifest(opts.manifestPath ?? join(requested, 'murmur.yaml'));
+    const resolver = opts.resolver ?? native.chooseResolver();
     // A workdir that does not exist yet has no roots to escape; it is created only after every
     // check passed, so a refused launch leaves nothing behind.
-    if (existsSync(requested)) checkRootsInsideWorkdir(manifest, realpathSync(requested));
+    if (existsSync(requested)) await checkExportRootsAt(manifest, requested, resolver);
     else mkdirSync(requested, { recursive: true, mode: 0o755 });
     const workdir = realpathSync(requested);
-    const resolver = opts.resolver ?? native.chooseResolver();
     const tracePath = opts.tracePath ? resolve(opts.tracePath) : defaultTracePath(workdir, sessionId);
     if (!isAbsolute(tracePath)) throw new Error('trace path must resolve to an absolute path');
 

@@ -280,7 +280,12 @@ describe.each(RESOLVERS)('/proc without a mount (%s)', (resolver) => {
       expectNoSecret(res);
       expect(codeOf(res), rel).toBe('outside_root');
     }
+    // A root that is itself a /proc detour now fails the launch (E-CAP-007, as the resolver sees
+    // it); made after launch, every request through it is refused.
+    await expect(up(work, { resolver, root: 'proot/' })).rejects.toThrow(/^exports\.files\.root 'proot\/' resolves to '\.\.\/.*proc\/self\/root/);
+    renameSync(join(work, 'proot'), join(work, 'proot-later'));
     const viaRoot = await up(work, { resolver, root: 'proot/' });
+    renameSync(join(work, 'proot-later'), join(work, 'proot'));
     const r = await rawGet(viaRoot.url, '/resources/files/x');
     expect(codeOf(r)).toBe('outside_root');
     expect(codeOf(await rawGet(viaRoot.url, '/resources/files'))).toBe('outside_root');

@@ -83,6 +83,20 @@ describe('serve', () => {
     }
   });
 
+  it.each([
+    ['http://localhost:80', 'http://localhost:80'],
+    ['https://Reporter.Example/', 'https://reporter.example:443'],
+    ['http://proxy.local:8080/capsules/r1/', 'http://proxy.local:8080/capsules/r1'],
+  ])('--advertise %s keeps the port explicit in the card (%s)', async (advertise, expected) => {
+    const dir = workdirWith(MANIFEST);
+    const s = track(await startServe(['--workdir', dir, '--advertise', advertise]));
+    expect(s.ready.advertised_url).toBe(expected);
+    const card = await (await fetch(`${s.ready.url}/.well-known/agent-card.json`)).json();
+    expect(card.supportedInterfaces[0].url).toBe(expected);
+    s.child.kill('SIGTERM');
+    await s.exited;
+  });
+
   it('honours --listen, --advertise and --trace', async () => {
     const dir = workdirWith(MANIFEST);
     const traceDir = tempDir();
@@ -123,15 +137,42 @@ describe('serve', () => {
     [['--listen', 'nonsense'], /--listen must be HOST:PORT/],
     [['--listen', '127.0.0.1:70000'], /--listen must be HOST:PORT/],
     [['--advertise', 'ftp://x'], /--advertise must be an http\(s\) URL/],
-    [['--advertise', 'http://x/path'], /--advertise must be an http\(s\) URL/],
+    [['--advertise', 'http://x/?q=1'], /--advertise must be an http\(s\) URL/],
+    [['--advertise', 'http://user@x/'], /--advertise must be an http\(s\) URL/],
     [['--containment', 'airtight'], /Allowed choices are advisory, scoped, sealed/],
     [['--session-id', 'bad id'], /--session-id must be/],
-  ])('refuses bad options %j with a clear message', (extra, message) => {
+  ])('refuses bad options %j with a clear message and exit status 2', (extra, message) => {
     const dir = workdirWith(MANIFEST);
     const r = runCli(['serve', '--workdir', dir, ...extra]);
-    expect(r.status).not.toBe(0);
+    expect(r.status).toBe(2);
     expect(r.stderr).toMatch(message);
     expect(r.stdout).toBe('');
+  });
+});
+
+describe('an export root reached through an absolute symlink', () => {
+  it.each(['files', 'peer_files'])('is refused at launch and by explain-scope (E-CAP-007), though on the host it points inside (%s)', (block) => {
+    const base = tempDir();
+    cleanups.push(() => removeTree(base));
+    const workdir = join(base, 'workdir');
+    makeTree(workdir, ['real/f.txt: f', `out -> ${join(workdir, 'real')}`]);
+    const manifest = block === 'files'
+      ? 'name: x\nversion: "1"\nexports:\n  files:\n    root: out\n    mode: read-only\n'
+      : 'name: x\nversion: "1"\nexports:\n  peer_files:\n    root: out\n';
+    writeFileSync(join(workdir, 'murmur.yaml'), manifest);
+    const field = block === 'files' ? 'exports.files.root' : 'exports.peer_files.root';
+    const expected = `error[E-CAP-007]: ${field} 'out' resolves to '${join(workdir, 'real')}', which is outside the capsule workdir '${workdir}'\n  hint: an export root may be a symlink only with a relative target`;
+    const r = runCli(['serve', '--workdir', workdir, '--trace', join(base, 't.jsonl')]);
+    expect(r.status).toBe(2);
+    expect(r.stderr.startsWith(expected)).toBe(true);
+    expect(existsSync(join(base, 't.jsonl'))).toBe(false);
+    const e = runCli(['explain-scope', '--manifest', join(workdir, 'murmur.yaml')]);
+    expect(e.status).toBe(2);
+    expect(e.stderr.startsWith(expected)).toBe(true);
+    // A relative link that stays inside is a valid root.
+    removeTree(join(workdir, 'out'));
+    makeTree(workdir, ['out -> real']);
+    expect(runCli(['explain-scope', '--manifest', join(workdir, 'murmur.yaml'), '--json']).status).toBe(0);
   });
 });
 
@@ -170,11 +211,10 @@ describe('launch diagnostics create nothing', () => {
     expect(existsSync(trace)).toBe(false);
     expect(readdirSync(records)).toEqual([]);
     expect(existsSync(workdir) ? readdirSync(workdir).sort() : null).toEqual(before);
-    // explain-scope applies the same diagnostics
-    const e = runCli(['explain-scope', '--manifest', manifestPath, '--json']);
-    if (code !== 'E-CAP-007') {
-      expect(e.status).toBe(2);
-      expect(e.stderr.startsWith(`error[${code}]: `)).toBe(true);
-    }
+    // explain-scope applies the same diagnostics (E-CAP-007 against the workdir it is given)
+    const e = runCli(['explain-scope', '--manifest', manifestPath, '--json', '--workdir', workdir]);
+    expect(e.status).toBe(2);
+    expect(e.stderr.startsWith(`error[${code}]: `)).toBe(true);
+    expect(e.stdout).toBe('');
   });
 });
