@@ -4,7 +4,7 @@ import { pino, type Logger } from 'pino';
 import type { Containment } from './manifest.js';
 import { redactHandles } from './peer/handle.js';
 import { serve, type RunningServer } from './server.js';
-import { CONTAINMENT_CLASSES, Session } from './session.js';
+import { CONTAINMENT_CLASSES, Session, SESSION_ID } from './session.js';
 
 export interface LaunchOptions {
   workdir: string;
@@ -47,6 +47,10 @@ export function parseContainment(value: string | undefined): Containment {
   return c;
 }
 
+/**
+ * The advertised URL, with the port always explicit: the audience is `<name>@<host:port>`, and a
+ * URL parser drops a default port (`:80`), which would make the audience `<name>@<host>`.
+ */
 export function parseAdvertise(value: string | undefined): string | undefined {
   if (value === undefined) return undefined;
   let url: URL;
@@ -55,11 +59,14 @@ export function parseAdvertise(value: string | undefined): string | undefined {
   } catch {
     throw new UsageError(`--advertise must be an http(s) URL (got '${value}')`);
   }
-  if ((url.protocol !== 'http:' && url.protocol !== 'https:') || url.search || url.hash || url.username || (url.pathname !== '/' && url.pathname !== '')) {
-    throw new UsageError(`--advertise must be an http(s) URL with no path, query or credentials (got '${value}')`);
+  if ((url.protocol !== 'http:' && url.protocol !== 'https:') || url.search || url.hash || url.username || url.password) {
+    throw new UsageError(`--advertise must be an http(s) URL with no query, fragment or credentials (got '${value}')`);
   }
-  return `${url.protocol}//${url.host}`;
+  const port = url.port || (url.protocol === 'https:' ? '443' : '80');
+  const path = url.pathname.replace(/\/+$/, '');
+  return `${url.protocol}//${url.hostname}:${port}${path}`;
 }
+
 
 export function stderrLogger(): Logger {
   return pino(
@@ -83,6 +90,9 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
   const listen = parseListen(opts.listen ?? '127.0.0.1:0');
   const containment = parseContainment(opts.containment);
   const advertise = parseAdvertise(opts.advertise);
+  if (opts.sessionId !== undefined && !SESSION_ID.test(opts.sessionId)) {
+    throw new UsageError(`--session-id must be 1-128 characters of [A-Za-z0-9_.:-] (got '${opts.sessionId}')`);
+  }
   const session = await Session.open({
     workdir: opts.workdir,
     manifestPath: opts.manifest,

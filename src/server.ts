@@ -186,7 +186,7 @@ export async function serve(session: Session, opts: ServeOptions = {}): Promise<
   if (!address || typeof address === 'string') throw new Error('the listener has no TCP address');
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
-  const advertisedUrl = (opts.advertise ?? `http://localhost:${address.port}`).replace(/\/+$/, '');
+  const advertisedUrl = opts.advertise ?? `http://localhost:${address.port}`;
   session.advertisedUrl = advertisedUrl;
   return {
     app,

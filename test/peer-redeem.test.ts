@@ -226,9 +226,13 @@ describe('no list verb, no write verb, no plane', () => {
 
   it.each(['POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'])('%s is 405 with allow: GET, untraced', async (method) => {
     const before = readTrace(cap().tracePath).length;
-    const res = await rawRequest(cap().url, { method, target: `/resources/peer/${mint('report.md')}`, headers: [['x-murmur-audience', AUD]] });
+    const token = mint('report.md');
+    const res = await rawRequest(cap().url, { method, target: `/resources/peer/${token}`, headers: [['x-murmur-audience', AUD]] });
     expect(res.status).toBe(405);
     expect(res.header('allow')).toBe('GET');
+    // Like every refusal: the generation and the handle id.
+    expect(res.header('x-murmur-generation')).toBe('0');
+    expect(res.header('x-murmur-handle-id')).toBe(handleId(token));
     if (method !== 'HEAD') {
       expect(errorOf(res)).toEqual({ error: 'method_not_allowed', message: 'the peer plane serves GET only; it has no write path and no list verb' });
     }

@@ -23,12 +23,16 @@ export async function handlePeer(
   audienceHeader: string | undefined,
   reply: FastifyReply,
 ): Promise<void> {
-  // A property of the request alone, settled before anything about this capsule is consulted.
+  const token = path.slice(PEER_PREFIX.length + 1);
+  // A property of the request alone, settled before anything about this capsule is consulted
+  // (untraced). Like every refusal it carries the generation, and the handle id when a handle
+  // segment was given.
   if (method !== 'GET') {
-    sendError(reply, new PlaneError('peer', 'method_not_allowed'));
+    const extra: Array<[string, string]> = [['x-murmur-generation', String(session.generation)]];
+    if (token !== '') extra.push(['x-murmur-handle-id', handleId(token)]);
+    sendError(reply, new PlaneError('peer', 'method_not_allowed'), extra);
     return;
   }
-  const token = path.slice(PEER_PREFIX.length + 1);
   // No list verb: these name no handle, so there is nothing to trace them against.
   if (path === PEER_PREFIX || token === '') {
     sendError(reply, new PlaneError('peer', 'not_found'));
