@@ -176,16 +176,16 @@ export class Session {
     const manifest = opts.manifest ?? loadManifest(opts.manifestPath ?? join(requested, 'murmur.yaml'));
     const resolver = opts.resolver ?? native.chooseResolver();
     // A workdir that does not exist yet has no roots to escape; it is created only after every
-    // check passed, so a refused launch leaves nothing behind.
-    if (existsSync(requested)) await checkExportRootsAt(manifest, requested, resolver);
-    else mkdirSync(requested, { recursive: true, mode: 0o755 });
+    // check passed, so a refused launch leaves nothing behind. The descriptor the roots are
+    // checked through is the one held for the session.
+    const existed = existsSync(requested);
+    if (!existed) mkdirSync(requested, { recursive: true, mode: 0o755 });
     const workdir = realpathSync(requested);
-    const tracePath = opts.tracePath ? resolve(opts.tracePath) : defaultTracePath(workdir, sessionId);
-    if (!isAbsolute(tracePath)) throw new Error('trace path must resolve to an absolute path');
-
     const workdirFd = await native.openDirectory(workdir);
     let trace: Trace;
     try {
+      if (existed) await checkExportRoots(manifest, workdir, workdirFd, resolver);
+      const tracePath = opts.tracePath ? resolve(opts.tracePath) : defaultTracePath(workdir, sessionId);
       trace = Trace.open(tracePath, sessionId);
     } catch (error) {
       native.closeFd(workdirFd);
