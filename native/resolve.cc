@@ -117,12 +117,9 @@ bool read_link(int dirfd, const std::string& name, std::string* target, int* err
 
 // The component walk. `stack` holds a descriptor for the root and one per directory entered, so
 // `..` from a link target pops to a descriptor we already hold instead of asking the kernel.
+// Called only through open_beneath, which has already refused an empty or absolute `rel`.
 Fd open_with_walk(int dirfd, const std::string& rel, int flags, SymlinkPolicy policy,
                   Failure* failure) {
-  if (!rel.empty() && rel[0] == '/') {
-    failure->set(Code::OutsideRoot);
-    return Fd();
-  }
   std::vector<Fd> stack;
   auto current = [&]() { return stack.empty() ? dirfd : stack.back().get(); };
   std::deque<std::string> pending = split_components(rel);
