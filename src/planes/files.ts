@@ -43,11 +43,7 @@ async function handleList(session: Session, method: string, generation: number, 
       refusal = error as PlaneError;
     }
   }
-  if (refusal || !entries) {
-    if (!(await traced(() => record(refusal!.code, refusal!.message, null, null), reply, generation))) return;
-    sendError(reply, refusal!, [['x-murmur-generation', String(generation)]]);
-    return;
-  }
+  if (refusal || !entries) return refuse(reply, generation, refusal!, (code, reason) => record(code, reason, null, null));
   const total = entries.reduce((sum, e) => sum + e.size, 0);
   if (!(await traced(() => record('ok', null, entries.length, total), reply, generation))) return;
   const body = Buffer.from(
@@ -93,13 +89,21 @@ async function handleRead(session: Session, method: string, raw: string, generat
       refusal = error as PlaneError;
     }
   }
-  if (refusal || !result) {
-    if (!(await traced(() => record(refusal!.code, refusal!.message, null, null), reply, generation))) return;
-    sendError(reply, refusal!, [['x-murmur-generation', String(generation)]]);
-    return;
-  }
+  if (refusal || !result) return refuse(reply, generation, refusal!, (code, reason) => record(code, reason, null, null));
   if (!(await traced(() => record('ok', null, result.bytes.length, result.sha256), reply, generation))) return;
   send(reply, 200, [...readHeaders(result, generation, session.containment), ['x-murmur-export-root', headerSafe(view!.opts.root)]], result.bytes);
+}
+
+/** Records a refusal (no bytes, no hash) and, once it is recorded, sends it. */
+async function refuse(
+  reply: FastifyReply,
+  generation: number,
+  error: PlaneError,
+  record: (outcome: string, reason: string) => Promise<void>,
+): Promise<void> {
+  if (await traced(() => record(error.code, error.message), reply, generation)) {
+    sendError(reply, error, [['x-murmur-generation', String(generation)]]);
+  }
 }
 
 /**
