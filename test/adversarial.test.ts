@@ -18,7 +18,7 @@ import { mintToken, randomNonceHex } from '../src/peer/handle.js';
 import {
   filesManifest, launch, rawExchange, rawGet, rawRequest, readTrace, sha256Hex, type Launched, type RawResponse,
 } from './helpers/http.js';
-import { runSwapper } from './helpers/race.js';
+import { raceSwaps, racesTimeout, sawAll } from './helpers/race.js';
 import { fdCount, makeTree, removeTree, tempDir } from './helpers/tree.js';
 
 const RESOLVERS: native.ResolverKind[] = native.openat2Available() ? ['openat2', 'walk'] : ['walk'];
@@ -91,30 +91,25 @@ function codeOf(res: RawResponse): string {
 }
 
 /** Reads `/resources/files/<rel>` and lists, over fresh connections, until `done()` (bounded). */
-async function hammer(url: string, targets: string[], done: () => boolean, maxRequests = 4000): Promise<Map<string, number>> {
-  const seen = new Map<string, number>();
+/** One request of a race: checks that nothing outside leaked, and names the outcome `list:code`/`read:code`. */
+function hammerStep(url: string, targets: string[]): () => Promise<string> {
   let n = 0;
-  const worker = async () => {
-    while (!done() && n < maxRequests) {
-      const target = targets[n++ % targets.length]!;
-      const res = await rawGet(url, target);
-      expectNoSecret(res);
-      if (res.status === 200) {
-        if (target.endsWith('/resources/files')) {
-          for (const e of res.json().entries) {
-            expect(e.sha256).not.toBe(SECRET_SHA);
-          }
-        } else {
-          expect(res.body.toString()).toBe(INSIDE);
-          expect(res.header('etag')).toBe(`"sha256:${sha256Hex(res.body)}"`);
+  return async () => {
+    const target = targets[n++ % targets.length]!;
+    const res = await rawGet(url, target);
+    expectNoSecret(res);
+    if (res.status === 200) {
+      if (target.endsWith('/resources/files')) {
+        for (const e of res.json().entries) {
+          expect(e.sha256).not.toBe(SECRET_SHA);
         }
+      } else {
+        expect(res.body.toString()).toBe(INSIDE);
+        expect(res.header('etag')).toBe(`"sha256:${sha256Hex(res.body)}"`);
       }
-      const key = `${target.endsWith('/resources/files') ? 'list' : 'read'}:${codeOf(res)}`;
-      seen.set(key, (seen.get(key) ?? 0) + 1);
     }
+    return `${target.endsWith('/resources/files') ? 'list' : 'read'}:${codeOf(res)}`;
   };
-  await Promise.all([worker(), worker(), worker(), worker()]);
-  return seen;
 }
 
 // ── 1. Swapping the export root (or an ancestor of it) for an escaping symlink ─────────────────────
@@ -128,7 +123,7 @@ describe.each(RESOLVERS)('export root swapped under load (%s)', (resolver) => {
     { name: 'root <-> two-hop link chain that climbs out', root: 'out/', a: 'out', b: 'evil-hop' },
     { name: 'ancestor a/ of root a/b/out <-> escaping link', root: 'a/b/out/', a: 'a', b: 'evil-a' },
   ];
-  it.each(cases)('$name: reads and listings never see an outside byte', async ({ root, a, b }) => {
+  it.for(cases)('$name: reads and listings never see an outside byte', racesTimeout(1), async ({ root, a, b }, ctx) => {
     const base = scratch([
       `outside/f.txt: ${SECRET}`,
       `outside/sub/f.txt: ${SECRET}`,
@@ -143,10 +138,10 @@ describe.each(RESOLVERS)('export root swapped under load (%s)', (resolver) => {
     symlinkSync(join(base, 'outside'), join(base, 'work/evil-abs'));
     const work = join(base, 'work');
     const srv = await up(work, { resolver, root });
-    let stop = false;
-    const swaps = runSwapper(join(work, a), join(work, b), 150_000).finally(() => (stop = true));
-    const seen = await hammer(srv.url, ['/resources/files/f.txt', '/resources/files'], () => stop);
-    expect(await swaps).toBe(150_000);
+    const seen = await raceSwaps(ctx, join(work, a), join(work, b), {
+      step: hammerStep(srv.url, ['/resources/files/f.txt', '/resources/files']),
+      enough: sawAll(400, 'read:ok', (k) => k.startsWith('read:') && k !== 'read:ok'),
+    });
     // Both states were met: the reads really interleaved with the swaps.
     expect(seen.get('read:ok') ?? 0).toBeGreaterThan(0);
     expect([...seen.keys()].some((k) => k.startsWith('read:') && k !== 'read:ok')).toBe(true);
@@ -155,7 +150,7 @@ describe.each(RESOLVERS)('export root swapped under load (%s)', (resolver) => {
 });
 
 describe.each(RESOLVERS)('listing while directories are swapped for links (%s)', (resolver) => {
-  it.each(['sealed', 'scoped', 'advisory'] as Containment[])('never lists an outside file (%s)', async (containment) => {
+  it.for(['sealed', 'scoped', 'advisory'] as Containment[])('never lists an outside file (%s)', racesTimeout(1), async (containment, ctx) => {
     const base = scratch([
       `outside/f.txt: ${SECRET}`,
       `outside/deep/g.txt: ${SECRET}`,
@@ -167,10 +162,10 @@ describe.each(RESOLVERS)('listing while directories are swapped for links (%s)',
     ]);
     const work = join(base, 'work');
     const srv = await up(work, { resolver, containment });
-    let stop = false;
-    const swaps = runSwapper(join(work, 'out/mid'), join(work, 'out/swap'), 100_000).finally(() => (stop = true));
-    const seen = await hammer(srv.url, ['/resources/files', '/resources/files/mid/deep/up', '/resources/files/mid/l'], () => stop);
-    expect(await swaps).toBe(100_000);
+    const seen = await raceSwaps(ctx, join(work, 'out/mid'), join(work, 'out/swap'), {
+      step: hammerStep(srv.url, ['/resources/files', '/resources/files/mid/deep/up', '/resources/files/mid/l']),
+      enough: sawAll(300, 'list:ok'),
+    });
     expect(seen.get('list:ok') ?? 0).toBeGreaterThan(0);
     for (const key of seen.keys()) {
       expect(['list:ok', 'read:ok', 'read:outside_root', 'read:not_found', 'read:symlink_refused']).toContain(key);
@@ -420,15 +415,15 @@ describe.each(RESOLVERS)('special files (%s)', (resolver) => {
     expect({ writerReleased: existsSync(marker), deviceOpens: opens() }).toEqual({ writerReleased: false, deviceOpens: 0 });
   });
 
-  it('a FIFO, a socket and a device swapped in for the file between resolution and open never block or serve', async () => {
+  it('a FIFO, a socket and a device swapped in for the file between resolution and open never block or serve', racesTimeout(3), async (ctx) => {
     const work = scratch([`out/f.txt: ${INSIDE}`, 'out/p |', 'out/s =']);
     execFileSync('mknod', [join(work, 'out/z'), 'c', '1', '5']);
     const srv = await up(work, { resolver });
     for (const other of ['p', 's', 'z']) {
-      let stop = false;
-      const swaps = runSwapper(join(work, 'out/f.txt'), join(work, 'out', other), 60_000).finally(() => (stop = true));
-      const seen = await hammer(srv.url, ['/resources/files/f.txt', '/resources/files'], () => stop, 3000);
-      expect(await swaps).toBe(60_000);
+      const seen = await raceSwaps(ctx, join(work, 'out/f.txt'), join(work, 'out', other), {
+        step: hammerStep(srv.url, ['/resources/files/f.txt', '/resources/files']),
+        enough: sawAll(300, 'read:ok'),
+      });
       for (const key of seen.keys()) expect(['read:ok', 'read:not_a_regular_file', 'read:not_found', 'list:ok']).toContain(key);
       expect(seen.get('read:ok') ?? 0).toBeGreaterThan(0);
     }
@@ -861,24 +856,21 @@ function handleFor(srv: Launched, p: string): string {
 }
 
 describe.each(RESOLVERS)('peer plane (%s)', (resolver) => {
-  it('a valid handle redeemed while the peer root is swapped for an escaping link never yields the secret', async () => {
+  it('a valid handle redeemed while the peer root is swapped for an escaping link never yields the secret', racesTimeout(1), async (ctx) => {
     const base = scratch([`outside/f.txt: ${SECRET}`, `work/out/f.txt: ${INSIDE}`, 'work/evil -> ../outside']);
     const work = join(base, 'work');
     const srv = await upPeer(work, resolver);
     const token = handleFor(srv, 'f.txt');
-    let stop = false;
-    const swaps = runSwapper(join(work, 'out'), join(work, 'evil'), 100_000).finally(() => (stop = true));
-    const seen = new Map<string, number>();
-    const worker = async () => {
-      for (let n = 0; !stop && n < 1500; n++) {
+    const seen = await raceSwaps(ctx, join(work, 'out'), join(work, 'evil'), {
+      workers: 3,
+      step: async () => {
         const res = await rawGet(srv.url, `/resources/peer/${token}`, [['x-murmur-audience', AUD]]);
         expectNoSecret(res);
         if (res.status === 200) expect(res.body.toString()).toBe(INSIDE);
-        seen.set(codeOf(res), (seen.get(codeOf(res)) ?? 0) + 1);
-      }
-    };
-    await Promise.all([worker(), worker(), worker()]);
-    expect(await swaps).toBe(100_000);
+        return codeOf(res);
+      },
+      enough: sawAll(300, 'ok'),
+    });
     for (const code of seen.keys()) expect(['ok', 'outside_root', 'not_found']).toContain(code);
     expect(seen.get('ok') ?? 0).toBeGreaterThan(0);
   });
