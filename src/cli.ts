@@ -2,11 +2,14 @@
 // The `resource-plane` command: argv → a session (serve), the grants a launch would have
 // (explain-scope), the two-capsule demo, and small operator client verbs. Diagnostics from the
 // manifest print as `error[CODE]: …` / `  hint: …` and exit 2; other launch failures exit 1.
-import { Command, CommanderError, Option } from 'commander';
-import { ManifestError } from './manifest.js';
-import { launch, stderrLogger, UsageError, parseContainment, type LaunchOptions } from './launch.js';
 import { dirname, resolve } from 'node:path';
-import { checkExportRootsAt, loadManifest } from './session.js';
+import { Command, CommanderError, Option } from 'commander';
+import { UsageError } from './codes.js';
+import { checkExportRootsAt } from './launch/checks.js';
+import { launch, stderrLogger } from './launch/launch.js';
+import { loadManifest } from './launch/manifest-file.js';
+import { parseContainment } from './launch/options.js';
+import { ManifestError } from './manifest/diagnostics.js';
 import { effectiveGrants, renderExplainScope } from './scope.js';
 
 function fail(error: unknown): never {
@@ -26,11 +29,21 @@ function fail(error: unknown): never {
   process.exit(1);
 }
 
-type ServeFlags = Omit<LaunchOptions, 'logger'> & { control: 'stdio' | 'none' };
+interface ServeFlags {
+  workdir: string;
+  manifest?: string;
+  listen: string;
+  advertise?: string;
+  sessionId?: string;
+  containment: string;
+  trace?: string;
+  control: 'stdio' | 'none';
+}
 
 async function serveCommand(flags: ServeFlags): Promise<void> {
   const logger = stderrLogger();
-  const launched = await launch({ ...flags, logger });
+  const { manifest, trace, control: _control, ...rest } = flags;
+  const launched = await launch({ ...rest, manifestPath: manifest, tracePath: trace, logger });
   const { session, server } = launched;
   const ready = {
     event: 'listening',

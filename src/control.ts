@@ -7,8 +7,9 @@ import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import type { Launched } from './launch.js';
-import { callTool, toolDefinitions, ToolError } from './tools.js';
+import { Refusal, renderTool } from './codes.js';
+import type { Launched } from './launch/launch.js';
+import { callTool, toolDefinitions } from './tools/index.js';
 
 export const TASK_COMPLETED = 'notifications/task_completed';
 export const LISTENING = 'notifications/resource_plane/listening';
@@ -32,7 +33,7 @@ export async function runControl(launched: Launched, ready: Record<string, unkno
       const result = await callTool(session, request.params.name, request.params.arguments ?? {});
       return { content: [{ type: 'text', text: JSON.stringify(result) }], structuredContent: result };
     } catch (error) {
-      const refusal = error instanceof ToolError ? error : new ToolError('io_error', 'the tool failed unexpectedly');
+      const refusal = renderTool(error instanceof Refusal ? error : new Refusal('io_error', 'the tool failed unexpectedly'));
       return { isError: true, content: [{ type: 'text', text: JSON.stringify({ error: refusal.code, message: refusal.message }) }] };
     }
   });

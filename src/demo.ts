@@ -6,9 +6,9 @@ import { cpSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { launch, stderrLogger, type Launched } from './launch.js';
-import { fetchPeerFile } from './peer/fetch.js';
-import { shareFile } from './peer/mint.js';
+import { launch, stderrLogger, type Launched } from './launch/launch.js';
+import { fetchPeerFile } from './tools/fetch-peer-file.js';
+import { shareFile } from './tools/share-file.js';
 
 const examples = join(dirname(fileURLToPath(import.meta.url)), '..', 'examples');
 
@@ -18,7 +18,7 @@ export async function runDemo(out: (line: string) => void = (l) => process.stdou
   logger.level = process.env.RESOURCE_PLANE_LOG_LEVEL ?? 'warn';
   const start = async (name: string) => {
     cpSync(join(examples, name), join(scratch, name), { recursive: true });
-    return launch({ workdir: join(scratch, name), containment: 'sealed', trace: join(scratch, `${name}.trace.jsonl`), logger });
+    return launch({ workdir: join(scratch, name), containment: 'sealed', tracePath: join(scratch, `${name}.trace.jsonl`), logger });
   };
   const reporter = await start('reporter');
   const reader = await start('reader');

@@ -1,14 +1,26 @@
 // One declared export root seen through the resolver: the shared reader both planes and the mint
 // use, so a path is judged by exactly one piece of code whichever door it came through. It lowers
-// the path (src/paths.ts), calls the native resolver/reader, and speaks the wire vocabulary.
-import { fromNative, PlaneError, type Plane } from './errors.js';
+// the path (src/paths.ts), calls the native resolver/reader, and turns every native failure into a
+// neutral Refusal (src/codes.ts); the edge that answers renders it.
+import { NATIVE_TO_CODE, Refusal } from './codes.js';
 import * as native from './native.js';
 import { lowerRelpath } from './paths.js';
+import type { Containment } from './wire.js';
 
-export type Containment = 'advisory' | 'scoped' | 'sealed';
+/**
+ * Any failure of a native call, as a Refusal carrying the native detail (errno text, never a
+ * path). Anything that is not a NativeError is an io_error whose text (which could carry a host
+ * path) is not passed on: an unexpected exception fails closed.
+ */
+export function refusalFromNative(error: unknown): Refusal {
+  if (error instanceof Refusal) return error;
+  if (error instanceof native.NativeError) {
+    return new Refusal(NATIVE_TO_CODE[error.code] ?? 'io_error', error.detail || error.code.toLowerCase());
+  }
+  return new Refusal('io_error', 'internal error');
+}
 
 export interface ExportViewOptions {
-  plane: Plane;
   /**
    * The workdir descriptor, asked for on every call rather than captured: once the session closes
    * the number may be reused by an unrelated open, so a stale view must fail, not follow it.
@@ -36,7 +48,7 @@ export class ExportView {
   /** Lowers `raw` or throws outside_root; returns the canonical relpath. */
   lower(raw: string, source: 'url' | 'text'): string {
     const lowered = lowerRelpath(raw, source);
-    if (!lowered.ok) throw new PlaneError(this.opts.plane, 'outside_root');
+    if (!lowered.ok) throw new Refusal('outside_root');
     return lowered.relpath;
   }
 
@@ -45,7 +57,7 @@ export class ExportView {
     try {
       return await native.readFile(this.opts.workdirFd(), this.opts.root, relpath, this.opts.maxBytes, this.resolveOpts);
     } catch (error) {
-      throw fromNative(this.opts.plane, error, this.opts.maxBytes);
+      throw refusalFromNative(error);
     }
   }
 
@@ -54,7 +66,7 @@ export class ExportView {
     try {
       return await native.statFile(this.opts.workdirFd(), this.opts.root, relpath, this.resolveOpts);
     } catch (error) {
-      throw fromNative(this.opts.plane, error, this.opts.maxBytes);
+      throw refusalFromNative(error);
     }
   }
 
@@ -65,7 +77,7 @@ export class ExportView {
     try {
       return (await run).entries;
     } catch (error) {
-      throw fromNative(this.opts.plane, error, this.opts.maxBytes);
+      throw refusalFromNative(error);
     }
   }
 }

@@ -1,40 +1,33 @@
-// One session: the manifest's grants, the workdir descriptor held from launch, the instance key,
-// the generation counter, the trace and the capsule's identity. Everything a plane or a tool needs
-// comes from here; nothing here knows HTTP.
+// One session's state: the manifest's grants, the workdir descriptor held from launch, the instance
+// key, the generation counter, the trace and the capsule's identity (session id, advertised URL),
+// all fixed when it is constructed. Nothing here reads files, checks a launch or knows HTTP:
+// src/launch/ validates and builds a Session.
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, lstatSync, mkdirSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
 import { homedir } from 'node:os';
-import { isAbsolute, join, resolve } from 'node:path';
+import { join } from 'node:path';
+import { Refusal, UsageError } from './codes.js';
 import { ExportView } from './export-view.js';
-import { checkRootsInsideWorkdir, parseManifest, type Containment, type Manifest, ManifestError } from './manifest.js';
+import { InstanceKey } from './handle/key.js';
+import type { Manifest } from './manifest/model.js';
 import * as native from './native.js';
-import { InstanceKey } from './peer/key.js';
 import { effectiveGrants, type EffectiveGrants } from './scope.js';
-import { Trace } from './trace.js';
-
-export const CONTAINMENT_CLASSES: readonly Containment[] = ['advisory', 'scoped', 'sealed'];
-
-export interface SessionOptions {
-  workdir: string;
-  /** Manifest file; default `<workdir>/murmur.yaml`. */
-  manifestPath?: string;
-  /** Already-parsed manifest (the TS API); wins over manifestPath. */
-  manifest?: Manifest;
-  sessionId?: string;
-  containment?: Containment;
-  /** Trace file; default in the records directory, outside the workdir. */
-  tracePath?: string;
-  /** Force a resolver (tests); default: openat2 when available, else the walk. */
-  resolver?: native.ResolverKind;
-}
+import type { Trace } from './trace.js';
+import type { Containment } from './wire.js';
 
 export type ToolName = 'share-file' | 'fetch-peer-file';
 
 /** What a session id may be: it names a records directory and appears in every trace line. */
-export const SESSION_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
+const SESSION_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
 
 export function newSessionId(): string {
   return `ses_${randomBytes(16).toString('hex')}`;
+}
+
+/** The one validation of a session id; absent → a fresh one. */
+export function parseSessionId(value: string | undefined): string {
+  if (value === undefined) return newSessionId();
+  if (!SESSION_ID.test(value)) throw new UsageError(`--session-id must be 1-128 characters of [A-Za-z0-9_.:-] (got '${value}')`);
+  return value;
 }
 
 /** `~/.murmur/records/<workdir digest>/<session-id>/trace.jsonl`: per workdir, per session. */
@@ -44,84 +37,19 @@ export function defaultTracePath(workdirReal: string, sessionId: string): string
   return join(base, digest, sessionId, 'trace.jsonl');
 }
 
-/** Reads and validates a manifest file; a missing or unreadable file is an E-MAN-003 diagnostic. */
-export function loadManifest(path: string): Manifest {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (error) {
-    throw new ManifestError(
-      'E-MAN-003',
-      `cannot read the manifest '${path}': ${(error as NodeJS.ErrnoException).code ?? 'unknown error'}`,
-      'pass --manifest FILE, or put murmur.yaml at the workdir root',
-    );
-  }
-  return parseManifest(text);
-}
-
-/**
- * What to show as "resolves to" when the resolver refused a root the host's realpath accepted: the
- * first symlink target with an absolute path on the way (the usual cause), else the first symlink
- * target at all (a relative one climbing out, e.g. through /proc), else the root as declared.
- */
-function refusedRootShown(workdir: string, declared: string): string {
-  let current = workdir;
-  let firstTarget: string | null = null;
-  for (const component of declared.split('/').filter((c) => c !== '' && c !== '.')) {
-    const next = join(current, component);
-    try {
-      if (!lstatSync(next).isSymbolicLink()) {
-        current = next;
-        continue;
-      }
-      const target = readlinkSync(next);
-      if (isAbsolute(target)) return target;
-      firstTarget ??= target;
-      current = realpathSync(next);
-    } catch {
-      break;
-    }
-  }
-  return firstTarget ?? declared;
-}
-
-/**
- * The launch checks of the export roots: E-CAP-007 both as the host sees it (realpath leaves the
- * workdir) and as every request will see it (the resolver refuses the root, e.g. because a link on
- * the way has an absolute target, which is outside_root even when on the host it points inside).
- * Without the second check such a launch would succeed and then refuse every request.
- */
-export async function checkExportRoots(manifest: Manifest, workdirReal: string, workdirFd: number, resolver: native.ResolverKind): Promise<void> {
-  checkRootsInsideWorkdir(manifest, workdirReal);
-  const roots: Array<[string, string]> = [];
-  if (manifest.files) roots.push(['exports.files.root', manifest.files.root]);
-  if (manifest.peerFiles) roots.push(['exports.peer_files.root', manifest.peerFiles.root]);
-  for (const [field, declared] of roots) {
-    try {
-      await native.checkRoot(workdirFd, declared, resolver);
-    } catch (error) {
-      if (!(error instanceof native.NativeError) || error.code !== 'OUTSIDE_ROOT') throw error;
-      const shown = refusedRootShown(workdirReal, declared);
-      throw new ManifestError(
-        'E-CAP-007',
-        `${field} '${declared}' resolves to '${shown}', which is outside the capsule workdir '${workdirReal}'`,
-        'an export root may be a symlink only with a relative target that stays inside the workdir: ' +
-          'inside a sealed sandbox an absolute path does not name a host path, so every request would be refused',
-      );
-    }
-  }
-}
-
-/** Opens the workdir just long enough to run checkExportRoots (explain-scope has no session). */
-export async function checkExportRootsAt(manifest: Manifest, workdir: string, resolver: native.ResolverKind = native.chooseResolver()): Promise<void> {
-  if (!existsSync(workdir)) return;
-  const real = realpathSync(workdir);
-  const fd = await native.openDirectory(real);
-  try {
-    await checkExportRoots(manifest, real, fd, resolver);
-  } finally {
-    native.closeFd(fd);
-  }
+export interface SessionInit {
+  manifest: Manifest;
+  /** The workdir's real path. */
+  workdir: string;
+  /** A directory descriptor of `workdir`; the session owns it from here on. */
+  workdirFd: number;
+  sessionId: string;
+  containment: Containment;
+  resolver: native.ResolverKind;
+  /** Open, with `session_start` not yet written. */
+  trace: Trace;
+  /** Where this capsule says it is reachable (agent card, audience); null for a session that serves nothing. */
+  advertisedUrl: string | null;
 }
 
 export class Session {
@@ -135,16 +63,13 @@ export class Session {
   readonly files: ExportView | null;
   readonly peerFiles: ExportView | null;
   readonly key: InstanceKey | null;
-  /** Where this capsule says it is reachable (agent card, audience); set when the listener binds. */
-  advertisedUrl = '';
+  readonly advertisedUrl: string | null;
   private workdirFd: number;
   private generationCount = 0;
   private closed = false;
 
-  private constructor(init: {
-    manifest: Manifest; workdir: string; workdirFd: number; sessionId: string; containment: Containment;
-    resolver: native.ResolverKind; trace: Trace;
-  }) {
+  /** Takes ownership of the descriptor and the trace, and writes `session_start`. */
+  constructor(init: SessionInit) {
     this.manifest = init.manifest;
     this.workdir = init.workdir;
     this.workdirFd = init.workdirFd;
@@ -152,63 +77,26 @@ export class Session {
     this.containment = init.containment;
     this.resolver = init.resolver;
     this.trace = init.trace;
+    this.advertisedUrl = init.advertisedUrl;
     this.grants = effectiveGrants(init.manifest, init.containment);
     const common = { workdirFd: () => this.workdirDescriptor, containment: init.containment, resolver: init.resolver };
     const { files, peerFiles } = init.manifest;
-    this.files = files ? new ExportView({ ...common, plane: 'files', root: files.root, maxBytes: files.maxBytes }) : null;
-    this.peerFiles = peerFiles ? new ExportView({ ...common, plane: 'peer', root: peerFiles.root, maxBytes: peerFiles.maxBytes }) : null;
+    this.files = files ? new ExportView({ ...common, root: files.root, maxBytes: files.maxBytes }) : null;
+    this.peerFiles = peerFiles ? new ExportView({ ...common, root: peerFiles.root, maxBytes: peerFiles.maxBytes }) : null;
+    // Written before the key exists, so a launch that cannot record its start leaves no key behind.
+    this.trace.start({
+      containment_achieved: init.containment,
+      resolver: init.resolver,
+      tools_declared: this.toolsDeclared(),
+      effective_grants: this.grants,
+    });
     // The key exists only when something can be minted, and only in locked memory.
     this.key = peerFiles ? InstanceKey.generate() : null;
   }
 
-  /**
-   * Validates everything first (manifest, roots, options) so that a refused launch creates nothing;
-   * then opens the workdir descriptor and the trace and writes `session_start`.
-   */
-  static async open(opts: SessionOptions): Promise<Session> {
-    const containment = opts.containment ?? 'advisory';
-    if (!CONTAINMENT_CLASSES.includes(containment)) throw new Error(`unknown containment class '${containment}'`);
-    const sessionId = opts.sessionId ?? newSessionId();
-    if (!SESSION_ID.test(sessionId)) {
-      throw new Error('--session-id must be 1-128 characters of [A-Za-z0-9_.:-]');
-    }
-    const requested = resolve(opts.workdir);
-    const manifest = opts.manifest ?? loadManifest(opts.manifestPath ?? join(requested, 'murmur.yaml'));
-    const resolver = opts.resolver ?? native.chooseResolver();
-    // A workdir that does not exist yet has no roots to escape; it is created only after every
-    // check passed, so a refused launch leaves nothing behind. The descriptor the roots are
-    // checked through is the one held for the session.
-    const existed = existsSync(requested);
-    if (!existed) mkdirSync(requested, { recursive: true, mode: 0o755 });
-    const workdir = realpathSync(requested);
-    const workdirFd = await native.openDirectory(workdir);
-    let trace: Trace;
-    try {
-      if (existed) await checkExportRoots(manifest, workdir, workdirFd, resolver);
-      const tracePath = opts.tracePath ? resolve(opts.tracePath) : defaultTracePath(workdir, sessionId);
-      trace = Trace.open(tracePath, sessionId);
-    } catch (error) {
-      native.closeFd(workdirFd);
-      throw error;
-    }
-    const session = new Session({ manifest, workdir, workdirFd, sessionId, containment, resolver, trace });
-    try {
-      trace.start({
-        containment_achieved: containment,
-        resolver,
-        tools_declared: session.toolsDeclared(),
-        effective_grants: session.grants,
-      });
-    } catch (error) {
-      await session.close();
-      throw error;
-    }
-    return session;
-  }
-
   /** The workdir descriptor; throws once the session is closed (the number may be reused). */
   get workdirDescriptor(): number {
-    if (this.closed) throw new native.NativeError('IO_ERROR', 'the session is closed', 0);
+    if (this.closed) throw new Refusal('io_error', 'the session is closed');
     return this.workdirFd;
   }
 

@@ -5,7 +5,7 @@
 import { closeSync, constants, fsync, mkdirSync, openSync, write, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { v7 as uuidv7 } from 'uuid';
-import { redactHandles } from './peer/handle.js';
+import { redactHandles } from './redact.js';
 
 export type TraceFields = Record<string, unknown>;
 

@@ -12,9 +12,9 @@ import {
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { list as clientList } from '../src/client.js';
-import type { Containment } from '../src/manifest.js';
+import type { Containment } from '../src/manifest/model.js';
 import * as native from '../src/native.js';
-import { mintToken, randomNonceHex } from '../src/peer/handle.js';
+import { mintToken, randomNonceHex } from '../src/handle/token.js';
 import {
   filesManifest, launch, rawExchange, rawGet, rawRequest, readTrace, sha256Hex, type Launched, type RawResponse,
 } from './helpers/http.js';
@@ -799,7 +799,7 @@ describe('the trace as the account of what left', () => {
   });
 
   // DOCUMENTS (passes; a design trade-off worth knowing): the trace redacts anything shaped like
-  // `mh1.<seg>.<seg>` in every string, deliberately loosely (src/peer/handle.ts TOKEN_PATTERN), so a
+  // `mh1.<seg>.<seg>` in every string, deliberately loosely (src/handle/token.ts TOKEN_PATTERN), so a
   // capsule that names a file e.g. `q3.mh1.tar.gz` gets its path recorded as `q3.<handle:…>` on
   // every read and mint: the record of *which* file left is blurred (the sha256 still pins the
   // bytes). Redacting only fields that can carry a token (URLs, handles) would keep paths exact.

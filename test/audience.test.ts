@@ -3,7 +3,7 @@
  * own name and advertised URL at redeem, and the same string either way.
  */
 import { describe, expect, it } from 'vitest';
-import { audienceFromCard, ownAudience } from '../src/peer/audience.js';
+import { audienceFromCard, ownAudience } from '../src/handle/audience.js';
 
 const NO_NAME = "the peer's agent card carries no 'name'";
 const NO_URL =

@@ -161,7 +161,7 @@ describe('an export root reached through an absolute symlink', () => {
       : 'name: x\nversion: "1"\nexports:\n  peer_files:\n    root: out\n';
     writeFileSync(join(workdir, 'murmur.yaml'), manifest);
     const field = block === 'files' ? 'exports.files.root' : 'exports.peer_files.root';
-    const expected = `error[E-CAP-007]: ${field} 'out' resolves to '${join(workdir, 'real')}', which is outside the capsule workdir '${workdir}'\n  hint: an export root may be a symlink only with a relative target`;
+    const expected = `error[E-CAP-007]: ${field} 'out' resolves to '${join(workdir, 'real')}', which is outside the capsule workdir '${workdir}'\n  hint: point ${field} at a directory inside the workdir; a symlinked root needs a relative target`;
     const r = runCli(['serve', '--workdir', workdir, '--trace', join(base, 't.jsonl')]);
     expect(r.status).toBe(2);
     expect(r.stderr.startsWith(expected)).toBe(true);

@@ -3,16 +3,15 @@ import { createServer, type Server } from 'node:http';
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseManifest } from '../src/manifest.js';
-import { serve, type RunningServer } from '../src/server.js';
-import { Session } from '../src/session.js';
+import { parseManifest } from '../src/manifest/model.js';
+import { launch, type Launched } from '../src/launch/launch.js';
 import { runCliAsync as runCli } from './helpers/cli.js';
 import { makeTree, removeTree, tempDir } from './helpers/tree.js';
 
 let workdir: string;
 let outDir: string;
-let session: Session;
-let server: RunningServer;
+let launched: Launched;
+let server: Launched['server'];
 let liar: Server;
 let liarUrl: string;
 
@@ -20,13 +19,13 @@ beforeAll(async () => {
   workdir = tempDir();
   outDir = tempDir();
   makeTree(workdir, ['out/report.md: the report', 'out/sub dir/é.txt: accented', 'out/big.bin @ 2k', 'secret.txt: SECRET']);
-  session = await Session.open({
+  launched = await launch({
     workdir,
     manifest: parseManifest('name: c\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n    max_bytes: 1Ki\n'),
     tracePath: join(outDir, 'trace.jsonl'),
     containment: 'sealed',
   });
-  server = await serve(session);
+  server = launched.server;
   // A server that answers like the operator plane but whose etag does not describe its body.
   liar = createServer((_req, res) => {
     res.writeHead(200, { 'content-type': 'application/octet-stream', etag: `"sha256:${'0'.repeat(64)}"` });
@@ -37,8 +36,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await server.close();
-  await session.close();
+  await launched.stop();
   await new Promise((r) => liar.close(r));
   removeTree(workdir);
   removeTree(outDir);

@@ -7,7 +7,7 @@ import { mkdirSync, readFileSync, renameSync, statSync, symlinkSync, writeFileSy
 import { METHODS } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Containment } from '../src/manifest.js';
+import type { Containment } from '../src/manifest/model.js';
 import * as native from '../src/native.js';
 import {
   buildEscapeTree,

@@ -6,18 +6,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import {
-  checkRootsInsideWorkdir,
-  destinationMatches,
-  ManifestError,
-  parseByteCount,
-  parseDestination,
-  parseDuration,
-  parseManifest,
-  targetFromPeer,
-  type Destination,
-  type Manifest,
-} from '../src/manifest.js';
+import { checkExportRootsAt } from '../src/launch/checks.js';
+import { destinationMatches, parseDestination, targetFromPeer, type Destination } from '../src/manifest/destinations.js';
+import { parseByteCount, parseDuration } from '../src/manifest/grammars.js';
+import { ManifestError, parseManifest, type Manifest } from '../src/manifest/model.js';
 
 /** Runs `fn`, requires it to throw a ManifestError with `code`, and hands the error back. */
 function catchManifestError(fn: () => unknown, code: ManifestError['code']): ManifestError {
@@ -32,6 +24,13 @@ function catchManifestError(fn: () => unknown, code: ManifestError['code']): Man
   expect(err.code).toBe(code);
   expect(err.hint.length).toBeGreaterThan(10);
   return err;
+}
+
+async function catchManifestErrorAsync(op: Promise<unknown>, code: ManifestError['code']): Promise<ManifestError> {
+  const caught: unknown = await op.then(() => undefined, (err: unknown) => err);
+  return catchManifestError(() => {
+    if (caught !== undefined) throw caught;
+  }, code);
 }
 
 function refuse(yaml: string, code: ManifestError['code'], message?: string | RegExp): ManifestError {
@@ -653,7 +652,7 @@ describe('parseManifest: E-CAP-008', () => {
 
 // ── E-CAP-007 on a real tree ─────────────────────────────────────────────────────────────────────
 
-describe('checkRootsInsideWorkdir', () => {
+describe('the E-CAP-007 launch check (checkExportRootsAt)', async () => {
   let base: string;
   let workdir: string;
   let outside: string;
@@ -678,81 +677,82 @@ describe('checkRootsInsideWorkdir', () => {
     return parseManifest(lines.join(''));
   };
 
-  it('passes roots that do not exist yet', () => {
-    expect(() => checkRootsInsideWorkdir(manifest('out/', 'share/deep/er'), workdir)).not.toThrow();
+  it('passes roots that do not exist yet', async () => {
+    await expect(checkExportRootsAt(manifest('out/', 'share/deep/er'), workdir)).resolves.toBeUndefined();
   });
 
-  it('passes real directories inside, the workdir itself, and symlinks that stay inside', () => {
+  it('passes real directories inside, the workdir itself, and symlinks that stay inside', async () => {
     fs.mkdirSync(path.join(workdir, 'out'));
     fs.mkdirSync(path.join(workdir, 'real-share'));
     fs.symlinkSync('real-share', path.join(workdir, 'share'));
-    expect(() => checkRootsInsideWorkdir(manifest('out/', 'share'), workdir)).not.toThrow();
-    expect(() => checkRootsInsideWorkdir(manifest('.', './out'), workdir)).not.toThrow();
+    await expect(checkExportRootsAt(manifest('out/', 'share'), workdir)).resolves.toBeUndefined();
+    await expect(checkExportRootsAt(manifest('.', './out'), workdir)).resolves.toBeUndefined();
   });
 
-  it('passes a manifest that declares no roots', () => {
-    expect(() => checkRootsInsideWorkdir(parseManifest(HEAD), workdir)).not.toThrow();
+  it('passes a manifest that declares no roots', async () => {
+    await expect(checkExportRootsAt(parseManifest(HEAD), workdir)).resolves.toBeUndefined();
   });
 
-  it('passes a dangling symlink root: it does not exist, and every request resolves beneath the workdir', () => {
-    fs.symlinkSync(path.join(outside, 'missing'), path.join(workdir, 'out'));
-    expect(() => checkRootsInsideWorkdir(manifest('out', null), workdir)).not.toThrow();
+  it('passes a dangling relative symlink root (every request resolves beneath the workdir), refuses a dangling absolute one', async () => {
+    fs.symlinkSync('missing', path.join(workdir, 'out'));
+    await expect(checkExportRootsAt(manifest('out', null), workdir)).resolves.toBeUndefined();
+    // An absolute target is outside as every request sees it, whether or not it exists on the host.
+    fs.symlinkSync(path.join(outside, 'missing'), path.join(workdir, 'share'));
+    const err = await catchManifestErrorAsync(checkExportRootsAt(manifest(null, 'share'), workdir), 'E-CAP-007');
+    expect(err.message).toBe(`exports.peer_files.root 'share' resolves to '${path.join(outside, 'missing')}', which is outside the capsule workdir '${workdir}'`);
   });
 
-  it('passes a root caught in a symlink loop: it resolves nowhere, so it cannot lead out', () => {
+  it('passes a root caught in a symlink loop: it resolves nowhere, so it cannot lead out', async () => {
     fs.symlinkSync('loop', path.join(workdir, 'loop'));
-    expect(() => checkRootsInsideWorkdir(manifest('loop', 'loop/x'), workdir)).not.toThrow();
+    await expect(checkExportRootsAt(manifest('loop', 'loop/x'), workdir)).resolves.toBeUndefined();
   });
 
-  it('lets other filesystem errors through as themselves, not as a manifest diagnostic', () => {
-    expect(() => checkRootsInsideWorkdir(manifest('x'.repeat(300), null), workdir)).toThrow(
-      expect.objectContaining({ code: 'ENAMETOOLONG' }),
-    );
-    expect(() => checkRootsInsideWorkdir(manifest('out', null), path.join(base, 'no-such-workdir'))).toThrow(
-      expect.objectContaining({ code: 'ENOENT' }),
-    );
+  it('passes a root the resolver cannot open at all, and a workdir that does not exist yet', async () => {
+    // Every request resolves the root again and answers not_found: nothing can leak.
+    await expect(checkExportRootsAt(manifest('x'.repeat(300), null), workdir)).resolves.toBeUndefined();
+    await expect(checkExportRootsAt(manifest('out', null), path.join(base, 'no-such-workdir'))).resolves.toBeUndefined();
   });
 
-  it('refuses exports.files.root when it is a symlink pointing out', () => {
+  it('refuses exports.files.root when it is a symlink pointing out', async () => {
     fs.symlinkSync(outside, path.join(workdir, 'out'));
-    const err = catchManifestError(() => checkRootsInsideWorkdir(manifest('out/', null), workdir), 'E-CAP-007');
+    const err = await catchManifestErrorAsync(checkExportRootsAt(manifest('out/', null), workdir), 'E-CAP-007');
     expect(err.message).toBe(
       `exports.files.root 'out/' resolves to '${outside}', which is outside the capsule workdir '${workdir}'`,
     );
     expect(err.render()).toMatch(/^error\[E-CAP-007\]: exports\.files\.root 'out\/' resolves to .*\n {2}hint: point exports\.files\.root at a directory inside the workdir/);
   });
 
-  it('refuses exports.peer_files.root when it is a symlink pointing out', () => {
+  it('refuses exports.peer_files.root when it is a symlink pointing out', async () => {
     fs.mkdirSync(path.join(workdir, 'out'));
     fs.symlinkSync('../outside/sub', path.join(workdir, 'share'));
-    const err = catchManifestError(() => checkRootsInsideWorkdir(manifest('out', 'share'), workdir), 'E-CAP-007');
+    const err = await catchManifestErrorAsync(checkExportRootsAt(manifest('out', 'share'), workdir), 'E-CAP-007');
     expect(err.message).toBe(
       `exports.peer_files.root 'share' resolves to '${path.join(outside, 'sub')}', which is outside the capsule workdir '${workdir}'`,
     );
   });
 
-  it('refuses a root that leaves through an intermediate symlink', () => {
+  it('refuses a root that leaves through an intermediate symlink', async () => {
     fs.symlinkSync(outside, path.join(workdir, 'link'));
-    const err = catchManifestError(() => checkRootsInsideWorkdir(manifest(null, 'link/sub'), workdir), 'E-CAP-007');
+    const err = await catchManifestErrorAsync(checkExportRootsAt(manifest(null, 'link/sub'), workdir), 'E-CAP-007');
     expect(err.message).toBe(
       `exports.peer_files.root 'link/sub' resolves to '${path.join(outside, 'sub')}', which is outside the capsule workdir '${workdir}'`,
     );
   });
 
-  it('refuses a sibling whose name merely starts with the workdir path', () => {
+  it('refuses a sibling whose name merely starts with the workdir path', async () => {
     fs.mkdirSync(`${workdir}-evil`);
     fs.symlinkSync(`${workdir}-evil`, path.join(workdir, 'out'));
-    const err = catchManifestError(() => checkRootsInsideWorkdir(manifest('out', null), workdir), 'E-CAP-007');
+    const err = await catchManifestErrorAsync(checkExportRootsAt(manifest('out', null), workdir), 'E-CAP-007');
     expect(err.message).toContain(`resolves to '${workdir}-evil'`);
   });
 
-  it('compares real paths when the workdir is reached through a symlink', () => {
+  it('compares real paths when the workdir is reached through a symlink', async () => {
     const viaLink = path.join(base, 'workdir-link');
     fs.symlinkSync(workdir, viaLink);
     fs.mkdirSync(path.join(workdir, 'out'));
-    expect(() => checkRootsInsideWorkdir(manifest('out', null), viaLink)).not.toThrow();
+    await expect(checkExportRootsAt(manifest('out', null), viaLink)).resolves.toBeUndefined();
     fs.symlinkSync(outside, path.join(workdir, 'share'));
-    const err = catchManifestError(() => checkRootsInsideWorkdir(manifest('out', 'share'), viaLink), 'E-CAP-007');
+    const err = await catchManifestErrorAsync(checkExportRootsAt(manifest('out', 'share'), viaLink), 'E-CAP-007');
     expect(err.message).toBe(
       `exports.peer_files.root 'share' resolves to '${outside}', which is outside the capsule workdir '${workdir}'`,
     );

@@ -12,13 +12,13 @@ import { createServer as createHttpsServer } from 'node:https';
 import { createServer as createNetServer, type Socket } from 'node:net';
 import { join, relative } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { parseManifest } from '../src/manifest.js';
-import { fetchPeerFile } from '../src/peer/fetch.js';
-import { handleId } from '../src/peer/handle.js';
-import { ToolError } from '../src/errors.js';
-import { shareFile } from '../src/peer/mint.js';
-import { serve } from '../src/server.js';
-import { Session } from '../src/session.js';
+import { parseManifest } from '../src/manifest/model.js';
+import { fetchPeerFile } from '../src/tools/fetch-peer-file.js';
+import { handleId } from '../src/redact.js';
+import { Refusal } from '../src/codes.js';
+import { shareFile } from '../src/tools/share-file.js';
+import { launch } from '../src/launch/launch.js';
+import { openSession } from '../src/launch/open-session.js';
 import { fdCount, makeTree, removeTree, tempDir } from './helpers/tree.js';
 
 // ── Fixtures ─────────────────────────────────────────────────────────────────
@@ -52,14 +52,13 @@ capabilities:
     allow: ["127.0.0.1"]
 `);
   const tracePath = join(records, 'trace.jsonl');
-  const session = await Session.open({ workdir, manifest, tracePath });
-  cleanups.push(() => session.close());
   if (opts.listen) {
-    const server = await serve(session, {});
-    cleanups.push(() => server.close());
-  } else {
-    session.advertisedUrl = 'http://localhost:4242';
+    const launched = await launch({ workdir, manifest, tracePath });
+    cleanups.push(() => launched.stop());
+    return { session: launched.session, workdir, tracePath };
   }
+  const session = await openSession({ workdir, manifest, tracePath, advertisedUrl: 'http://localhost:4242' });
+  cleanups.push(() => session.close());
   return { session, workdir, tracePath };
 }
 
@@ -153,11 +152,11 @@ function honest(body: Buffer | string, extra: Record<string, string> = {}) {
   };
 }
 
-async function refusal(run: () => Promise<unknown>): Promise<ToolError> {
+async function refusal(run: () => Promise<unknown>): Promise<Refusal> {
   try {
     await run();
   } catch (error) {
-    if (error instanceof ToolError) return error;
+    if (error instanceof Refusal) return error;
     throw error;
   }
   throw new Error('expected a refusal');
@@ -183,7 +182,7 @@ function fetchEvents(l: Local): Array<Record<string, unknown>> {
 }
 
 /** After a refusal: nothing landed, no temporary file, the refusal traced, no token anywhere. */
-function assertNothingLanded(l: Local, error: ToolError, handle: string): void {
+function assertNothingLanded(l: Local, error: Refusal, handle: string): void {
   const tree = snapshot(l.workdir);
   expect(tree.filter((p) => p !== 'peer-in/')).toEqual([]);
   expect(tree.some((p) => p.includes('.tmp-'))).toBe(false);

@@ -5,22 +5,20 @@
  * the canonical-encoding cases this implementation adds.
  */
 import { afterAll, describe, expect, it } from 'vitest';
+import { hmacSha256WithKey, InstanceKey } from '../src/handle/key.js';
 import {
   checkShape,
   decodeBase64UrlStrict,
   decodePayloadUnverified,
-  handleId,
   type HandlePayload,
   MAC_DOMAIN,
   mintToken,
   randomNonceHex,
-  redactHandles,
-  redactHandlesDeep,
   sealRaw,
-  storedPathFor,
   verifyToken,
-} from '../src/peer/handle.js';
-import { hmacSha256WithKey, InstanceKey } from '../src/peer/key.js';
+} from '../src/handle/token.js';
+import { handleId, redactHandles, redactHandlesDeep } from '../src/redact.js';
+import { storedPathFor } from '../src/tools/fetch-peer-file.js';
 
 const keys: InstanceKey[] = [];
 function newKey(): InstanceKey {

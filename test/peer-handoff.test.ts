@@ -8,14 +8,14 @@ import { lstatSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { join, relative } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { parseManifest } from '../src/manifest.js';
-import { decodePayloadUnverified } from '../src/peer/handle.js';
-import { fetchPeerFile } from '../src/peer/fetch.js';
-import { ToolError } from '../src/errors.js';
-import { shareFile } from '../src/peer/mint.js';
-import { serve, type RunningServer } from '../src/server.js';
-import { Session } from '../src/session.js';
-import type { Containment } from '../src/manifest.js';
+import { parseManifest } from '../src/manifest/model.js';
+import { decodePayloadUnverified } from '../src/handle/token.js';
+import { fetchPeerFile } from '../src/tools/fetch-peer-file.js';
+import { Refusal } from '../src/codes.js';
+import { shareFile } from '../src/tools/share-file.js';
+import { launch } from '../src/launch/launch.js';
+import type { RunningServer } from '../src/server.js';
+import type { Containment } from '../src/manifest/model.js';
 import { buildEscapeTree, ESCAPE_CASES, MAX_BYTES, SECRET, SECRET_SHA } from './helpers/escape-cases.js';
 import { makeTree, removeTree, tempDir } from './helpers/tree.js';
 
@@ -55,10 +55,8 @@ async function capsule(spec: CapsuleSpec): Promise<Capsule> {
   if (spec.tree) makeTree(workdir, spec.tree);
   const tracePath = join(records, 'trace.jsonl');
   const manifest = parseManifest(`name: ${spec.name}\nversion: 0.1.0\n${spec.yaml ?? ''}`);
-  const session = await Session.open({ workdir, manifest, tracePath, containment: spec.containment ?? 'sealed' });
-  cleanups.push(() => session.close());
-  const server = await serve(session, {});
-  cleanups.push(() => server.close());
+  const { session, server, stop } = await launch({ workdir, manifest, tracePath, containment: spec.containment ?? 'sealed' });
+  cleanups.push(stop);
   const port = new URL(server.url).port;
   return { session, server, workdir, tracePath, address: `127.0.0.1:${port}`, audience: `${spec.name}@localhost:${port}`.toLowerCase() };
 }
@@ -120,11 +118,11 @@ async function countingListener(): Promise<{ address: string; connections: () =>
   return { address: `127.0.0.1:${port}`, connections: () => count };
 }
 
-async function refusal(run: () => Promise<unknown>): Promise<ToolError> {
+async function refusal(run: () => Promise<unknown>): Promise<Refusal> {
   try {
     await run();
   } catch (error) {
-    if (error instanceof ToolError) return error;
+    if (error instanceof Refusal) return error;
     throw error;
   }
   throw new Error('expected a refusal');
@@ -274,7 +272,7 @@ describe('share-file judges the path by the redeem resolver', () => {
           minted = await shareFile(alpha.session, { path: c.raw, peer: beta.address });
           outcome = 'ok';
         } catch (error) {
-          if (!(error instanceof ToolError)) throw error;
+          if (!(error instanceof Refusal)) throw error;
           outcome = error.code;
           expect(error.message, c.raw).toContain('exports.peer_files.root');
           expect(error.message, c.raw).not.toContain(alpha.workdir);
@@ -288,7 +286,7 @@ describe('share-file judges the path by the redeem resolver', () => {
           expect(expected, c.raw).toBe('ok');
           expect(readFileSync(join(beta.workdir, fetched.path), 'utf8'), c.raw).toBe(c.body);
         } catch (error) {
-          if (!(error instanceof ToolError)) throw error;
+          if (!(error instanceof Refusal)) throw error;
           expect(`${c.raw}: ${error.code}`).toBe(`${c.raw}: too_large`);
         }
       }

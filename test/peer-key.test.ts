@@ -17,7 +17,7 @@ import {
   InstanceKey,
   INSTANCE_KEY_BYTES,
   randomBytes,
-} from '../src/peer/key.js';
+} from '../src/handle/key.js';
 
 const sodium = createRequire(import.meta.url)('sodium-native') as Record<string, unknown> & {
   sodium_memzero(buf: Uint8Array): void;
@@ -263,7 +263,7 @@ describe('the key pages outside the MAC window', () => {
       [
         tsc,
         '--ignoreConfig',
-        join(ROOT, 'src/peer/key.ts'),
+        join(ROOT, 'src/handle/key.ts'),
         '--outDir',
         dir,
         '--module',

@@ -4,8 +4,9 @@
 import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Containment } from '../src/manifest.js';
-import { handleId, mintToken, randomNonceHex, sealRaw, type HandlePayload } from '../src/peer/handle.js';
+import type { Containment } from '../src/manifest/model.js';
+import { mintToken, randomNonceHex, sealRaw, type HandlePayload } from '../src/handle/token.js';
+import { handleId } from '../src/redact.js';
 import { launch, rawGet, rawRequest, readTrace, sha256Hex, type Launched } from './helpers/http.js';
 import { makeTree, removeTree, tempDir } from './helpers/tree.js';
 

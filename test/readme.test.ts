@@ -1,19 +1,25 @@
-// The README's error table and the catalogue in src/errors.ts are one fact written twice: this
-// keeps them equal in both directions (every row documented, every documented row real).
+// The README's error table and the catalogue in src/codes.ts are one fact written twice: this
+// keeps them equal in both directions (every code documented, every documented row real).
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { CATALOGUE } from '../src/errors.js';
+import { CATALOGUE } from '../src/codes.js';
 
-function readmeRows(): Map<string, { status: number; files: string | undefined; peer: string | undefined }> {
+type Row = { status: number | null; messages: Record<string, string> };
+
+function readmeRows(): Map<string, Row> {
   const text = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
   const block = /<!-- error-table:start -->([\s\S]*?)<!-- error-table:end -->/.exec(text);
   if (!block) throw new Error('README has no error table markers');
-  const rows = new Map();
+  const rows = new Map<string, Row>();
+  const contexts = ['files', 'peer', 'server', 'tool'];
   for (const line of block[1]!.trim().split('\n').slice(2)) {
-    const cells = line.split('|').slice(1, -1).map((c) => c.trim());
-    const [status, code, files, peer] = cells as [string, string, string, string];
-    const message = (m: string) => (m === '–' ? undefined : m);
-    rows.set(code.replaceAll('`', ''), { status: Number(status), files: message(files), peer: message(peer) });
+    const cells = line.split(/(?<!\\)\|/).slice(1, -1).map((c) => c.trim().replaceAll('\\|', '|'));
+    const [status, code, ...messages] = cells as [string, string, ...string[]];
+    const row: Row = { status: status === '–' ? null : Number(status), messages: {} };
+    messages.forEach((m, i) => {
+      if (m !== '–') row.messages[contexts[i]!] = m;
+    });
+    rows.set(code.replaceAll('`', ''), row);
   }
   return rows;
 }
@@ -23,7 +29,7 @@ describe('README error table', () => {
     const rows = readmeRows();
     expect([...rows.keys()].sort()).toEqual(Object.keys(CATALOGUE).sort());
     for (const [code, row] of Object.entries(CATALOGUE)) {
-      expect(rows.get(code), code).toEqual({ status: row.status, files: row.files, peer: row.peer });
+      expect(rows.get(code), code).toEqual({ status: row.status, messages: { ...row.messages } });
     }
   });
 });

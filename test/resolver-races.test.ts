@@ -6,7 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ExportView, type Containment } from '../src/export-view.js';
-import { PlaneError } from '../src/errors.js';
+import { Refusal } from '../src/codes.js';
 import * as native from '../src/native.js';
 import { raceSwaps, racesTimeout, sawAll } from './helpers/race.js';
 import { fdCount, makeTree, removeTree, tempDir } from './helpers/tree.js';
@@ -53,7 +53,7 @@ describe.each(RESOLVERS)('symlink-swap race (%s)', (resolver) => {
             expect(r.sha256).toBe(sha(r.bytes));
             return 'ok';
           } catch (error) {
-            if (!(error instanceof PlaneError)) throw error;
+            if (!(error instanceof Refusal)) throw error;
             expect(['outside_root', 'not_found', 'symlink_refused']).toContain(error.code);
             return error.code;
           }
@@ -128,7 +128,7 @@ describe.each(RESOLVERS)('content churn (%s)', (resolver) => {
         expect(r.bytes.length).toBeLessThanOrEqual(150_000);
         expect(r.sha256).toBe(sha(r.bytes));
       } catch (error) {
-        expect((error as PlaneError).code).toBe('too_large');
+        expect((error as Refusal).code).toBe('too_large');
       }
     }
   });

@@ -3,7 +3,7 @@
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ExportView, type Containment } from '../src/export-view.js';
-import { PlaneError } from '../src/errors.js';
+import { Refusal, renderHttp } from '../src/codes.js';
 import * as native from '../src/native.js';
 import { buildEscapeTree, ESCAPE_CASES, LISTED_FOLLOW, LISTED_SCOPED, MAX_BYTES, SECRET, SECRET_SHA } from './helpers/escape-cases.js';
 import { makeTree, removeTree, tempDir } from './helpers/tree.js';
@@ -40,7 +40,7 @@ async function outcome<T>(run: () => Promise<T>): Promise<{ code: string; value?
   try {
     return { code: 'ok', value: await run() };
   } catch (error) {
-    if (error instanceof PlaneError) return { code: error.code };
+    if (error instanceof Refusal) return { code: error.code };
     throw error;
   }
 }
@@ -137,12 +137,13 @@ describe('the read ceiling', () => {
     expect(exact.bytes.length).toBe(MAX_BYTES);
   });
 
-  it('names the declared ceiling in the message', async () => {
+  it('refuses as too_large, rendered with the declared ceiling in the message', async () => {
     try {
       await view(workdirFd, 'sealed', RESOLVERS[0]!).read('big.bin');
       expect.unreachable();
     } catch (error) {
-      expect((error as PlaneError).message).toBe(`file exceeds the declared exports.files.max_bytes of ${MAX_BYTES} bytes`);
+      expect((error as Refusal).code).toBe('too_large');
+      expect(renderHttp('files', error as Refusal, { maxBytes: MAX_BYTES }).message).toBe(`file exceeds the declared exports.files.max_bytes of ${MAX_BYTES} bytes`);
     }
   });
 });

@@ -19,14 +19,14 @@ interface Exemption {
 }
 
 const EXEMPT: Exemption[] = [
-  { file: 'src/peer/fetch.ts', match: 'write(fd, chunk', reason: 'bytes go to the temporary file createInboxTemp(…, PEER_INBOX_DIR) returned: the peer-in row' },
-  { file: 'src/peer/fetch.ts', match: 'commitInboxTemp(temp.dirFd', reason: 'renames within the directory createInboxTemp opened for PEER_INBOX_DIR: the peer-in row' },
-  { file: 'src/peer/fetch.ts', match: 'discardInboxTemp(temp.dirFd', reason: 'removes a file this fetch created inside peer-in: the peer-in row' },
+  { file: 'src/tools/fetch-peer-file.ts', match: 'write(fd, chunk', reason: 'bytes go to the temporary file createInboxTemp(…, PEER_INBOX_DIR) returned: the peer-in row' },
+  { file: 'src/tools/fetch-peer-file.ts', match: 'commitInboxTemp(temp.dirFd', reason: 'renames within the directory createInboxTemp opened for PEER_INBOX_DIR: the peer-in row' },
+  { file: 'src/tools/fetch-peer-file.ts', match: 'discardInboxTemp(temp.dirFd', reason: 'removes a file this fetch created inside peer-in: the peer-in row' },
   { file: 'src/trace.ts', match: 'mkdirSync(dirname(path)', reason: 'the trace lives in the records directory, outside the workdir (an operator --trace is the operator\'s choice)' },
   { file: 'src/trace.ts', match: 'openSync(path, flags', reason: 'the trace file itself, in the records directory' },
   { file: 'src/trace.ts', match: 'writeSync(this.fd', reason: 'appends session_start to the trace' },
   { file: 'src/trace.ts', match: 'write(this.fd', reason: 'appends an event to the trace' },
-  { file: 'src/session.ts', match: 'mkdirSync(requested', reason: 'creates the workdir itself when it does not exist yet, not a path beneath it' },
+  { file: 'src/launch/open-session.ts', match: 'mkdirSync(requested', reason: 'creates the workdir itself when it does not exist yet, not a path beneath it' },
   { file: 'src/demo.ts', match: 'mkdtempSync(', reason: 'the demo makes a scratch directory in the system temp dir to hold its example workdirs' },
   { file: 'src/demo.ts', match: 'cpSync(', reason: 'the demo copies an example capsule to become a workdir before any session starts' },
   { file: 'src/client.ts', match: 'openSync(temp', reason: 'the operator client saves a download where the operator asked (-o), on the operator side' },

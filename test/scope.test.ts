@@ -3,7 +3,7 @@
 // rendering of explain-scope for a fully declared and an undeclared capsule.
 
 import { describe, expect, it } from 'vitest';
-import { parseManifest } from '../src/manifest.js';
+import { parseManifest } from '../src/manifest/model.js';
 import {
   effectiveGrants,
   PEER_INBOX_DIR,

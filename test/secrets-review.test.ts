@@ -14,20 +14,21 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { ToolError } from '../src/errors.js';
-import { parseManifest } from '../src/manifest.js';
-import { fetchPeerFile } from '../src/peer/fetch.js';
-import { handleId, mintToken, randomNonceHex, redactHandles } from '../src/peer/handle.js';
-import { shareFile } from '../src/peer/mint.js';
-import { serve, type RunningServer } from '../src/server.js';
-import { Session } from '../src/session.js';
-import { callTool } from '../src/tools.js';
+import { Refusal } from '../src/codes.js';
+import { parseManifest } from '../src/manifest/model.js';
+import { fetchPeerFile } from '../src/tools/fetch-peer-file.js';
+import { mintToken, randomNonceHex } from '../src/handle/token.js';
+import { handleId, redactHandles } from '../src/redact.js';
+import { shareFile } from '../src/tools/share-file.js';
+import { launch } from '../src/launch/launch.js';
+import type { RunningServer } from '../src/server.js';
+import { callTool } from '../src/tools/index.js';
 import { rawGet, rawRequest, readTrace, type RawResponse } from './helpers/http.js';
 import { makeTree, removeTree, tempDir } from './helpers/tree.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI = join(ROOT, 'dist/cli.js');
-const sodium = createRequire(join(ROOT, 'src/peer/key.ts'))('sodium-native') as Record<string, (...args: any[]) => any>;
+const sodium = createRequire(join(ROOT, 'src/handle/key.ts'))('sodium-native') as Record<string, (...args: any[]) => any>;
 
 // ── Fixtures ─────────────────────────────────────────────────────────────────
 
@@ -54,10 +55,9 @@ async function capsule(name: string, yaml: string, tree: string[] = []): Promise
   cleanups.push(() => removeTree(workdir), () => removeTree(records));
   makeTree(workdir, tree);
   const tracePath = join(records, 'trace.jsonl');
-  const session = await Session.open({ workdir, manifest: parseManifest(`name: ${name}\nversion: "1"\n${yaml}`), tracePath, containment: 'sealed' });
   let logText = '';
   const logger = pino({ level: 'trace' }, { write: (s: string) => void (logText += s) });
-  const server = await serve(session, { logger });
+  const { session, server } = await launch({ workdir, manifest: parseManifest(`name: ${name}\nversion: "1"\n${yaml}`), tracePath, containment: 'sealed', logger });
   const port = new URL(server.url).port;
   let closed = false;
   const close = async () => {
@@ -129,14 +129,14 @@ function leaks(text: string, token: string): string[] {
   return found;
 }
 
-async function refusal(p: Promise<unknown>): Promise<ToolError> {
+async function refusal(p: Promise<unknown>): Promise<Refusal> {
   try {
     await p;
   } catch (error) {
-    if (error instanceof ToolError) return error;
+    if (error instanceof Refusal) return error;
     throw error;
   }
-  throw new Error('expected a ToolError refusal');
+  throw new Error('expected a Refusal refusal');
 }
 
 // ── 1. The token never reaches a log, a trace, an error body or a foreign tool result ──────────
@@ -212,16 +212,16 @@ describe('1. a handle token stays out of every record', () => {
     await c.close();
   });
 
-  // Was a VIOLATION, now fixed (src/peer/mint.ts:136, :151, :163; refuse() at :96): share-file builds three refusal
+  // Was a VIOLATION, now fixed (src/tools/share-file.ts:136, :151, :163; refuse() at :96): share-file builds three refusal
   // messages from the raw `input.peer` (`invalid peer '${peer}'` from targetFromPeer in
   // src/manifest.ts:287/290, "capabilities.network.allow does not include the peer '${input.peer}'",
   // "the agent card of '${input.peer}' could not be fetched") and throws them without
-  // redactHandles, unlike fetch-peer-file's refuse() (src/peer/fetch.ts:138). An agent that puts a
+  // redactHandles, unlike fetch-peer-file's refuse() (src/tools/fetch-peer-file.ts:138). An agent that puts a
   // handle it holds into `peer` (or a runtime that forwards one) gets the token back in the MCP
   // error result (src/control.ts:36 copies refusal.message verbatim), which is exactly the message
   // log the audience binding is meant to make tokens harmless in, and which must not hold tokens.
   // The trace line is redacted (src/trace.ts), so the two records disagree.
-  // Fix: in mint.ts refuse(), `new ToolError(error.code, redactHandles(error.message))` as fetch.ts
+  // Fix: in mint.ts refuse(), `new Refusal(error.code, redactHandles(error.message))` as fetch.ts
   // does; better, redact once at the tool boundary (callTool's catch in src/tools.ts and the error
   // branch of src/control.ts) so no future message can carry one.
   it.each([
@@ -306,7 +306,7 @@ describe('1. a handle token stays out of every record', () => {
     await c.close();
   });
 
-  // Was a VIOLATION, now fixed (src/peer/handle.ts:232/237, TOKEN_PATTERN with String.replace): matches cannot overlap,
+  // Was a VIOLATION, now fixed (src/handle/token.ts:232/237, TOKEN_PATTERN with String.replace): matches cannot overlap,
   // so a token preceded by `mh1.<seg>.` is partly swallowed by the bogus three-segment match that
   // starts at the first `mh1.` and ends at the token's own `mh1`; the rest of the line, the token's
   // payload segment and its MAC, is written in the clear (`<handle:…>.<payload>.<mac>`), and the
@@ -355,11 +355,10 @@ describe('2. the instance key lives in secure memory only, and only while it mus
       import { readFileSync, openSync, readSync, closeSync } from 'node:fs';
       import { createRequire } from 'node:module';
       const root = process.argv[1];
-      const { Session } = await import(root + '/dist/session.js');
-      const { serve } = await import(root + '/dist/server.js');
-      const { parseManifest } = await import(root + '/dist/manifest.js');
-      const { mintToken, verifyToken } = await import(root + '/dist/peer/handle.js');
-      const sodium = createRequire(root + '/dist/peer/key.js')('sodium-native');
+      const { launch } = await import(root + '/dist/launch/launch.js');
+      const { parseManifest } = await import(root + '/dist/manifest/model.js');
+      const { mintToken, verifyToken } = await import(root + '/dist/handle/token.js');
+      const sodium = createRequire(root + '/dist/handle/key.js')('sodium-native');
       function scan(needleX, mask) {
         const fd = openSync('/proc/self/mem', 'r');
         const chunk = Buffer.alloc(1 << 20);
@@ -385,9 +384,8 @@ describe('2. the instance key lives in secure memory only, and only while it mus
         closeSync(fd);
         return hits;
       }
-      const session = await Session.open({ workdir: process.argv[2], tracePath: process.argv[3],
+      const { session, server } = await launch({ workdir: process.argv[2], tracePath: process.argv[3],
         manifest: parseManifest('name: a\\nversion: "1"\\nexports:\\n  peer_files:\\n    root: out/\\n') });
-      const server = await serve(session, {});
       const key = session.key._unsafeBufferForTest();
       const mask = Buffer.alloc(32); sodium.randombytes_buf(mask);
       const kx = Buffer.alloc(32), ix = Buffer.alloc(32), ox = Buffer.alloc(32);
@@ -447,7 +445,7 @@ describe('2. the instance key lives in secure memory only, and only while it mus
     writeFileSync(preload, `
       import { createRequire } from 'node:module';
       import { writeSync } from 'node:fs';
-      const sodium = createRequire(${JSON.stringify(join(ROOT, 'dist/peer/key.js'))})('sodium-native');
+      const sodium = createRequire(${JSON.stringify(join(ROOT, 'dist/handle/key.js'))})('sodium-native');
       for (const name of ['sodium_malloc', 'sodium_free', 'sodium_memzero', 'sodium_mprotect_readwrite']) {
         const orig = sodium[name];
         sodium[name] = function (arg, ...rest) {
@@ -564,7 +562,7 @@ describe('3. tampered payload, tampered MAC, another instance and the wrong audi
   });
 
   it('runs the same work for every one of them: one full HMAC, one constant-time compare, nothing branch-dependent before it', async () => {
-    const { verifyToken } = await import('../src/peer/handle.js');
+    const { verifyToken } = await import('../src/handle/token.js');
     const counts: Record<string, Record<string, number>> = {};
     for (const [label, t, aud] of variants()) {
       const tally: Record<string, number> = {};

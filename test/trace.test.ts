@@ -8,9 +8,9 @@ import { createHash } from 'node:crypto';
 import { closeSync, constants, existsSync, openSync, readFileSync, readSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseManifest } from '../src/manifest.js';
-import { serve } from '../src/server.js';
-import { Session } from '../src/session.js';
+import { parseManifest } from '../src/manifest/model.js';
+import { launch as launchSession } from '../src/launch/launch.js';
+import { openSession } from '../src/launch/open-session.js';
 import { buildEscapeTree, ESCAPE_CASES, MAX_BYTES, SECRET, SECRET_SHA } from './helpers/escape-cases.js';
 import { filesManifest, launch, pool, rawGet, rawRequest, readTrace, sha256Hex, type Launched, type RawRequest, type RawResponse } from './helpers/http.js';
 import { makeTree, removeTree, tempDir } from './helpers/tree.js';
@@ -327,8 +327,7 @@ describe('a trace that cannot be written', () => {
     // read(2)); the session's O_WRONLY open then finds a reader and succeeds.
     const readerFd = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK);
     let readerOpen = true;
-    const session = await Session.open({ workdir, manifest: parseManifest(filesManifest('out/')), tracePath: fifo, containment: 'sealed' });
-    const srv = await serve(session, {});
+    const { session, server: srv } = await launchSession({ workdir, manifest: parseManifest(filesManifest('out/')), tracePath: fifo, containment: 'sealed' });
     try {
       const buf = Buffer.alloc(65536);
       const n = readSync(readerFd, buf, 0, buf.length, null);
@@ -370,10 +369,10 @@ describe('a trace that cannot be written', () => {
     }
   });
 
-  it('Session.open rejects when session_start cannot be written (/dev/full)', async () => {
+  it('openSession rejects when session_start cannot be written (/dev/full)', async () => {
     const workdir = tempDir();
     try {
-      await expect(Session.open({ workdir, manifest: parseManifest(filesManifest('out/')), tracePath: '/dev/full' })).rejects.toThrow();
+      await expect(openSession({ workdir, manifest: parseManifest(filesManifest('out/')), tracePath: '/dev/full' })).rejects.toThrow();
       expect(existsSync(join(workdir, 'out'))).toBe(false);
     } finally {
       removeTree(workdir);

@@ -1,9 +1,7 @@
 // The agent card (SPEC section 7) at /.well-known/agent-card.json, in the A2A shape, so that a peer
 // minting for this capsule derives the same audience this capsule asserts when it redeems.
 import type { Session } from '../session.js';
-
-export const CARD_PATH = '/.well-known/agent-card.json';
-export const CAPSULE_EXTENSION_URI = 'urn:murmur:capsule:v1';
+import { CAPSULE_EXTENSION_URI } from '../wire.js';
 
 export function agentCard(session: Session): Record<string, unknown> {
   const planes: string[] = [];

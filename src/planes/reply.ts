@@ -1,8 +1,9 @@
 // Writing replies the way every plane must: headers in the spec's order, a content-length equal to
 // the body on every response, JSON error bodies from the catalogue.
 import type { FastifyReply } from 'fastify';
-import type { PlaneError } from '../errors.js';
+import type { Rendered } from '../codes.js';
 import type { ReadResult } from '../native.js';
+import { HEADER } from '../wire.js';
 
 export type HeaderList = Array<[string, string]>;
 
@@ -16,10 +17,10 @@ export function send(reply: FastifyReply, status: number, headers: HeaderList, b
 }
 
 /** An error reply: content-type, then the extra headers (generation, handle id, allow). */
-export function sendError(reply: FastifyReply, error: PlaneError, extra: HeaderList = []): FastifyReply {
+export function sendError(reply: FastifyReply, error: Rendered, extra: HeaderList = []): FastifyReply {
   const headers: HeaderList = [['content-type', 'application/json'], ...extra];
   if (error.code === 'method_not_allowed') headers.push(['allow', 'GET']);
-  return send(reply, error.status, headers, error.body());
+  return send(reply, error.status, headers, error.body);
 }
 
 /** The validator headers of a served file, shared by both planes, in the spec's order. */
@@ -27,9 +28,9 @@ export function readHeaders(result: ReadResult, generation: number, containment:
   return [
     ['content-type', 'application/octet-stream'],
     ['etag', `"sha256:${result.sha256}"`],
-    ['x-murmur-mtime-ms', String(result.mtimeMs)],
-    ['x-murmur-generation', String(generation)],
-    ['x-murmur-containment', containment],
+    [HEADER.mtimeMs, String(result.mtimeMs)],
+    [HEADER.generation, String(generation)],
+    [HEADER.containment, containment],
   ];
 }
 

@@ -6,10 +6,11 @@ import { connect } from 'node:net';
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseManifest, type Containment } from '../../src/manifest.js';
+import { parseManifest, type Containment } from '../../src/manifest/model.js';
 import type { ResolverKind } from '../../src/native.js';
-import { serve, type RunningServer } from '../../src/server.js';
-import { Session } from '../../src/session.js';
+import { launch as launchSession } from '../../src/launch/launch.js';
+import type { RunningServer } from '../../src/server.js';
+import type { Session } from '../../src/session.js';
 
 export interface RawResponse {
   /** e.g. `HTTP/1.1` */
@@ -220,30 +221,14 @@ export async function launch(opts: {
   resolver?: ResolverKind;
 }): Promise<Launched> {
   const tracePath = join(opts.traceDir, `trace-${randomBytes(6).toString('hex')}.jsonl`);
-  const session = await Session.open({
+  const launched = await launchSession({
     workdir: opts.workdir,
     manifest: parseManifest(opts.yaml),
     containment: opts.containment,
     tracePath,
     resolver: opts.resolver,
   });
-  let srv: RunningServer;
-  try {
-    srv = await serve(session, {});
-  } catch (error) {
-    await session.close();
-    throw error;
-  }
-  return {
-    session,
-    srv,
-    url: srv.url,
-    tracePath,
-    close: async () => {
-      await srv.close();
-      await session.close();
-    },
-  };
+  return { session: launched.session, srv: launched.server, url: launched.server.url, tracePath, close: launched.stop };
 }
 
 /** The trace's lines, each parsed (keys in file order). A missing file reads as no lines. */

@@ -3,15 +3,17 @@
 // redeem (an escape of any kind is a refusal, never normalised), the peer's agent card is fetched
 // only once `capabilities.network.allow` admits it, the audience is read off that card, and the
 // lifetime may only narrow the declared ceiling. Every attempt, minted or refused, lands in the
-// trace as `peer_handle_mint` before the caller hears the outcome. Refusals are ToolError
-// (src/errors.ts), the type both peer tools throw.
-import { PlaneError, ToolError, type WireCode } from '../errors.js';
-import { destinationMatches, parseDuration, targetFromPeer, type Target } from '../manifest.js';
-import { CARD_PATH } from '../planes/card.js';
+// trace as `peer_handle_mint` before the caller hears the outcome. Refusals are a Refusal
+// (src/codes.ts) whose detail is the sentence the agent reads.
+import { Refusal, renderTool, type Code } from '../codes.js';
+import { audienceFromCard } from '../handle/audience.js';
+import { mintToken, PAYLOAD_VERSION, randomNonceHex } from '../handle/token.js';
+import { destinationMatches, targetFromPeer, type Target } from '../manifest/destinations.js';
+import { parseDuration } from '../manifest/grammars.js';
+import { handleId, redactHandles } from '../redact.js';
 import type { Session } from '../session.js';
-import { audienceFromCard } from './audience.js';
-import { handleId, mintToken, PAYLOAD_VERSION, randomNonceHex, redactHandles } from './handle.js';
-import { assertLimits, getJson, PeerHttpError } from './http.js';
+import { CARD_PATH } from '../wire.js';
+import { assertLimits, getJson, PeerHttpError } from './peer-http.js';
 
 /**
  * A tool refusal: a stable `code` (the trace's `outcome`) and a sentence for the agent. Messages
@@ -50,27 +52,27 @@ export const CARD_TOTAL_TIMEOUT_MS = 10_000;
 const ROOT = 'exports.peer_files.root';
 
 /** The agent's view of a resolver refusal: what went wrong, in terms of the declared root. */
-const PATH_MESSAGES: Partial<Record<WireCode, string>> = {
+const PATH_MESSAGES: Partial<Record<Code, string>> = {
   outside_root: `the path is not a file beneath ${ROOT}: escapes, absolute paths, empty, '.' or '..' components and symlinks leaving the root are refused, never normalised`,
   not_found: `no such file under ${ROOT}`,
   not_a_regular_file: `the path does not name a regular file under ${ROOT}; only a regular file can be shared`,
   symlink_refused: `a symlink was encountered under ${ROOT} and the achieved containment class is scoped`,
 };
 
-function pathRefusal(error: unknown): ToolError {
-  if (error instanceof PlaneError) {
-    const known = PATH_MESSAGES[error.code];
-    if (known !== undefined) return new ToolError(error.code, known);
+function pathRefusal(error: unknown): Refusal {
+  if (error instanceof Refusal) {
+    const known = PATH_MESSAGES[error.code as Code];
+    if (known !== undefined) return new Refusal(error.code, known);
     // io_error: the native detail is errno text ("permission denied"), never a path.
-    const detail = error.code === 'io_error' ? error.message.replace(/^read failed: /, '') : error.code;
-    return new ToolError('io_error', `the file under ${ROOT} could not be checked: ${detail}`);
+    const detail = error.code === 'io_error' ? (error.detail ?? 'unknown error') : error.code;
+    return new Refusal('io_error', `the file under ${ROOT} could not be checked: ${detail}`);
   }
-  return new ToolError('io_error', `the file under ${ROOT} could not be checked: internal error`);
+  return new Refusal('io_error', `the file under ${ROOT} could not be checked: internal error`);
 }
 
 /**
  * Mints a handle for `input.path`, bound to the audience on `input.peer`'s agent card.
- * Resolves with the handle only after its `peer_handle_mint` event is written; throws ToolError
+ * Resolves with the handle only after its `peer_handle_mint` event is written; throws a Refusal
  * otherwise (a trace that cannot be written fails the mint as `io_error`).
  */
 export async function shareFile(session: Session, input: ShareFileInput, opts: ShareFileOptions = {}): Promise<ShareFileResult> {
@@ -90,13 +92,13 @@ export async function shareFile(session: Session, input: ShareFileInput, opts: S
         reason: fields.reason,
       });
     } catch {
-      throw new ToolError('io_error', 'the trace could not be written, so nothing was minted');
+      throw new Refusal('io_error', 'the trace could not be written, so nothing was minted');
     }
   };
-  const refuse = async (raw: ToolError): Promise<never> => {
+  const refuse = async (raw: Refusal): Promise<never> => {
     // Messages quote the caller's `peer` and `path`; a token pasted there must not come back out.
-    const error = new ToolError(raw.code, redactHandles(raw.message));
-    await record({ handle_id: null, path: requestedPath, expires_at_ms: null, outcome: error.code, reason: error.message });
+    const error = new Refusal(raw.code, redactHandles(renderTool(raw).message));
+    await record({ handle_id: null, path: requestedPath, expires_at_ms: null, outcome: error.code, reason: error.detail });
     throw error;
   };
 
@@ -104,12 +106,12 @@ export async function shareFile(session: Session, input: ShareFileInput, opts: S
   const view = session.peerFiles;
   const key = session.key;
   if (!declared || !view || !key) {
-    return refuse(new ToolError('no_peer_plane', 'this capsule declares no exports.peer_files block, so it has no peer plane'));
+    return refuse(new Refusal('no_peer_plane', 'this capsule declares no exports.peer_files block, so it has no peer plane'));
   }
 
   // Arguments first: pure checks, so a bad call costs neither a filesystem nor a network access.
   if (typeof requestedPath !== 'string') {
-    return refuse(new ToolError('invalid_argument', `'path' must be a string naming a file beneath ${ROOT}`));
+    return refuse(new Refusal('invalid_argument', `'path' must be a string naming a file beneath ${ROOT}`));
   }
   let relpath: string;
   try {
@@ -122,20 +124,19 @@ export async function shareFile(session: Session, input: ShareFileInput, opts: S
   if (input.ttl !== undefined) {
     const parsed = typeof input.ttl === 'string' ? parseDuration(input.ttl) : null;
     if (parsed === null) {
-      return refuse(new ToolError('invalid_ttl',
-        "'ttl' must be a duration greater than zero: an integer, optionally suffixed s/m/h/d (e.g. 90, 30s, 5m)"));
+      return refuse(new Refusal('invalid_ttl'));
     }
     requestedTtl = parsed;
   }
 
   if (typeof input.peer !== 'string') {
-    return refuse(new ToolError('invalid_argument', "'peer' must be a string: host:port or an http(s) URL"));
+    return refuse(new Refusal('invalid_argument', "'peer' must be a string: host:port or an http(s) URL"));
   }
   let target: Target;
   try {
     target = targetFromPeer(input.peer);
   } catch (error) {
-    return refuse(new ToolError('peer_unreachable', (error as Error).message));
+    return refuse(new Refusal('peer_unreachable', (error as Error).message));
   }
 
   // Resolved beneath the root but not yet known to be servable: a directory or a FIFO would mint
@@ -149,7 +150,7 @@ export async function shareFile(session: Session, input: ShareFileInput, opts: S
   // The card fetch is an outbound request like any other: it needs the network allow list, and
   // the check happens before a socket exists, so a refused peer sees nothing.
   if (!destinationMatches(session.manifest.networkAllow, target)) {
-    return refuse(new ToolError('peer_unreachable',
+    return refuse(new Refusal('peer_unreachable',
       `capabilities.network.allow does not include the peer '${input.peer}', so its agent card cannot be fetched`));
   }
   let card: unknown;
@@ -162,13 +163,13 @@ export async function shareFile(session: Session, input: ShareFileInput, opts: S
     })).json;
   } catch (error) {
     const why = error instanceof PeerHttpError ? error.message : 'the request failed';
-    return refuse(new ToolError('peer_unreachable', `the agent card of '${input.peer}' could not be fetched: ${why}`));
+    return refuse(new Refusal('peer_unreachable', `the agent card of '${input.peer}' could not be fetched: ${why}`));
   }
   try {
     audience = audienceFromCard(card);
   } catch (error) {
     // audienceFromCard's messages are fixed sentences naming what the card lacks.
-    return refuse(new ToolError('peer_unreachable', (error as Error).message));
+    return refuse(new Refusal('peer_unreachable', (error as Error).message));
   }
 
   // A ttl may only narrow: above the ceiling it is clamped down, absent it is the ceiling.
@@ -181,7 +182,7 @@ export async function shareFile(session: Session, input: ShareFileInput, opts: S
     token = mintToken(key, { v: PAYLOAD_VERSION, iss: session.sessionId, p: relpath, exp: expiresAtMs, n: randomNonceHex() }, audience);
   } catch {
     // A destroyed key (the session closed under us) or a failed RNG: nothing to hand out.
-    return refuse(new ToolError('io_error', 'the handle could not be minted: the instance key is unavailable'));
+    return refuse(new Refusal('io_error', 'the handle could not be minted: the instance key is unavailable'));
   }
   const id = handleId(token);
   await record({ handle_id: id, path: relpath, expires_at_ms: expiresAtMs, outcome: 'ok', reason: null });

@@ -1,14 +1,14 @@
 // The agent-loop tools as one typed API, shared by the MCP control channel and in-process callers:
 // their definitions (offered only when declared), argument validation, and the refusal a runtime
-// gets for a tool the manifest does not declare. The work itself is in src/peer/mint.ts and
-// src/peer/fetch.ts.
-import { ToolError } from './errors.js';
-import { fetchPeerFile } from './peer/fetch.js';
-import { redactHandles } from './peer/handle.js';
-import { shareFile } from './peer/mint.js';
-import type { Session, ToolName } from './session.js';
+// gets for a tool the manifest does not declare. The work itself is in share-file.ts and
+// fetch-peer-file.ts beside this file.
+import { Refusal, renderTool } from '../codes.js';
+import { redactHandles } from '../redact.js';
+import type { Session, ToolName } from '../session.js';
+import { fetchPeerFile } from './fetch-peer-file.js';
+import { shareFile } from './share-file.js';
 
-export { ToolError };
+export { fetchPeerFile, shareFile };
 
 export interface ToolDefinition {
   name: ToolName;
@@ -60,22 +60,23 @@ export function toolDefinitions(session: Session): ToolDefinition[] {
 
 function stringArgs(args: unknown, required: string[], optional: string[]): Record<string, string> {
   if (typeof args !== 'object' || args === null || Array.isArray(args)) {
-    throw new ToolError('invalid_argument', 'the arguments must be an object');
+    throw new Refusal('invalid_argument', 'the arguments must be an object');
   }
   const out: Record<string, string> = {};
   for (const [key, value] of Object.entries(args)) {
-    if (!required.includes(key) && !optional.includes(key)) throw new ToolError('invalid_argument', `unknown argument '${key}'`);
-    if (typeof value !== 'string') throw new ToolError('invalid_argument', `argument '${key}' must be a string`);
+    if (!required.includes(key) && !optional.includes(key)) throw new Refusal('invalid_argument', `unknown argument '${key}'`);
+    if (typeof value !== 'string') throw new Refusal('invalid_argument', `argument '${key}' must be a string`);
     out[key] = value;
   }
   for (const key of required) {
-    if (!(key in out)) throw new ToolError('invalid_argument', `missing required argument '${key}'`);
+    if (!(key in out)) throw new Refusal('invalid_argument', `missing required argument '${key}'`);
   }
   return out;
 }
 
 /**
- * Runs one tool by name. Refusals are ToolError; an unknown tool name is `unknown_tool`. Every
+ * Runs one tool by name. Refusals are a Refusal whose detail is the sentence for the agent; an
+ * unknown tool name is `unknown_tool`. Every
  * refusal message passes the redaction boundary here, whoever built it: messages quote caller text
  * (a peer, a path, an argument name), and a token pasted into any of them must not come back out.
  */
@@ -83,9 +84,9 @@ export async function callTool(session: Session, name: string, args: unknown): P
   try {
     return await runTool(session, name, args);
   } catch (error) {
-    // Anything but a ToolError is unexpected, and its text (a host path, a URL) is not passed on.
-    const refusal = error instanceof ToolError ? error : new ToolError('io_error', 'the tool failed unexpectedly');
-    throw new ToolError(refusal.code, redactHandles(refusal.message));
+    // Anything but a Refusal is unexpected, and its text (a host path, a URL) is not passed on.
+    const refusal = error instanceof Refusal ? error : new Refusal('io_error', 'the tool failed unexpectedly');
+    throw new Refusal(refusal.code, redactHandles(renderTool(refusal).message));
   }
 }
 
@@ -98,5 +99,5 @@ async function runTool(session: Session, name: string, args: unknown): Promise<R
     const a = stringArgs(args, ['peer', 'handle'], []);
     return { ...(await fetchPeerFile(session, { peer: a.peer!, handle: a.handle! })) };
   }
-  throw new ToolError('unknown_tool', `no tool named '${name}' exists here`);
+  throw new Refusal('unknown_tool', `no tool named '${name}' exists here`);
 }

@@ -2,32 +2,21 @@
 // capsule grants (SPEC section 2), and owns every launch diagnostic that comes from the manifest
 // itself: E-MAN-003 (a malformed field), E-CAP-001 (a malformed allow-list entry), E-CAP-007 (an
 // export root that already resolves outside the workdir) and E-CAP-008 (a persistent capsule with a
-// long-lived peer handle). It also owns the small grammars the manifest shares with the rest of the
-// server -- byte counts, durations and network destinations -- and the one destination matcher both
-// allow lists use, so that a grammar or a match rule exists in exactly one place.
+// long-lived peer handle). The grammars it uses live beside it (grammars.ts, destinations.ts).
 //
-// Parsing is pure. The single filesystem access lives in `checkRootsInsideWorkdir`, which the
-// launcher calls separately, so that `explain-scope` can answer from the text alone.
+// Parsing is pure: E-CAP-007 needs the filesystem and is checked at launch (src/launch/checks.ts),
+// so that `explain-scope` can answer from the text alone.
 
-import fs from 'node:fs';
-import path from 'node:path';
 import { isAlias, isMap, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
+import type { Containment } from '../wire.js';
+import { parseDestination, type Destination, type Target } from './destinations.js';
+import { ManifestError } from './diagnostics.js';
+import { BYTE_COUNT, BYTE_MULTIPLIER, DURATION, DURATION_MULTIPLIER, parseScaled } from './grammars.js';
+
+export type { Containment, Destination, Target };
+export { ManifestError };
 
 // ── Public types ─────────────────────────────────────────────────────────────────────────────────
-
-/** The containment class the capsule's sandbox achieved (SPEC section 3). */
-export type Containment = 'advisory' | 'scoped' | 'sealed';
-
-/**
- * One entry of an allow list. `scheme` set means a URL entry (port then always set, defaulted by
- * scheme); `scheme` null and `port` set means `host:port`; both null means a bare host.
- */
-export interface Destination {
-  raw: string;
-  scheme: 'http' | 'https' | null;
-  host: string;
-  port: number | null;
-}
 
 export interface FilesExport {
   root: string;
@@ -56,32 +45,6 @@ export interface Manifest {
   afterTask: 'exit' | 'sleep';
 }
 
-/** A target one concrete outbound connection would reach. */
-export interface Target {
-  scheme: 'http' | 'https';
-  host: string;
-  port: number;
-}
-
-export type ManifestErrorCode = 'E-MAN-003' | 'E-CAP-001' | 'E-CAP-007' | 'E-CAP-008';
-
-/** A launch diagnostic. The launcher prints `render()` to stderr and exits with status 2. */
-export class ManifestError extends Error {
-  override readonly name = 'ManifestError';
-  readonly code: ManifestErrorCode;
-  readonly hint: string;
-
-  constructor(code: ManifestErrorCode, message: string, hint: string) {
-    super(message);
-    this.code = code;
-    this.hint = hint;
-  }
-
-  render(): string {
-    return `error[${this.code}]: ${this.message}\n  hint: ${this.hint}`;
-  }
-}
-
 // ── Constants ────────────────────────────────────────────────────────────────────────────────────
 
 /** `10Mi`: the per-file ceiling when a block declares no `max_bytes`. */
@@ -100,198 +63,6 @@ export const SLEEP_MAX_TTL_CEILING_SECS = 900;
  * low ceiling costs a legitimate author nothing.
  */
 const MAX_ALIAS_COUNT = 100;
-
-// ── Grammars ─────────────────────────────────────────────────────────────────────────────────────
-
-type Parsed = { ok: true; value: number } | { ok: false; why: 'syntax' | 'zero' | 'overflow' };
-
-const BYTE_COUNT = /^([0-9]+)(Ki|Mi|Gi)?$/;
-const BYTE_MULTIPLIER: Record<string, bigint> = { Ki: 1024n, Mi: 1024n ** 2n, Gi: 1024n ** 3n };
-const DURATION = /^([0-9]+)([smhd])?$/;
-const DURATION_MULTIPLIER: Record<string, bigint> = { s: 1n, m: 60n, h: 3600n, d: 86400n };
-
-// BigInt arithmetic so that overflow is detected rather than silently rounded: a Number would turn
-// `99999999999999999999` into a plausible-looking ceiling.
-function parseScaled(s: string, grammar: RegExp, multipliers: Record<string, bigint>): Parsed {
-  const match = grammar.exec(s.trim());
-  if (!match) return { ok: false, why: 'syntax' };
-  const digits = match[1] as string;
-  const unit = match[2];
-  const value = BigInt(digits) * (unit === undefined ? 1n : (multipliers[unit] as bigint));
-  if (value > BigInt(Number.MAX_SAFE_INTEGER)) return { ok: false, why: 'overflow' };
-  if (value === 0n) return { ok: false, why: 'zero' };
-  return { ok: true, value: Number(value) };
-}
-
-/**
- * A byte count: trimmed ASCII digits with an optional case-sensitive `Ki`/`Mi`/`Gi` suffix.
- * Returns null when refused. Zero is refused too: every byte count in this project is a ceiling
- * that must admit at least one byte, so no caller can be handed a zero by accident.
- */
-export function parseByteCount(s: string): number | null {
-  const parsed = parseScaled(s, BYTE_COUNT, BYTE_MULTIPLIER);
-  return parsed.ok ? parsed.value : null;
-}
-
-/**
- * A duration in seconds: trimmed digits with an optional lowercase `s`/`m`/`h`/`d` suffix; a bare
- * integer is seconds. Returns null when refused, zero included (a zero lifetime is never useful and
- * a zero TTL would mint handles that are born expired).
- */
-export function parseDuration(s: string): number | null {
-  const parsed = parseScaled(s, DURATION, DURATION_MULTIPLIER);
-  return parsed.ok ? parsed.value : null;
-}
-
-// ── Destinations ─────────────────────────────────────────────────────────────────────────────────
-
-type Parse<T> = { ok: true; value: T } | { ok: false; reason: string };
-
-const DEFAULT_PORT = { http: 80, https: 443 } as const;
-// Hosts are kept to a syntax that means the same thing to every later consumer (undici, WHATWG URL):
-// DNS-style labels, or a bracketed IPv6 literal. Percent-escapes, userinfo, zone ids and non-ASCII
-// are refused rather than interpreted, so the string an allow list matches is the string a
-// connection is made to.
-const REG_NAME = /^[a-z0-9_-]+(?:\.[a-z0-9_-]+)*\.?$/;
-const IPV6_LITERAL = /^\[[0-9a-f.]*:[0-9a-f:.]*\]$/;
-const SCHEME = /^[a-z][a-z0-9+.-]*$/i;
-
-function parsePort(text: string): Parse<number> {
-  if (text === '') return { ok: false, reason: 'the port after ":" is empty' };
-  // No leading zeros and no sign: one spelling per port, so `raw` entries compare predictably.
-  if (!/^[1-9][0-9]{0,4}$/.test(text) || Number(text) > 65535) {
-    return { ok: false, reason: `invalid port '${text}': a port is an integer from 1 to 65535` };
-  }
-  return { ok: true, value: Number(text) };
-}
-
-/** `host`, `host:port`, `[v6]` or `[v6]:port`, with nothing else around it. */
-function parseAuthority(authority: string): Parse<{ host: string; port: number | null }> {
-  if (authority.includes('@')) {
-    return { ok: false, reason: 'it carries userinfo ("user@"); a destination names a host only' };
-  }
-  let hostText: string;
-  let portText: string | null;
-  if (authority.startsWith('[')) {
-    const close = authority.indexOf(']');
-    if (close < 0) return { ok: false, reason: 'an IPv6 literal is missing its closing "]"' };
-    hostText = authority.slice(0, close + 1);
-    const rest = authority.slice(close + 1);
-    if (rest === '') portText = null;
-    else if (rest.startsWith(':')) portText = rest.slice(1);
-    else return { ok: false, reason: `unexpected '${rest}' after the IPv6 literal` };
-  } else {
-    const colons = authority.split(':').length - 1;
-    if (colons > 1) {
-      return { ok: false, reason: 'an IPv6 address must be written in brackets, e.g. [::1]:8080' };
-    }
-    const colon = authority.indexOf(':');
-    hostText = colon < 0 ? authority : authority.slice(0, colon);
-    portText = colon < 0 ? null : authority.slice(colon + 1);
-  }
-  if (hostText === '') return { ok: false, reason: 'the host is empty' };
-  const host = hostText.toLowerCase();
-  if (!REG_NAME.test(host) && !IPV6_LITERAL.test(host)) {
-    return { ok: false, reason: `invalid host '${hostText}'` };
-  }
-  if (portText === null) return { ok: true, value: { host, port: null } };
-  const port = parsePort(portText);
-  if (!port.ok) return port;
-  return { ok: true, value: { host, port: port.value } };
-}
-
-/** Names the first thing after an authority that a destination may not carry. */
-function refuseTail(tail: string, form: 'url' | 'bare'): string | null {
-  const pathEnd = tail.search(/[?#]/);
-  const pathPart = pathEnd < 0 ? tail : tail.slice(0, pathEnd);
-  const allowedPath = form === 'url' ? ['', '/'] : [''];
-  if (!allowedPath.includes(pathPart)) {
-    return form === 'url'
-      ? `it has a path ('${pathPart}'); a URL destination may only end in '/'`
-      : `it has a path ('${pathPart}'); a bare host or host:port takes no path`;
-  }
-  if (pathEnd < 0) return null;
-  return tail[pathEnd] === '?'
-    ? 'it has a query; a destination names scheme, host and port only'
-    : 'it has a fragment; a destination names scheme, host and port only';
-}
-
-function parseDestinationText(entry: string): Parse<Destination> {
-  if (entry === '') return { ok: false, reason: 'the entry is empty' };
-  // Checked before anything else so that `localhost 8080` is not reported as a bad host.
-  if (/[\s\x00-\x1f\x7f]/.test(entry)) {
-    return { ok: false, reason: 'it contains whitespace or a control character' };
-  }
-  const sep = entry.indexOf('://');
-  if (sep >= 0) {
-    const schemeText = entry.slice(0, sep);
-    if (!SCHEME.test(schemeText)) return { ok: false, reason: `malformed URL scheme '${schemeText}'` };
-    const scheme = schemeText.toLowerCase();
-    if (scheme !== 'http' && scheme !== 'https') {
-      return { ok: false, reason: `unsupported scheme '${schemeText}': only http and https URLs are accepted` };
-    }
-    const rest = entry.slice(sep + 3);
-    const authEnd = rest.search(/[/?#]/);
-    const authority = authEnd < 0 ? rest : rest.slice(0, authEnd);
-    const tailRefusal = refuseTail(authEnd < 0 ? '' : rest.slice(authEnd), 'url');
-    if (tailRefusal !== null) return { ok: false, reason: tailRefusal };
-    const parsed = parseAuthority(authority);
-    if (!parsed.ok) return parsed;
-    return {
-      ok: true,
-      value: { raw: entry, scheme, host: parsed.value.host, port: parsed.value.port ?? DEFAULT_PORT[scheme] },
-    };
-  }
-  const authEnd = entry.search(/[/?#]/);
-  if (authEnd >= 0) return { ok: false, reason: refuseTail(entry.slice(authEnd), 'bare') as string };
-  const parsed = parseAuthority(entry);
-  if (!parsed.ok) return parsed;
-  return { ok: true, value: { raw: entry, scheme: null, host: parsed.value.host, port: parsed.value.port } };
-}
-
-const DESTINATION_HINT =
-  'write an http(s) URL with no path, query or fragment (http://localhost:8080), a bare host ' +
-  '(localhost) or host:port (localhost:8080)';
-
-/** Parses one allow-list entry. Throws E-CAP-001 naming the entry and why it was refused. */
-export function parseDestination(entry: string): Destination {
-  const parsed = parseDestinationText(entry);
-  if (!parsed.ok) {
-    throw new ManifestError('E-CAP-001', `invalid network allow entry '${entry}': ${parsed.reason}`, DESTINATION_HINT);
-  }
-  return parsed.value;
-}
-
-/**
- * Whether any entry admits the target. The one matcher for both allow lists: a URL entry pins
- * scheme, host and port; `host:port` pins host and port; a bare host pins the host. Hosts compare
- * exactly after lowercasing, with no resolution, so `localhost` does not admit `127.0.0.1`.
- */
-export function destinationMatches(list: readonly Destination[], target: Target): boolean {
-  const host = target.host.toLowerCase();
-  return list.some((d) => {
-    if (d.host !== host) return false;
-    if (d.scheme !== null) return d.scheme === target.scheme && d.port === target.port;
-    if (d.port !== null) return d.port === target.port;
-    return true;
-  });
-}
-
-/**
- * The concrete target a peer address names: `host:port` (spoken over http) or an http(s) URL
- * (port defaulted by scheme). A bare host is refused because it names no port to connect to. The
- * same parser as the allow lists, so what is matched is exactly what is connected to.
- */
-export function targetFromPeer(peer: string): Target {
-  const parsed = parseDestinationText(peer);
-  if (!parsed.ok) throw new Error(`invalid peer '${peer}': ${parsed.reason}`);
-  const { scheme, host, port } = parsed.value;
-  if (port === null) {
-    throw new Error(`invalid peer '${peer}': a peer is host:port or an http(s) URL, and a bare host names no port`);
-  }
-  return { scheme: scheme ?? 'http', host, port };
-}
-
 // ── Reading the YAML ─────────────────────────────────────────────────────────────────────────────
 
 type Key = string | number;
@@ -411,7 +182,6 @@ function loadDocument(text: string): ManifestView {
   }
   return new ManifestView(doc, data);
 }
-
 // ── Field rules ──────────────────────────────────────────────────────────────────────────────────
 
 const RELATIVE_PATH = 'must be a relative path inside the workdir';
@@ -594,50 +364,4 @@ export function parseManifest(text: string): Manifest {
   }
 
   return deepFreeze({ name, version, files, peerFiles, peerFetchAllow, networkAllow, afterTask });
-}
-
-// ── The one filesystem check ─────────────────────────────────────────────────────────────────────
-
-/**
- * Whether realpath failed because the root does not resolve to anything yet: missing, under a
- * non-directory, or caught in a symlink loop. None of these can leak a byte (every request resolves
- * the root beneath the workdir descriptor and fails the same way), so none blocks a launch.
- */
-function isUnresolvable(err: unknown): boolean {
-  const code = (err as NodeJS.ErrnoException).code;
-  return code === 'ENOENT' || code === 'ENOTDIR' || code === 'ELOOP';
-}
-
-/**
- * E-CAP-007: refuses a launch whose export root already exists and resolves outside the workdir,
- * typically a symlink pointing out. A root that does not exist yet passes: it may be created later,
- * and every request resolves it beneath the workdir descriptor anyway, so this check is an early,
- * legible refusal rather than the enforcement. The workdir in the message is its real path, the
- * same form the resolved root is shown in, so the two can be compared by eye. Other filesystem
- * errors (a workdir that does not exist, EACCES, ENAMETOOLONG) propagate unchanged: they are host
- * problems the launcher reports as such, not manifest diagnostics.
- */
-export function checkRootsInsideWorkdir(manifest: Manifest, workdirAbs: string): void {
-  const workdir = fs.realpathSync(workdirAbs);
-  const roots: Array<[string, string]> = [];
-  if (manifest.files) roots.push(['exports.files.root', manifest.files.root]);
-  if (manifest.peerFiles) roots.push(['exports.peer_files.root', manifest.peerFiles.root]);
-  for (const [field, declared] of roots) {
-    let resolved: string;
-    try {
-      resolved = fs.realpathSync(path.join(workdir, declared));
-    } catch (err) {
-      if (isUnresolvable(err)) continue;
-      throw err;
-    }
-    const inside = resolved === workdir || resolved.startsWith(workdir.endsWith('/') ? workdir : `${workdir}/`);
-    if (!inside) {
-      throw new ManifestError(
-        'E-CAP-007',
-        `${field} '${declared}' resolves to '${resolved}', which is outside the capsule workdir '${workdir}'`,
-        `point ${field} at a directory inside the workdir; if it is a symlink, replace it with ` +
-          'the directory itself or a link that stays inside',
-      );
-    }
-  }
 }

@@ -1,17 +1,16 @@
 /**
- * mh1 peer handles: the token format, minting, verification, and keeping tokens out of records.
+ * mh1 peer handles: the token format, minting and verification.
  *
  * A handle is `mh1.<base64url(payload JSON)>.<base64url(HMAC-SHA256)>`. The payload is in the
  * clear on purpose; the MAC makes it unforgeable, and the audience — covered by the MAC but never
  * carried — makes it useless to whoever merely finds it. This file owns the exact bytes the MAC
  * covers, the strict base64url codec every segment is judged by, the fixed order a token is
- * checked in, the `handle_id` that stands in for a token wherever one would be recorded, the
- * redaction that enforces that at the trace boundary, and the name a fetched file lands under.
- * It knows nothing about HTTP, files or the trace itself.
+ * checked in. The `handle_id` that stands in for a token wherever one would be recorded, and the
+ * redaction that enforces that, live in src/redact.ts. It knows nothing about HTTP, files or the
+ * trace.
  */
-import { createHash } from 'node:crypto';
+import { TOKEN_TAG } from '../redact.js';
 import { constantTimeEqual, InstanceKey, randomBytes } from './key.js';
-import { PEER_INBOX_DIR } from '../scope.js';
 
 export interface HandlePayload {
   v: number;
@@ -23,8 +22,6 @@ export interface HandlePayload {
 
 /** Domain separator leading every MAC input, so no other MAC this key makes can pass as one. */
 export const MAC_DOMAIN = 'murmur-peer-handle-v1';
-/** First segment of every token, and the only version minted or accepted. */
-export const TOKEN_TAG = 'mh1';
 /** The only payload version minted or accepted. */
 export const PAYLOAD_VERSION = 1;
 /** Bytes of randomness in a payload's nonce. */
@@ -217,95 +214,4 @@ export function decodePayloadUnverified(token: string): HandlePayload | null {
 /** 32 lowercase hex characters of fresh randomness, for a payload's `n`. */
 export function randomNonceHex(): string {
   return randomBytes(NONCE_BYTES).toString('hex');
-}
-
-// ── handle_id and redaction ──────────────────────────────────────────────────
-
-/** The first 16 lowercase hex of SHA-256(token): what traces and error bodies carry instead. */
-export function handleId(token: string): string {
-  return createHash('sha256').update(token, 'utf8').digest('hex').slice(0, 16);
-}
-
-// Exactly three segments; '.' is outside the segment class, so a full stop ending a sentence is
-// never swallowed. Deliberately looser than `checkShape`: anything token-like is redacted, even
-// if it would not verify, because a record must not depend on the token being well-formed.
-const TOKEN_AT = /mh1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+/y;
-
-/**
- * Replaces every `mh1.<seg>.<seg>` in `text` with `<handle:<handle_id>>`. Tokens are looked for at
- * every `mh1.`, not only where the previous match ended: in `mh1.x.mh1.P.M` a left-to-right
- * replace would consume `mh1.x.mh1` and leave `.P.M`, the working token minus its tag. Overlapping
- * tokens become one run of their handle ids.
- */
-export function redactHandles(text: string): string {
-  if (!text.includes(`${TOKEN_TAG}.`)) return text;
-  const spans: Array<{ start: number; end: number; ids: string[] }> = [];
-  for (let i = text.indexOf(`${TOKEN_TAG}.`); i >= 0; i = text.indexOf(`${TOKEN_TAG}.`, i + 1)) {
-    TOKEN_AT.lastIndex = i;
-    const m = TOKEN_AT.exec(text);
-    if (!m) continue;
-    const end = i + m[0].length;
-    const id = handleId(m[0]);
-    const last = spans.at(-1);
-    if (last && i < last.end) {
-      last.end = Math.max(last.end, end);
-      last.ids.push(id);
-    } else {
-      spans.push({ start: i, end, ids: [id] });
-    }
-  }
-  let out = '';
-  let at = 0;
-  for (const span of spans) {
-    out += text.slice(at, span.start) + span.ids.map((id) => `<handle:${id}>`).join('');
-    at = span.end;
-  }
-  return out + text.slice(at);
-}
-
-/**
- * `redactHandles` applied to every string in a JSON-like value, object keys included. Returns a
- * new value and leaves the input untouched; anything that is not a string, array or plain object
- * is returned as it is.
- */
-export function redactHandlesDeep<T>(value: T): T {
-  return redactValue(value) as T;
-}
-
-function redactValue(value: unknown): unknown {
-  if (typeof value === 'string') return redactHandles(value);
-  if (Array.isArray(value)) return value.map(redactValue);
-  if (typeof value === 'object' && value !== null) {
-    const proto: unknown = Object.getPrototypeOf(value);
-    if (proto !== Object.prototype && proto !== null) return value;
-    // fromEntries defines own properties, so a key such as "__proto__" stays a plain key.
-    return Object.fromEntries(
-      Object.entries(value).map(([k, v]) => [redactHandles(k), redactValue(v)]),
-    );
-  }
-  return value;
-}
-
-// ── Where a fetched file lands ───────────────────────────────────────────────
-
-const MAX_BASENAME_CHARS = 120;
-
-/**
- * `peer-in/<handle_id>-<basename>`, runtime-chosen. The hint comes from an unverified payload,
- * so only its last `/` segment is used, every character outside `[A-Za-z0-9._-]` becomes `_`,
- * it is cut to 120 characters, and an empty, `.` or `..` result becomes `file`. The handle_id
- * prefix keeps two handles with the same hint from colliding.
- */
-export function storedPathFor(handleId: string, basenameHint: string | null): string {
-  const last = basenameHint === null ? '' : basenameHint.slice(basenameHint.lastIndexOf('/') + 1);
-  let name = '';
-  let count = 0;
-  // Iterating the string walks code points, so one non-ASCII character becomes one '_'.
-  for (const ch of last) {
-    if (count === MAX_BASENAME_CHARS) break;
-    name += /^[A-Za-z0-9._-]$/.test(ch) ? ch : '_';
-    count++;
-  }
-  if (name === '' || name === '.' || name === '..') name = 'file';
-  return `${PEER_INBOX_DIR}/${handleId}-${name}`;
 }

@@ -7,7 +7,7 @@
 // call, and turn a PeerHttpError into their own refusal.
 import type { Readable } from 'node:stream';
 import { Client } from 'undici';
-import type { Target } from '../manifest.js';
+import type { Target } from '../manifest/destinations.js';
 
 export interface HttpLimits {
   /** Time allowed to establish the TCP (and TLS) connection. */

@@ -8,15 +8,16 @@
 // into the request line: never into a result, a refusal, or the record.
 import { createHash } from 'node:crypto';
 import { write } from 'node:fs';
-import { destinationMatches, targetFromPeer, type Target } from '../manifest.js';
+import { isPeerPlaneCode, Refusal, type PeerStatusCode, type PlaneCode } from '../codes.js';
+import { ownAudience } from '../handle/audience.js';
+import { checkShape, decodePayloadUnverified } from '../handle/token.js';
+import { destinationMatches, targetFromPeer, type Target } from '../manifest/destinations.js';
 import * as native from '../native.js';
-import { AUDIENCE_HEADER, PEER_PREFIX } from '../planes/peer.js';
+import { handleId, redactHandles } from '../redact.js';
 import { PEER_INBOX_DIR } from '../scope.js';
 import type { Session } from '../session.js';
-import { ownAudience } from './audience.js';
-import { checkShape, decodePayloadUnverified, handleId, redactHandles, storedPathFor } from './handle.js';
-import { assertLimits, getStream, PeerHttpError, type PeerResponse } from './http.js';
-import { ToolError } from '../errors.js';
+import { HEADER, PEER_PREFIX } from '../wire.js';
+import { assertLimits, getStream, PeerHttpError, type PeerResponse } from './peer-http.js';
 
 export interface FetchPeerFileInput {
   /** The peer capsule: `host:port` (spoken over http) or an http(s) URL. */
@@ -49,14 +50,6 @@ export const FETCH_CONNECT_TIMEOUT_MS = 5_000;
 export const FETCH_TOTAL_TIMEOUT_MS = 60_000;
 /** A refusal body is one short JSON object; a larger one is not read, only its status counts. */
 const ERROR_BODY_MAX_BYTES = 16 * 1024;
-/** A peer's `error` is trusted as a code only in this shape. */
-const PEER_CODE = /^[a-z_]{1,64}$/;
-/**
- * Outcomes only this side can decide: `ok`, and the refusals that describe our own checks. A peer
- * answering with one of them would forge the trace's account of what this capsule decided (a
- * `peer_not_allowed` for a peer that was in fact contacted), so those fall back to `http_<status>`.
- */
-const LOCAL_ONLY = new Set(['ok', 'peer_not_allowed', 'peer_unreachable', 'etag_mismatch']);
 const ETAG = /^"sha256:([0-9a-f]{64})"$/;
 
 /**
@@ -75,14 +68,18 @@ async function writeAll(fd: number, chunk: Buffer): Promise<void> {
   }
 }
 
-/** The peer's refusal code from its JSON body, or `http_<status>`. */
-async function peerCode(response: PeerResponse): Promise<string> {
-  const fallback = `http_${response.status}`;
+/**
+ * The peer's refusal code from its JSON body when it is one a peer plane can answer with, else
+ * `http_<status>`. A peer can therefore never make the trace report one of our own decisions (a
+ * `peer_not_allowed` for a peer that was in fact contacted) or a code outside the catalogue.
+ */
+async function peerCode(response: PeerResponse): Promise<PlaneCode | PeerStatusCode> {
+  const fallback: PeerStatusCode = `http_${response.status}`;
   try {
     const body = await response.readAll(ERROR_BODY_MAX_BYTES);
     const parsed: unknown = JSON.parse(body.toString('utf8'));
     const code = (parsed as { error?: unknown } | null)?.error;
-    return typeof code === 'string' && PEER_CODE.test(code) && !LOCAL_ONLY.has(code) ? code : fallback;
+    return isPeerPlaneCode(code) ? code : fallback;
   } catch {
     return fallback;
   }
@@ -93,17 +90,17 @@ function generationOf(response: PeerResponse): number | null {
   return value !== null && /^[0-9]{1,15}$/.test(value) ? Number(value) : null;
 }
 
-function transportRefusal(error: unknown, peer: string, maxBytes: number): ToolError {
+function transportRefusal(error: unknown, peer: string, maxBytes: number): Refusal {
   if (error instanceof PeerHttpError && error.kind === 'too_large') {
-    return new ToolError('too_large', `the peer's file exceeds the fetch limit of ${maxBytes} bytes; nothing was stored`);
+    return new Refusal('too_large', `the peer's file exceeds the fetch limit of ${maxBytes} bytes; nothing was stored`);
   }
   const why = error instanceof PeerHttpError ? error.message : 'the request failed';
-  return new ToolError('peer_unreachable', `the peer '${peer}' could not be fetched from: ${why}`);
+  return new Refusal('peer_unreachable', `the peer '${peer}' could not be fetched from: ${why}`);
 }
 
 /**
  * Redeems `input.handle` at `input.peer` and lands the bytes. Resolves once the file is in place
- * and its `peer_file_fetch` event is written; throws ToolError otherwise, having left no temporary
+ * and its `peer_file_fetch` event is written; throws a Refusal otherwise, having left no temporary
  * file behind and closed every descriptor it was handed.
  */
 export async function fetchPeerFile(
@@ -130,13 +127,13 @@ export async function fetchPeerFile(
         reason: fields.reason,
       });
     } catch {
-      throw new ToolError('io_error', 'the trace could not be written, so the fetch was not completed');
+      throw new Refusal('io_error', 'the trace could not be written, so the fetch was not completed');
     }
   };
-  const refuse = async (code: string, message: string): Promise<never> => {
+  const refuse = async (code: Refusal['code'], message: string): Promise<never> => {
     // Belt and braces: no message is built from the token, but none may ever carry one either.
-    const error = new ToolError(code, redactHandles(message));
-    await record({ stored_path: null, bytes: null, sha256: null, outcome: error.code, reason: error.message });
+    const error = new Refusal(code, redactHandles(message));
+    await record({ stored_path: null, bytes: null, sha256: null, outcome: error.code, reason: error.detail });
     throw error;
   };
 
@@ -161,6 +158,12 @@ export async function fetchPeerFile(
     return refuse('malformed_handle', 'the handle is not a well-formed mh1 token');
   }
 
+  // The audience this capsule asserts is its own identity; a session that serves nothing has none.
+  const advertisedUrl = session.advertisedUrl;
+  if (advertisedUrl === null) {
+    return refuse('io_error', 'this session has no advertised URL, so it has no audience to assert');
+  }
+
   // ── The redeem ──
   let response: PeerResponse;
   try {
@@ -168,12 +171,12 @@ export async function fetchPeerFile(
       connectTimeoutMs: opts.connectTimeoutMs ?? FETCH_CONNECT_TIMEOUT_MS,
       totalTimeoutMs: opts.totalTimeoutMs ?? FETCH_TOTAL_TIMEOUT_MS,
       maxBytes,
-      headers: { [AUDIENCE_HEADER]: ownAudience(session.manifest.name, session.advertisedUrl) },
+      headers: { [HEADER.audience]: ownAudience(session.manifest.name, advertisedUrl) },
       ...(opts.ca !== undefined ? { ca: opts.ca } : {}),
     });
   } catch (error) {
     const refusal = transportRefusal(error, peerText, maxBytes);
-    return refuse(refusal.code, refusal.message);
+    return refuse(refusal.code, refusal.detail ?? refusal.code);
   }
 
   let temp: native.InboxTemp | null = null;
@@ -213,12 +216,12 @@ export async function fetchPeerFile(
         try {
           await writeAll(temp.fd, chunk);
         } catch (error) {
-          throw new ToolError('io_error', `the fetched file could not be written (${(error as NodeJS.ErrnoException).code ?? 'write failed'})`);
+          throw new Refusal('io_error', `the fetched file could not be written (${(error as NodeJS.ErrnoException).code ?? 'write failed'})`);
         }
       }
     } catch (error) {
-      const refusal = error instanceof ToolError ? error : transportRefusal(error, peerText, maxBytes);
-      return await refuse(refusal.code, refusal.message);
+      const refusal = error instanceof Refusal ? error : transportRefusal(error, peerText, maxBytes);
+      return await refuse(refusal.code, refusal.detail ?? refusal.code);
     }
     const sha256 = hash.digest('hex');
     if (sha256 !== etag[1]) {
@@ -249,4 +252,28 @@ export async function fetchPeerFile(
       native.closeFd(temp.dirFd);
     }
   }
+}
+
+// ── Where a fetched file lands ───────────────────────────────────────────────
+
+const MAX_BASENAME_CHARS = 120;
+
+/**
+ * `peer-in/<handle_id>-<basename>`, runtime-chosen. The hint comes from an unverified payload,
+ * so only its last `/` segment is used, every character outside `[A-Za-z0-9._-]` becomes `_`,
+ * it is cut to 120 characters, and an empty, `.` or `..` result becomes `file`. The handle_id
+ * prefix keeps two handles with the same hint from colliding.
+ */
+export function storedPathFor(id: string, basenameHint: string | null): string {
+  const last = basenameHint === null ? '' : basenameHint.slice(basenameHint.lastIndexOf('/') + 1);
+  let name = '';
+  let count = 0;
+  // Iterating the string walks code points, so one non-ASCII character becomes one '_'.
+  for (const ch of last) {
+    if (count === MAX_BASENAME_CHARS) break;
+    name += /^[A-Za-z0-9._-]$/.test(ch) ? ch : '_';
+    count++;
+  }
+  if (name === '' || name === '.' || name === '..') name = 'file';
+  return `${PEER_INBOX_DIR}/${id}-${name}`;
 }

@@ -1,0 +1,19 @@
+// The package's public face: everything a runtime or an embedding program may import. Internal
+// modules are not exported (package.json's `exports` map points here only).
+export { launch, type LaunchOptions, type Launched } from './launch/launch.js';
+export { openSession, type SessionOptions } from './launch/open-session.js';
+export { Session, type ToolName } from './session.js';
+export { bind, buildApp, serve, type Listener, type RunningServer } from './server.js';
+export { resourcePlanes, InFlight, type PlanesOptions } from './planes/plugin.js';
+export { callTool, toolDefinitions, shareFile, fetchPeerFile, type ToolDefinition } from './tools/index.js';
+export type { ShareFileInput, ShareFileResult, ShareFileOptions } from './tools/share-file.js';
+export type { FetchPeerFileInput, FetchPeerFileResult, FetchPeerFileOptions } from './tools/fetch-peer-file.js';
+export {
+  CATALOGUE, CODES, Refusal, UsageError, isCode, messageFor, renderHttp, renderTool,
+  type Code, type PlaneCode, type ServerCode, type ToolCode, type PeerStatusCode, type CatalogueRow, type Context,
+} from './codes.js';
+export { parseManifest, type Manifest, type FilesExport, type PeerFilesExport } from './manifest/model.js';
+export { ManifestError, type ManifestErrorCode } from './manifest/diagnostics.js';
+export type { Destination, Target } from './manifest/destinations.js';
+export { effectiveGrants, renderExplainScope, RUNTIME_WRITES, type EffectiveGrants, type RuntimeWrite } from './scope.js';
+export { CONTAINMENT_CLASSES, type Containment } from './wire.js';

@@ -1,0 +1,84 @@
+// Building a Session from options: everything is validated first (options, manifest, export roots)
+// so that a refused launch creates nothing; then the workdir descriptor the roots were checked
+// through is kept for the session, the trace is opened and `session_start` written.
+import { existsSync, mkdirSync, realpathSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import type { Manifest } from '../manifest/model.js';
+import * as native from '../native.js';
+import { defaultTracePath, parseSessionId, Session } from '../session.js';
+import { Trace } from '../trace.js';
+import type { Containment } from '../wire.js';
+import { checkExportRoots } from './checks.js';
+import { loadManifest } from './manifest-file.js';
+import { parseContainment } from './options.js';
+
+export interface SessionOptions {
+  workdir: string;
+  /** Manifest file; default `<workdir>/murmur.yaml`. */
+  manifestPath?: string;
+  /** Already-parsed manifest (the TS API); wins over manifestPath. */
+  manifest?: Manifest;
+  sessionId?: string;
+  containment?: Containment | string;
+  /** Trace file; default in the records directory, outside the workdir. */
+  tracePath?: string;
+  /** Force a resolver (tests); default: openat2 when available, else the walk. */
+  resolver?: native.ResolverKind;
+  /** What the agent card and the audience say; null or absent for a session that serves nothing. */
+  advertisedUrl?: string | null;
+}
+
+/** A launch that passed every check and holds the workdir descriptor, before its session exists. */
+export interface PreparedSession {
+  /** Builds the session (the descriptor passes to it) with its identity fixed. */
+  open(advertisedUrl: string | null): Session;
+  /** Releases the descriptor of a launch that goes no further. */
+  abandon(): void;
+}
+
+export async function prepareSession(opts: SessionOptions): Promise<PreparedSession> {
+  const containment = parseContainment(opts.containment);
+  const sessionId = parseSessionId(opts.sessionId);
+  const requested = resolve(opts.workdir);
+  const manifest = opts.manifest ?? loadManifest(opts.manifestPath ?? join(requested, 'murmur.yaml'));
+  const resolver = opts.resolver ?? native.chooseResolver();
+  // A workdir that does not exist yet has no roots to escape; it is created only after every
+  // check passed, so a refused launch leaves nothing behind.
+  const existed = existsSync(requested);
+  if (!existed) mkdirSync(requested, { recursive: true, mode: 0o755 });
+  const workdir = realpathSync(requested);
+  const workdirFd = await native.openDirectory(workdir);
+  try {
+    if (existed) await checkExportRoots(manifest, workdir, workdirFd, resolver);
+  } catch (error) {
+    native.closeFd(workdirFd);
+    throw error;
+  }
+  const tracePath = opts.tracePath ? resolve(opts.tracePath) : defaultTracePath(workdir, sessionId);
+  let settled = false;
+  return {
+    open: (advertisedUrl) => {
+      if (settled) throw new Error('a prepared session opens once');
+      settled = true;
+      let trace: Trace | null = null;
+      try {
+        trace = Trace.open(tracePath, sessionId);
+        return new Session({ manifest, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl });
+      } catch (error) {
+        void trace?.close();
+        native.closeFd(workdirFd);
+        throw error;
+      }
+    },
+    abandon: () => {
+      if (settled) return;
+      settled = true;
+      native.closeFd(workdirFd);
+    },
+  };
+}
+
+/** Validates, checks and opens a session in one step (no listener: see launch() for that). */
+export async function openSession(opts: SessionOptions): Promise<Session> {
+  return (await prepareSession(opts)).open(opts.advertisedUrl ?? null);
+}

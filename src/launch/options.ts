@@ -1,0 +1,38 @@
+// Launch options as typed on a command line, each validated in one place: the listen address, the
+// advertised URL and the containment class. (The session id's one validation is in src/session.ts.)
+import { UsageError } from '../codes.js';
+import { CONTAINMENT_CLASSES, isContainment, type Containment } from '../wire.js';
+
+/** `HOST:PORT`, with IPv6 hosts in brackets. */
+export function parseListen(value: string): { host: string; port: number } {
+  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(value);
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535) throw new UsageError(`--listen must be HOST:PORT (got '${value}')`);
+  return { host: (m[1] ?? m[2])!, port };
+}
+
+export function parseContainment(value: string | undefined): Containment {
+  const c = value ?? 'advisory';
+  if (!isContainment(c)) throw new UsageError(`--containment must be one of ${CONTAINMENT_CLASSES.join(', ')} (got '${value}')`);
+  return c;
+}
+
+/**
+ * The advertised URL, with the port always explicit: the audience is `<name>@<host:port>`, and a
+ * URL parser drops a default port (`:80`), which would make the audience `<name>@<host>`.
+ */
+export function parseAdvertise(value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new UsageError(`--advertise must be an http(s) URL (got '${value}')`);
+  }
+  if ((url.protocol !== 'http:' && url.protocol !== 'https:') || url.search || url.hash || url.username || url.password) {
+    throw new UsageError(`--advertise must be an http(s) URL with no query, fragment or credentials (got '${value}')`);
+  }
+  const port = url.port || (url.protocol === 'https:' ? '443' : '80');
+  const path = url.pathname.replace(/\/+$/, '');
+  return `${url.protocol}//${url.hostname}:${port}${path}`;
+}

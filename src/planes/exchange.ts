@@ -1,0 +1,41 @@
+// One traced exchange, shared by the listing, the read and the redeem: the request's event is
+// written before anything is sent, a refusal is recorded with the message its body will carry, and
+// a trace that cannot be written fails the request closed (500 io_error, no file bytes). The trace
+// is the only account of what left the capsule, so nothing leaves unrecorded.
+import type { FastifyReply } from 'fastify';
+import { Refusal, renderHttp, type Rendered } from '../codes.js';
+import { sendError, type HeaderList } from './reply.js';
+
+export interface Exchange {
+  reply: FastifyReply;
+  context: 'files' | 'peer';
+  /** Headers every refusal of this exchange carries (generation; handle id on the peer plane). */
+  refusalHeaders: HeaderList;
+  /** The ceiling a too_large message names. */
+  maxBytes?: number;
+}
+
+/**
+ * Runs a trace write; on failure answers 500 io_error (no file bytes) and returns false.
+ */
+export async function traced(x: Exchange, appendEvent: () => Promise<void>): Promise<boolean> {
+  try {
+    await appendEvent();
+    return true;
+  } catch (error) {
+    x.reply.log.error({ err: (error as Error).message }, 'trace write failed; refusing the request');
+    sendError(x.reply, renderHttp(x.context, new Refusal('io_error', 'the trace could not be written')), x.refusalHeaders);
+    return false;
+  }
+}
+
+/** Renders `refusal`, records it (no bytes, no hash) and, once it is recorded, sends it. */
+export async function refuse(x: Exchange, refusal: Refusal, record: (outcome: string, reason: string) => Promise<void>): Promise<void> {
+  const rendered: Rendered = renderHttp(x.context, refusal, { maxBytes: x.maxBytes });
+  if (await traced(x, () => record(rendered.code, rendered.message))) sendError(x.reply, rendered, x.refusalHeaders);
+}
+
+/** Anything a plane caught: a Refusal as it is, anything else an io_error that echoes nothing. */
+export function asRefusal(error: unknown): Refusal {
+  return error instanceof Refusal ? error : new Refusal('io_error', 'internal error');
+}

@@ -1,0 +1,131 @@
+// Both planes and the agent card as one Fastify plugin. Routing works on the raw request target (no
+// router decoding or normalising decides anything), every method reaches the planes (so a write
+// verb is a 405, not a 404), bodies are never parsed, and every response passes one shutdown gate
+// and one in-flight count. The app-level options these guarantees also need (frameworkErrors,
+// clientErrorHandler, no HEAD routes) come from `appOptions` in src/server.ts.
+import { METHODS } from 'node:http';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { Refusal, renderHttp } from '../codes.js';
+import { requestPath } from '../paths.js';
+import { redactHandles } from '../redact.js';
+import type { Session } from '../session.js';
+import { CARD_PATH, HEADER, isFilesPath, isPeerPath, RESOURCES_PREFIX } from '../wire.js';
+import { agentCard } from './card.js';
+import { handleFiles } from './files.js';
+import { handleRedeem } from './redeem.js';
+import { send, sendError } from './reply.js';
+
+/** Answers with a catalogued server-context code (route 404, 503 while closing, 500). */
+export function sendServerError(reply: FastifyReply, refusal: Refusal): FastifyReply {
+  return sendError(reply, renderHttp('server', refusal));
+}
+
+/** Routes one request under /resources by its raw path; the planes do the rest. */
+export async function dispatch(session: Session, req: FastifyRequest, reply: FastifyReply): Promise<void> {
+  const path = requestPath(req.raw.url ?? '/');
+  const method = req.raw.method ?? 'GET';
+  if (isFilesPath(path)) return handleFiles(session, method, path, reply);
+  if (isPeerPath(path)) {
+    const audience = req.headers[HEADER.audience];
+    return handleRedeem(session, method, path, Array.isArray(audience) ? audience.join(', ') : audience, reply);
+  }
+  // Anything else under /resources/: no plane, no trace; still no write verb.
+  sendError(reply, renderHttp('files', new Refusal(method !== 'GET' ? 'method_not_allowed' : 'not_found')));
+}
+
+/** True for a raw target that belongs to a plane (answered in the planes' shape, never generically). */
+export function isPlaneTarget(rawUrl: string): boolean {
+  const path = requestPath(rawUrl);
+  return path === RESOURCES_PREFIX || path.startsWith(`${RESOURCES_PREFIX}/`);
+}
+
+/**
+ * Counts responses still being sent, so that shutdown lets them finish. Node's server.close()
+ * destroys any connection whose response has *ended*, even while its body is still queued for
+ * the socket, which would cut a large read mid-body after its trace line said it was sent.
+ */
+export class InFlight {
+  private count = 0;
+  private waiters: Array<() => void> = [];
+  closing = false;
+
+  track(res: { once(event: 'close', fn: () => void): unknown }): void {
+    this.count += 1;
+    res.once('close', () => {
+      this.count -= 1;
+      if (this.count === 0) for (const w of this.waiters.splice(0)) w();
+    });
+  }
+
+  /** Resolves once every tracked response is done, or after `timeoutMs`. */
+  drained(timeoutMs: number): Promise<void> {
+    if (this.count === 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, timeoutMs);
+      this.waiters.push(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+}
+
+export interface PlanesOptions {
+  session: Session;
+  /** The gate and count every response passes; shared with whoever closes the listener. */
+  inflight: InFlight;
+}
+
+/** Registers both planes and the agent card. */
+export async function resourcePlanes(app: FastifyInstance, opts: PlanesOptions): Promise<void> {
+  const { session, inflight } = opts;
+  // Every method Node parses must reach the planes (a PROPFIND is a 405, not a 404), so the ones
+  // Fastify does not know are registered. QUERY is re-registered as bodiless: as a body method
+  // Fastify refuses it with a 500 before any handler when it carries no content-type.
+  for (const method of METHODS) {
+    if (method === 'CONNECT' || app.supportedMethods.includes(method)) continue;
+    app.addHttpMethod(method, { hasBody: true });
+  }
+  app.addHttpMethod('QUERY', { hasBody: false, overrideExisting: true });
+
+  // No verb here takes a body: accept any content type without reading it, so a POST is answered
+  // 405 by the plane rather than 415 or 413 by the framework.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', (_req, _payload, done) => done(null));
+
+  app.addHook('onRequest', async (_req, reply) => {
+    if (inflight.closing) {
+      reply.header('connection', 'close');
+      sendServerError(reply, new Refusal('shutting_down'));
+      return reply;
+    }
+    inflight.track(reply.raw);
+    return undefined;
+  });
+  app.addHook('onSend', async (_req, reply, payload) => {
+    if (!reply.hasHeader(HEADER.containment)) reply.header(HEADER.containment, session.containment);
+    return payload;
+  });
+  app.addHook('onResponse', async (req, reply) => {
+    // Tokens travel in redeem URLs: the log line carries the handle id instead. Debug level: the
+    // trace is the record of every request; this is a diagnostic echo of it.
+    req.log.debug({ method: req.raw.method, url: redactHandles(req.raw.url ?? ''), status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request');
+  });
+  app.setNotFoundHandler((_req, reply) => {
+    sendServerError(reply, new Refusal('not_found'));
+  });
+  app.setErrorHandler((error, req, reply) => {
+    req.log.error({ err: redactHandles(String(error)) }, 'unhandled error');
+    sendServerError(reply, new Refusal('io_error', 'internal error'));
+  });
+
+  app.all(RESOURCES_PREFIX, (req, reply) => dispatch(session, req, reply));
+  app.all(`${RESOURCES_PREFIX}/*`, (req, reply) => dispatch(session, req, reply));
+  app.get(CARD_PATH, (_req, reply) => {
+    send(reply, 200, [['content-type', 'application/json']], Buffer.from(JSON.stringify(agentCard(session))));
+  });
+}
+
+// Registered without encapsulation (what fastify-plugin does): the hooks, the not-found and error
+// handlers and the methods apply to the app the planes are registered into.
+(resourcePlanes as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;

@@ -1,0 +1,85 @@
+// The inbound half of the peer handoff (SPEC section 6): GET /resources/peer/<handle>. Checks run
+// in the spec's fixed order and nothing downstream of the MAC is evaluated before it; the file is
+// then served by the same ExportView (resolver, reader, symlink policy) as the operator plane.
+import type { FastifyReply } from 'fastify';
+import { Refusal, renderHttp } from '../codes.js';
+import { checkShape, verifyToken } from '../handle/token.js';
+import type { ReadResult } from '../native.js';
+import { canonicalRelpath } from '../paths.js';
+import { handleId } from '../redact.js';
+import type { Session } from '../session.js';
+import { HEADER, PEER_PREFIX } from '../wire.js';
+import { asRefusal, refuse, traced, type Exchange } from './exchange.js';
+import { readHeaders, send, sendError, type HeaderList } from './reply.js';
+
+export async function handleRedeem(
+  session: Session,
+  method: string,
+  path: string,
+  audienceHeader: string | undefined,
+  reply: FastifyReply,
+): Promise<void> {
+  const token = path.slice(PEER_PREFIX.length + 1);
+  // A property of the request alone, settled before anything about this capsule is consulted
+  // (untraced). Like every refusal it carries the generation, and the handle id when a handle
+  // segment was given.
+  if (method !== 'GET') {
+    const extra: HeaderList = [[HEADER.generation, String(session.generation)]];
+    if (token !== '') extra.push([HEADER.handleId, handleId(token)]);
+    sendError(reply, renderHttp('peer', new Refusal('method_not_allowed')), extra);
+    return;
+  }
+  // No list verb: these name no handle, so there is nothing to trace them against.
+  if (path === PEER_PREFIX || token === '') {
+    sendError(reply, renderHttp('peer', new Refusal('not_found')));
+    return;
+  }
+  const generation = session.generation;
+  const hid = handleId(token);
+  const audience = audienceHeader?.trim() ?? '';
+  const view = session.peerFiles;
+  const x: Exchange = {
+    reply,
+    context: 'peer',
+    refusalHeaders: [[HEADER.generation, String(generation)], [HEADER.handleId, hid]],
+    maxBytes: view?.opts.maxBytes,
+  };
+  let verifiedPath: string | null = null;
+  const record = (outcome: string, reason: string | null, bytes: number | null, sha256: string | null) =>
+    session.trace.append('peer_handle_redeem', {
+      handle_id: hid,
+      // Caller-controlled until the MAC verifies; never recorded as fact before that.
+      path: verifiedPath,
+      generation,
+      audience_asserted: audienceHeader ?? null,
+      bytes,
+      sha256,
+      outcome,
+      reason,
+    });
+  const refused = (r: Refusal) => refuse(x, r, (code, reason) => record(code, reason, null, null));
+
+  const key = session.key;
+  if (!view || !key) return refused(new Refusal('no_peer_plane'));
+  if (!checkShape(token)) return refused(new Refusal('malformed_handle'));
+  if (audience === '') return refused(new Refusal('missing_audience'));
+  const verdict = verifyToken(key, token, audience, session.sessionId, Date.now());
+  if (!verdict.ok) {
+    if (verdict.reason === 'expired') verifiedPath = verdict.payload.p;
+    const code = verdict.reason === 'malformed' ? 'malformed_handle' : verdict.reason === 'expired' ? 'handle_expired' : 'handle_not_valid';
+    return refused(new Refusal(code));
+  }
+  verifiedPath = verdict.payload.p;
+  // The payload is ours (the MAC proved it), but it is judged again rather than trusted.
+  const relpath = canonicalRelpath(verdict.payload.p);
+  if (relpath === null) return refused(new Refusal('outside_root'));
+  let result: ReadResult;
+  try {
+    result = await view.read(relpath);
+  } catch (error) {
+    return refused(asRefusal(error));
+  }
+  if (!(await traced(x, () => record('ok', null, result.bytes.length, result.sha256)))) return;
+  // Never x-murmur-export-root: the peer plane discloses no path structure.
+  send(reply, 200, [...readHeaders(result, generation, session.containment), [HEADER.handleId, hid]], result.bytes);
+}
