@@ -14,6 +14,7 @@
 #include <climits>
 
 #include "read.h"
+#include "time_ms.h"
 
 namespace rp {
 
@@ -61,7 +62,7 @@ void add_if_regular(int fd, const std::string& path, std::vector<ListEntry>* out
   entry.path = path;
   // The byte count that was hashed, so size and hash agree even if the file changed under us.
   entry.size = static_cast<uint64_t>(hashed);
-  entry.mtime_ms = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
+  entry.mtime_ms = epoch_ms(st.st_mtim);
   out->push_back(std::move(entry));
 }
 

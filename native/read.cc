@@ -10,15 +10,13 @@
 #include <cstring>
 #include <memory>
 
+#include "time_ms.h"
+
 namespace rp {
 
 namespace {
 
 constexpr size_t kHashChunk = 1 << 20;
-
-int64_t mtime_ms_of(const struct stat& st) {
-  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
-}
 
 // EVP_MD_CTX freed on every path out of a hash loop.
 struct MdCtxFree {
@@ -49,7 +47,7 @@ bool regular_file_stat(int fd, FileStat* stat, Failure* failure) {
     return false;
   }
   stat->size = static_cast<uint64_t>(st.st_size);
-  stat->mtime_ms = mtime_ms_of(st);
+  stat->mtime_ms = epoch_ms(st.st_mtim);
   return true;
 }
 
