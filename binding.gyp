@@ -1,4 +1,10 @@
 {
+  # C++ exceptions are on (NAPI_CPP_EXCEPTIONS, and -fno-exceptions removed) on purpose:
+  # node-addon-api then turns a failed Node-API call into a thrown Napi::Error that unwinds through
+  # the RAII owners (Fd, OwnedBuffer, Landing), so a descriptor or buffer is released on every
+  # early exit without a status check after each call, and a bad argument becomes a JS TypeError
+  # instead of a pending exception someone has to remember to check. The syscall files (no napi.h)
+  # do not use exceptions for outcomes: they report through Failure and stable codes.
   "targets": [
     {
       "target_name": "resource_plane",

@@ -7,15 +7,14 @@
 namespace {
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  rp::InitWorkers(env, exports);
   exports.Set("openDirectory", Napi::Function::New(env, rp::OpenDirectory, "openDirectory"));
   exports.Set("closeFd", Napi::Function::New(env, rp::CloseFd, "closeFd"));
   exports.Set("read", Napi::Function::New(env, rp::Read, "read"));
   exports.Set("stat", Napi::Function::New(env, rp::Stat, "stat"));
   exports.Set("list", Napi::Function::New(env, rp::List, "list"));
   exports.Set("checkRoot", Napi::Function::New(env, rp::CheckRoot, "checkRoot"));
-  exports.Set("inboxCreate", Napi::Function::New(env, rp::InboxCreate, "inboxCreate"));
-  exports.Set("inboxCommit", Napi::Function::New(env, rp::InboxCommit, "inboxCommit"));
-  exports.Set("inboxDiscard", Napi::Function::New(env, rp::InboxDiscard, "inboxDiscard"));
+  exports.Set("landingOpen", Napi::Function::New(env, rp::LandingOpen, "landingOpen"));
   exports.Set("probeOpenat2", Napi::Function::New(env, rp::ProbeOpenat2, "probeOpenat2"));
   Napi::Array codes = Napi::Array::New(env);
   // Every failure code, straight from the table, so a test can prove the TS catalogue covers it.

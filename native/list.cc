@@ -14,6 +14,7 @@
 #include <climits>
 
 #include "read.h"
+#include "time_ms.h"
 
 namespace rp {
 
@@ -61,7 +62,7 @@ void add_if_regular(int fd, const std::string& path, std::vector<ListEntry>* out
   entry.path = path;
   // The byte count that was hashed, so size and hash agree even if the file changed under us.
   entry.size = static_cast<uint64_t>(hashed);
-  entry.mtime_ms = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
+  entry.mtime_ms = epoch_ms(st.st_mtim);
   out->push_back(std::move(entry));
 }
 
@@ -115,7 +116,8 @@ struct Walker {
         // entered, and one to a FIFO or device is refused without being opened.
         Failure failure;
         FileStat ignored;
-        Fd file = open_regular_beneath(root_fd, path, SymlinkPolicy::Follow, resolver, true, &ignored, &failure);
+        Fd file = open_regular_beneath(root_fd, path, SymlinkPolicy::Follow, resolver,
+                                       OpenFor::Reading, &ignored, &failure);
         if (file.valid()) add_if_regular(file.get(), path, out);
       }
       // FIFOs, sockets and devices are skipped without being opened.
@@ -125,10 +127,9 @@ struct Walker {
 
 }  // namespace
 
-ListResult list_export_root(int workdir_fd, const std::string& root, SymlinkPolicy policy,
-                            Resolver resolver) {
+ListResult list_export_root(const ExportRequest& req) {
   ListResult result;
-  Fd root_fd = open_root(workdir_fd, root, O_RDONLY, resolver, &result.failure);
+  Fd root_fd = open_root(req.workdir_fd, req.root, O_RDONLY, req.resolver, &result.failure);
   if (!root_fd.valid()) {
     // A root that does not exist yet lists as empty; only an escape or an I/O fault is an error.
     if (result.failure.code == Code::NotFound) {
@@ -137,7 +138,7 @@ ListResult list_export_root(int workdir_fd, const std::string& root, SymlinkPoli
     }
     return result;
   }
-  Walker walker{root_fd.get(), policy, resolver, &result.entries};
+  Walker walker{root_fd.get(), req.policy, req.resolver, &result.entries};
   walker.walk(root_fd.get(), "", 0);
   std::sort(result.entries.begin(), result.entries.end(),
             [](const ListEntry& a, const ListEntry& b) { return a.path < b.path; });

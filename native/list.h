@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "codes.h"
+#include "request.h"
 #include "resolve.h"
 
 namespace rp {
@@ -23,7 +24,8 @@ struct ListResult {
   std::vector<ListEntry> entries;  // sorted by path in byte (= UTF-8 code point) order
 };
 
-ListResult list_export_root(int workdir_fd, const std::string& root, SymlinkPolicy policy,
-                            Resolver resolver);
+// Lists `req.root` (opened beneath `req.workdir_fd`) under `req.policy` and `req.resolver`;
+// `req.rel` and `req.max_bytes` are not used: the whole tree is walked and every file hashed whole.
+ListResult list_export_root(const ExportRequest& req);
 
 }  // namespace rp

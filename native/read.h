@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <string>
 
+#include "buffer.h"
 #include "codes.h"
+#include "request.h"
 #include "resolve.h"
 
 namespace rp {
@@ -18,28 +20,28 @@ struct FileStat {
 
 struct ReadResult {
   Failure failure;
-  unsigned char* data = nullptr;  // malloc'd; ownership passes to the caller (freed with free())
-  size_t length = 0;
+  OwnedBuffer bytes;  // exactly the bytes served; moves into the Node Buffer without a copy
   int64_t mtime_ms = 0;
   unsigned char sha256[32] = {};
 };
 
+// What a caller wants the descriptor for: a probe (stat only, O_PATH) or reading the bytes.
+enum class OpenFor { Probe, Reading };
+
 // Resolves `rel` beneath `dirfd` and returns a descriptor of a regular file, or fails. It first
 // opens O_PATH and fstat's that: a FIFO, socket or device is refused without ever being opened
-// for real (no driver open(), no FIFO writer released). Only then, when `for_reading`, is the
-// path opened for reading; that descriptor is fstat'd again, since the path may have changed in
-// between, and `stat` describes it. Without `for_reading` the O_PATH descriptor is returned.
+// for real (no driver open(), no FIFO writer released). Only then, for Reading, is the path
+// opened for reading; that descriptor is fstat'd again, since the path may have changed in
+// between, and `stat` describes it. For a Probe the O_PATH descriptor is returned.
 Fd open_regular_beneath(int dirfd, const std::string& rel, SymlinkPolicy policy, Resolver resolver,
-                        bool for_reading, FileStat* stat, Failure* failure);
+                        OpenFor purpose, FileStat* stat, Failure* failure);
 
-// open_regular_beneath against `root`, itself opened beneath `workdir_fd` on every call.
-Fd open_export_file(int workdir_fd, const std::string& root, const std::string& rel,
-                    SymlinkPolicy policy, Resolver resolver, bool for_reading, FileStat* stat,
-                    Failure* failure);
+// open_regular_beneath of `req.rel` against `req.root`, itself opened beneath `req.workdir_fd`
+// on every call.
+Fd open_export_file(const ExportRequest& req, OpenFor purpose, FileStat* stat, Failure* failure);
 
-// open_export_file, then at most max_bytes + 1 bytes read from that one descriptor.
-ReadResult read_export_file(int workdir_fd, const std::string& root, const std::string& rel,
-                            uint64_t max_bytes, SymlinkPolicy policy, Resolver resolver);
+// open_export_file, then at most req.max_bytes + 1 bytes read from that one descriptor.
+ReadResult read_export_file(const ExportRequest& req);
 
 // Hashes a whole descriptor from offset 0 (listing: no size bound). Returns bytes hashed or -1.
 int64_t hash_whole_fd(int fd, unsigned char out[32], int* err);

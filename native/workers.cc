@@ -1,15 +1,17 @@
-// The Node-API side of every operation: argument unpacking (types are validated again here, the
-// TS layer validates meaning), one AsyncWorker class per operation, and the conversion of a
-// Failure into a rejected promise whose error carries the stable `code`.
+// The Node-API side of every operation: options unpacked by name (types are validated again here,
+// the TS layer validates meaning), one AsyncWorker class per operation, each with its own async
+// resource name, and the conversion of a Failure into a rejected promise whose error carries the
+// stable `code`. Also the Landing class JS holds instead of the inbox descriptors.
 #include "workers.h"
 
 #include <fcntl.h>
 
-#include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "list.h"
 #include "read.h"
+#include "request.h"
 #include "resolve.h"
 #include "write.h"
 
@@ -37,11 +39,12 @@ Napi::Error to_error(Napi::Env env, const Failure& failure) {
   return error;
 }
 
-// Base for every worker: a deferred promise settled from OnOK/OnError.
+// Base for every worker: a deferred promise settled from OnOK/OnError. `resource_name` is what
+// async_hooks and diagnostics see, one per operation ("resource-plane:read", ...).
 class PromiseWorker : public Napi::AsyncWorker {
  public:
-  explicit PromiseWorker(Napi::Env env)
-      : Napi::AsyncWorker(env, "resource-plane"), deferred_(Napi::Promise::Deferred::New(env)) {}
+  PromiseWorker(Napi::Env env, const char* resource_name)
+      : Napi::AsyncWorker(env, resource_name), deferred_(Napi::Promise::Deferred::New(env)) {}
   Napi::Promise Promise() { return deferred_.Promise(); }
 
  protected:
@@ -51,7 +54,11 @@ class PromiseWorker : public Napi::AsyncWorker {
       deferred_.Reject(to_error(env, failure_).Value());
       return;
     }
-    deferred_.Resolve(Result(env));
+    try {
+      deferred_.Resolve(Result(env));
+    } catch (const Napi::Error& error) {
+      deferred_.Reject(error.Value());  // building the result failed: the caller hears it
+    }
   }
   void OnError(const Napi::Error& error) override { deferred_.Reject(error.Value()); }
   virtual Napi::Value Result(Napi::Env env) = 0;
@@ -60,24 +67,76 @@ class PromiseWorker : public Napi::AsyncWorker {
   Failure failure_;
 };
 
-SymlinkPolicy policy_arg(const Napi::Value& v) {
-  return v.ToBoolean().Value() ? SymlinkPolicy::Refuse : SymlinkPolicy::Follow;
+// ── Named options ───────────────────────────────────────────────────────────────────────────────
+// Every operation takes one plain object; each field is read by name and must have its type. A
+// missing or mistyped field is a TypeError, never a silent default (a forgotten `refuseSymlinks`
+// must not quietly mean "follow").
+
+Napi::Object options_arg(const Napi::CallbackInfo& info) {
+  if (info.Length() < 1 || !info[0].IsObject())
+    throw Napi::TypeError::New(info.Env(), "expected one options object");
+  return info[0].As<Napi::Object>();
 }
-Resolver resolver_arg(const Napi::Value& v) {
-  return v.ToBoolean().Value() ? Resolver::Walk : Resolver::Openat2;
+
+Napi::Value field(const Napi::Object& o, const char* name) { return o.Get(name); }
+
+int fd_field(const Napi::Object& o, const char* name) {
+  Napi::Value v = field(o, name);
+  if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), std::string(name) + " must be a descriptor number");
+  double d = v.As<Napi::Number>().DoubleValue();
+  if (!(d >= 0) || d > 2147483647.0 || d != static_cast<double>(static_cast<int>(d)))
+    throw Napi::RangeError::New(o.Env(), std::string(name) + " is not a descriptor");
+  return static_cast<int>(d);
 }
-int fd_arg(const Napi::CallbackInfo& info, size_t i) {
-  if (!info[i].IsNumber()) throw Napi::TypeError::New(info.Env(), "descriptor must be a number");
-  return info[i].As<Napi::Number>().Int32Value();
+
+std::string string_field(const Napi::Object& o, const char* name) {
+  Napi::Value v = field(o, name);
+  if (!v.IsString()) throw Napi::TypeError::New(o.Env(), std::string(name) + " must be a string");
+  return v.As<Napi::String>().Utf8Value();
 }
-std::string string_arg(const Napi::CallbackInfo& info, size_t i) {
-  if (!info[i].IsString()) throw Napi::TypeError::New(info.Env(), "expected a string argument");
-  return info[i].As<Napi::String>().Utf8Value();
+
+bool bool_field(const Napi::Object& o, const char* name) {
+  Napi::Value v = field(o, name);
+  if (!v.IsBoolean()) throw Napi::TypeError::New(o.Env(), std::string(name) + " must be a boolean");
+  return v.As<Napi::Boolean>().Value();
 }
+
+uint64_t byte_count_field(const Napi::Object& o, const char* name) {
+  Napi::Value v = field(o, name);
+  if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), std::string(name) + " must be a number");
+  double d = v.As<Napi::Number>().DoubleValue();
+  if (!(d >= 0) || d > 9007199254740991.0 || d != static_cast<double>(static_cast<uint64_t>(d)))
+    throw Napi::RangeError::New(o.Env(), std::string(name) + " out of range");
+  return static_cast<uint64_t>(d);
+}
+
+Resolver resolver_field(const Napi::Object& o) {
+  std::string name = string_field(o, "resolver");
+  if (name == "openat2") return Resolver::Openat2;
+  if (name == "walk") return Resolver::Walk;
+  throw Napi::TypeError::New(o.Env(), "resolver must be 'openat2' or 'walk'");
+}
+
+enum class Wants { Root, File, FileWithCeiling };
+
+// The one input of read/stat/list: {workdirFd, root, relpath?, maxBytes?, refuseSymlinks, resolver}.
+ExportRequest request_from(const Napi::Object& o, Wants wants) {
+  ExportRequest req;
+  req.workdir_fd = fd_field(o, "workdirFd");
+  req.root = string_field(o, "root");
+  if (wants != Wants::Root) req.rel = string_field(o, "relpath");
+  if (wants == Wants::FileWithCeiling) req.max_bytes = byte_count_field(o, "maxBytes");
+  req.policy = bool_field(o, "refuseSymlinks") ? SymlinkPolicy::Refuse : SymlinkPolicy::Follow;
+  req.resolver = resolver_field(o);
+  return req;
+}
+
+// ── Export operations ───────────────────────────────────────────────────────────────────────────
 
 class OpenDirectoryWorker final : public PromiseWorker {
  public:
-  OpenDirectoryWorker(Napi::Env env, std::string path) : PromiseWorker(env), path_(std::move(path)) {}
+  OpenDirectoryWorker(Napi::Env env, std::string path)
+      : PromiseWorker(env, "resource-plane:open-directory"), path_(std::move(path)) {}
   void Execute() override { fd_ = open_directory(path_, &failure_); }
   Napi::Value Result(Napi::Env env) override {
     return Napi::Number::New(env, fd_.release());  // JS owns it now and closes it with closeFd
@@ -90,44 +149,33 @@ class OpenDirectoryWorker final : public PromiseWorker {
 
 class ReadWorker final : public PromiseWorker {
  public:
-  ReadWorker(Napi::Env env, int workdir, std::string root, std::string rel, uint64_t max,
-             SymlinkPolicy policy, Resolver resolver)
-      : PromiseWorker(env), workdir_(workdir), root_(std::move(root)), rel_(std::move(rel)),
-        max_(max), policy_(policy), resolver_(resolver) {}
-  ~ReadWorker() override { std::free(result_.data); }
+  ReadWorker(Napi::Env env, ExportRequest req) : PromiseWorker(env, "resource-plane:read"), req_(std::move(req)) {}
   void Execute() override {
-    result_ = read_export_file(workdir_, root_, rel_, max_, policy_, resolver_);
+    result_ = read_export_file(req_);
     failure_ = result_.failure;
   }
   Napi::Value Result(Napi::Env env) override {
     Napi::Object out = Napi::Object::New(env);
-    unsigned char* data = result_.data;
-    result_.data = nullptr;  // ownership moves to the Buffer's finalizer: no copy
-    out.Set("bytes", Napi::Buffer<unsigned char>::New(
-                         env, data, result_.length, [](Napi::Env, unsigned char* p) { std::free(p); }));
+    const size_t length = result_.bytes.size();
+    // Ownership moves to the Buffer's finalizer: no copy (NewOrCopy copies, and frees ours at
+    // once, only where the runtime forbids external buffers).
+    out.Set("bytes", Napi::Buffer<unsigned char>::NewOrCopy(
+                         env, result_.bytes.release(), length,
+                         [](Napi::Env, unsigned char* p) { OwnedBuffer::free_released(p); }));
     out.Set("mtimeMs", Napi::Number::New(env, static_cast<double>(result_.mtime_ms)));
     out.Set("sha256", Napi::String::New(env, hex(result_.sha256, 32)));
     return out;
   }
 
  private:
-  int workdir_;
-  std::string root_, rel_;
-  uint64_t max_;
-  SymlinkPolicy policy_;
-  Resolver resolver_;
+  ExportRequest req_;
   ReadResult result_;
 };
 
 class StatWorker final : public PromiseWorker {
  public:
-  StatWorker(Napi::Env env, int workdir, std::string root, std::string rel, SymlinkPolicy policy,
-             Resolver resolver)
-      : PromiseWorker(env), workdir_(workdir), root_(std::move(root)), rel_(std::move(rel)),
-        policy_(policy), resolver_(resolver) {}
-  void Execute() override {
-    Fd fd = open_export_file(workdir_, root_, rel_, policy_, resolver_, false, &stat_, &failure_);
-  }
+  StatWorker(Napi::Env env, ExportRequest req) : PromiseWorker(env, "resource-plane:stat"), req_(std::move(req)) {}
+  void Execute() override { Fd fd = open_export_file(req_, OpenFor::Probe, &stat_, &failure_); }
   Napi::Value Result(Napi::Env env) override {
     Napi::Object out = Napi::Object::New(env);
     out.Set("size", Napi::Number::New(env, static_cast<double>(stat_.size)));
@@ -136,21 +184,18 @@ class StatWorker final : public PromiseWorker {
   }
 
  private:
-  int workdir_;
-  std::string root_, rel_;
-  SymlinkPolicy policy_;
-  Resolver resolver_;
+  ExportRequest req_;
   FileStat stat_;
 };
 
 // Resolves only the export root beneath the workdir, as every request does; a missing root is not
 // a failure (it may be created later), an escape is.
-class RootWorker final : public PromiseWorker {
+class CheckRootWorker final : public PromiseWorker {
  public:
-  RootWorker(Napi::Env env, int workdir, std::string root, Resolver resolver)
-      : PromiseWorker(env), workdir_(workdir), root_(std::move(root)), resolver_(resolver) {}
+  CheckRootWorker(Napi::Env env, ExportRequest req)
+      : PromiseWorker(env, "resource-plane:check-root"), req_(std::move(req)) {}
   void Execute() override {
-    Fd fd = open_root(workdir_, root_, O_PATH, resolver_, &failure_);
+    Fd fd = open_root(req_.workdir_fd, req_.root, O_PATH, req_.resolver, &failure_);
     if (!fd.valid() && failure_.code == Code::NotFound) {
       failure_ = Failure();
       exists_ = false;
@@ -159,19 +204,15 @@ class RootWorker final : public PromiseWorker {
   Napi::Value Result(Napi::Env env) override { return Napi::Boolean::New(env, exists_); }
 
  private:
-  int workdir_;
-  std::string root_;
-  Resolver resolver_;
+  ExportRequest req_;
   bool exists_ = true;
 };
 
 class ListWorker final : public PromiseWorker {
  public:
-  ListWorker(Napi::Env env, int workdir, std::string root, SymlinkPolicy policy, Resolver resolver)
-      : PromiseWorker(env), workdir_(workdir), root_(std::move(root)), policy_(policy),
-        resolver_(resolver) {}
+  ListWorker(Napi::Env env, ExportRequest req) : PromiseWorker(env, "resource-plane:list"), req_(std::move(req)) {}
   void Execute() override {
-    result_ = list_export_root(workdir_, root_, policy_, resolver_);
+    result_ = list_export_root(req_);
     failure_ = result_.failure;
   }
   Napi::Value Result(Napi::Env env) override {
@@ -192,58 +233,8 @@ class ListWorker final : public PromiseWorker {
   }
 
  private:
-  int workdir_;
-  std::string root_;
-  SymlinkPolicy policy_;
-  Resolver resolver_;
+  ExportRequest req_;
   ListResult result_;
-};
-
-class InboxCreateWorker final : public PromiseWorker {
- public:
-  InboxCreateWorker(Napi::Env env, int workdir, std::string inbox)
-      : PromiseWorker(env), workdir_(workdir), inbox_(std::move(inbox)) {}
-  void Execute() override {
-    temp_ = create_inbox_temp(workdir_, inbox_);
-    failure_ = temp_.failure;
-  }
-  Napi::Value Result(Napi::Env env) override {
-    Napi::Object out = Napi::Object::New(env);
-    out.Set("dirFd", Napi::Number::New(env, temp_.dir.release()));
-    out.Set("fd", Napi::Number::New(env, temp_.file.release()));
-    out.Set("name", Napi::String::New(env, temp_.name));
-    return out;
-  }
-
- private:
-  int workdir_;
-  std::string inbox_;
-  TempFile temp_;  // its Fds close on destruction unless handed to JS
-};
-
-class InboxCommitWorker final : public PromiseWorker {
- public:
-  InboxCommitWorker(Napi::Env env, int dir, int file, std::string temp, std::string final_name)
-      : PromiseWorker(env), dir_(dir), file_(file), temp_(std::move(temp)),
-        final_(std::move(final_name)) {}
-  void Execute() override { failure_ = commit_temp(dir_, file_, temp_, final_); }
-  Napi::Value Result(Napi::Env env) override { return env.Undefined(); }
-
- private:
-  int dir_, file_;
-  std::string temp_, final_;
-};
-
-class InboxDiscardWorker final : public PromiseWorker {
- public:
-  InboxDiscardWorker(Napi::Env env, int dir, std::string temp)
-      : PromiseWorker(env), dir_(dir), temp_(std::move(temp)) {}
-  void Execute() override { discard_temp(dir_, temp_); }
-  Napi::Value Result(Napi::Env env) override { return env.Undefined(); }
-
- private:
-  int dir_;
-  std::string temp_;
 };
 
 template <typename W, typename... Args>
@@ -254,58 +245,209 @@ Napi::Value queue(Napi::Env env, Args&&... args) {
   return promise;
 }
 
+// ── The landing ─────────────────────────────────────────────────────────────────────────────────
+// JS holds a LandingHandle, never a descriptor. Each method queues one worker that runs the
+// syscall side (write.cc) on the pool. One operation at a time: a second call while one is in
+// flight is a programming error and throws. While a worker runs it holds a strong reference to
+// the handle, so the handle (and the Landing it owns) outlives every operation on it; once JS
+// drops the handle, its finalizer closes the descriptors and removes an uncommitted temp file.
+
+struct AddonData {
+  Napi::FunctionReference landing_ctor;
+};
+
+class LandingHandle final : public Napi::ObjectWrap<LandingHandle> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "LandingHandle",
+                       {InstanceMethod<&LandingHandle::Write>("write"),
+                        InstanceMethod<&LandingHandle::Commit>("commit"),
+                        InstanceMethod<&LandingHandle::Abort>("abort"),
+                        InstanceMethod<&LandingHandle::Close>("close")});
+  }
+
+  // Only the open worker constructs one, passing the Landing in an External that JS cannot forge.
+  explicit LandingHandle(const Napi::CallbackInfo& info) : Napi::ObjectWrap<LandingHandle>(info) {
+    if (info.Length() != 1 || !info[0].IsExternal())
+      throw Napi::TypeError::New(info.Env(), "a landing is made by landingOpen, not constructed");
+    Landing* landing = info[0].As<Napi::External<Landing>>().Data();
+    landing_ = std::move(*landing);
+  }
+
+  Landing& landing() { return landing_; }
+  void Done() { busy_ = false; }
+
+ private:
+  Napi::Value Write(const Napi::CallbackInfo& info);
+  Napi::Value Commit(const Napi::CallbackInfo& info);
+  Napi::Value Abort(const Napi::CallbackInfo& info);
+  Napi::Value Close(const Napi::CallbackInfo& info);
+
+  void Claim(Napi::Env env) {
+    if (busy_) throw Napi::Error::New(env, "another operation on this landing is still in flight");
+    busy_ = true;
+  }
+
+  Landing landing_;
+  bool busy_ = false;
+};
+
+class LandingOpenWorker final : public PromiseWorker {
+ public:
+  LandingOpenWorker(Napi::Env env, int workdir_fd, std::string inbox)
+      : PromiseWorker(env, "resource-plane:landing-open"), workdir_fd_(workdir_fd), inbox_(std::move(inbox)) {}
+  void Execute() override { landing_ = Landing::open(workdir_fd_, inbox_, &failure_); }
+  Napi::Value Result(Napi::Env env) override {
+    AddonData* data = env.GetInstanceData<AddonData>();
+    // The handle's constructor moves the Landing out of landing_; if it throws, landing_ still
+    // owns it and closes it (removing the temp file) when this worker is deleted.
+    return data->landing_ctor.New({Napi::External<Landing>::New(env, &landing_)});
+  }
+
+ private:
+  int workdir_fd_;
+  std::string inbox_;
+  Landing landing_;
+};
+
+// Base of the operations on an existing landing: keeps the handle alive and marks it idle again.
+class LandingOpWorker : public PromiseWorker {
+ public:
+  LandingOpWorker(Napi::Env env, const char* name, const Napi::Object& self, LandingHandle* handle)
+      : PromiseWorker(env, name), self_(Napi::Persistent(self)), handle_(handle) {}
+
+ protected:
+  void OnOK() override {
+    handle_->Done();
+    PromiseWorker::OnOK();
+  }
+  void OnError(const Napi::Error& error) override {
+    handle_->Done();
+    PromiseWorker::OnError(error);
+  }
+  Napi::Value Result(Napi::Env env) override { return env.Undefined(); }
+  Landing& landing() { return handle_->landing(); }
+
+ private:
+  Napi::ObjectReference self_;  // strong: the handle cannot be collected while this runs
+  LandingHandle* handle_;
+};
+
+class LandingWriteWorker final : public LandingOpWorker {
+ public:
+  LandingWriteWorker(Napi::Env env, const Napi::Object& self, LandingHandle* handle,
+                     Napi::Buffer<unsigned char> chunk)
+      : LandingOpWorker(env, "resource-plane:landing-write", self, handle),
+        chunk_(Napi::Persistent(chunk)), data_(chunk.Data()), length_(chunk.Length()) {}
+  void Execute() override { failure_ = landing().append(data_, length_); }
+
+ private:
+  Napi::Reference<Napi::Buffer<unsigned char>> chunk_;  // the bytes stay alive until written
+  const unsigned char* data_;
+  size_t length_;
+};
+
+class LandingCommitWorker final : public LandingOpWorker {
+ public:
+  LandingCommitWorker(Napi::Env env, const Napi::Object& self, LandingHandle* handle, std::string name)
+      : LandingOpWorker(env, "resource-plane:landing-commit", self, handle), name_(std::move(name)) {}
+  void Execute() override { failure_ = landing().commit(name_); }
+
+ private:
+  std::string name_;
+};
+
+class LandingAbortWorker final : public LandingOpWorker {
+ public:
+  LandingAbortWorker(Napi::Env env, const Napi::Object& self, LandingHandle* handle)
+      : LandingOpWorker(env, "resource-plane:landing-abort", self, handle) {}
+  void Execute() override { landing().abort(); }
+};
+
+class LandingCloseWorker final : public LandingOpWorker {
+ public:
+  LandingCloseWorker(Napi::Env env, const Napi::Object& self, LandingHandle* handle)
+      : LandingOpWorker(env, "resource-plane:landing-close", self, handle) {}
+  void Execute() override { landing().close(); }
+};
+
+// write(chunk: Buffer)
+Napi::Value LandingHandle::Write(const Napi::CallbackInfo& info) {
+  if (info.Length() < 1 || !info[0].IsBuffer())
+    throw Napi::TypeError::New(info.Env(), "write takes one Buffer");
+  Claim(info.Env());
+  return queue<LandingWriteWorker>(info.Env(), info.This().As<Napi::Object>(), this,
+                                   info[0].As<Napi::Buffer<unsigned char>>());
+}
+
+// commit(finalName: string)
+Napi::Value LandingHandle::Commit(const Napi::CallbackInfo& info) {
+  if (info.Length() < 1 || !info[0].IsString())
+    throw Napi::TypeError::New(info.Env(), "commit takes the final name");
+  std::string name = info[0].As<Napi::String>().Utf8Value();
+  Claim(info.Env());
+  return queue<LandingCommitWorker>(info.Env(), info.This().As<Napi::Object>(), this, std::move(name));
+}
+
+Napi::Value LandingHandle::Abort(const Napi::CallbackInfo& info) {
+  Claim(info.Env());
+  return queue<LandingAbortWorker>(info.Env(), info.This().As<Napi::Object>(), this);
+}
+
+Napi::Value LandingHandle::Close(const Napi::CallbackInfo& info) {
+  Claim(info.Env());
+  return queue<LandingCloseWorker>(info.Env(), info.This().As<Napi::Object>(), this);
+}
+
 }  // namespace
 
+void InitWorkers(Napi::Env env, Napi::Object exports) {
+  auto* data = new AddonData();
+  data->landing_ctor = Napi::Persistent(LandingHandle::Define(env));
+  env.SetInstanceData<AddonData>(data);  // deleted by Node-API when the environment goes away
+}
+
 Napi::Value OpenDirectory(const Napi::CallbackInfo& info) {
-  return queue<OpenDirectoryWorker>(info.Env(), string_arg(info, 0));
+  if (!info[0].IsString()) throw Napi::TypeError::New(info.Env(), "path must be a string");
+  return queue<OpenDirectoryWorker>(info.Env(), info[0].As<Napi::String>().Utf8Value());
 }
 
-// read(workdirFd, root, rel, maxBytes, refuseSymlinks, walk)
+// read({workdirFd, root, relpath, maxBytes, refuseSymlinks, resolver})
 Napi::Value Read(const Napi::CallbackInfo& info) {
-  if (!info[3].IsNumber()) throw Napi::TypeError::New(info.Env(), "maxBytes must be a number");
-  double max = info[3].As<Napi::Number>().DoubleValue();
-  if (!(max >= 0) || max > 9007199254740991.0)
-    throw Napi::RangeError::New(info.Env(), "maxBytes out of range");
-  return queue<ReadWorker>(info.Env(), fd_arg(info, 0), string_arg(info, 1), string_arg(info, 2),
-                           static_cast<uint64_t>(max), policy_arg(info[4]), resolver_arg(info[5]));
+  return queue<ReadWorker>(info.Env(), request_from(options_arg(info), Wants::FileWithCeiling));
 }
 
-// stat(workdirFd, root, rel, refuseSymlinks, walk)
+// stat({workdirFd, root, relpath, refuseSymlinks, resolver})
 Napi::Value Stat(const Napi::CallbackInfo& info) {
-  return queue<StatWorker>(info.Env(), fd_arg(info, 0), string_arg(info, 1), string_arg(info, 2),
-                           policy_arg(info[3]), resolver_arg(info[4]));
+  return queue<StatWorker>(info.Env(), request_from(options_arg(info), Wants::File));
 }
 
-// checkRoot(workdirFd, root, walk) -> exists
-Napi::Value CheckRoot(const Napi::CallbackInfo& info) {
-  return queue<RootWorker>(info.Env(), fd_arg(info, 0), string_arg(info, 1), resolver_arg(info[2]));
-}
-
-// list(workdirFd, root, refuseSymlinks, walk)
+// list({workdirFd, root, refuseSymlinks, resolver})
 Napi::Value List(const Napi::CallbackInfo& info) {
-  return queue<ListWorker>(info.Env(), fd_arg(info, 0), string_arg(info, 1), policy_arg(info[2]),
-                           resolver_arg(info[3]));
+  return queue<ListWorker>(info.Env(), request_from(options_arg(info), Wants::Root));
 }
 
-// inboxCreate(workdirFd, inboxName) -> {dirFd, fd, name}
-Napi::Value InboxCreate(const Napi::CallbackInfo& info) {
-  return queue<InboxCreateWorker>(info.Env(), fd_arg(info, 0), string_arg(info, 1));
+// checkRoot({workdirFd, root, resolver}) -> exists. No symlink policy: the root itself may be a
+// link that stays inside the workdir, whatever the class.
+Napi::Value CheckRoot(const Napi::CallbackInfo& info) {
+  Napi::Object o = options_arg(info);
+  ExportRequest req;
+  req.workdir_fd = fd_field(o, "workdirFd");
+  req.root = string_field(o, "root");
+  req.resolver = resolver_field(o);
+  return queue<CheckRootWorker>(info.Env(), std::move(req));
 }
 
-// inboxCommit(dirFd, fd, tempName, finalName)
-Napi::Value InboxCommit(const Napi::CallbackInfo& info) {
-  return queue<InboxCommitWorker>(info.Env(), fd_arg(info, 0), fd_arg(info, 1), string_arg(info, 2),
-                                  string_arg(info, 3));
-}
-
-// inboxDiscard(dirFd, tempName)
-Napi::Value InboxDiscard(const Napi::CallbackInfo& info) {
-  return queue<InboxDiscardWorker>(info.Env(), fd_arg(info, 0), string_arg(info, 1));
+// landingOpen({workdirFd, inbox}) -> LandingHandle
+Napi::Value LandingOpen(const Napi::CallbackInfo& info) {
+  Napi::Object o = options_arg(info);
+  return queue<LandingOpenWorker>(info.Env(), fd_field(o, "workdirFd"), string_field(o, "inbox"));
 }
 
 // closeFd(fd): synchronous; close(2) on a descriptor we own does not block meaningfully.
 Napi::Value CloseFd(const Napi::CallbackInfo& info) {
-  Fd owned(fd_arg(info, 0));  // closed when this scope ends
+  if (!info[0].IsNumber()) throw Napi::TypeError::New(info.Env(), "descriptor must be a number");
+  Fd owned(info[0].As<Napi::Number>().Int32Value());  // closed when this scope ends
   return info.Env().Undefined();
 }
 

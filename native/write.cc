@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <utility>
 
 namespace rp {
 
@@ -39,80 +40,152 @@ std::string random_suffix() {
 
 }  // namespace
 
-TempFile create_inbox_temp(int workdir_fd, const std::string& inbox) {
-  TempFile out;
+Landing::Landing(Landing&& other) noexcept { *this = std::move(other); }
+
+Landing& Landing::operator=(Landing&& other) noexcept {
+  if (this != &other) {
+    close();
+    state_ = other.state_;
+    dir_ = std::move(other.dir_);
+    file_ = std::move(other.file_);
+    temp_name_ = std::move(other.temp_name_);
+    final_name_ = std::move(other.final_name_);
+    dev_ = other.dev_;
+    ino_ = other.ino_;
+    other.state_ = State::Closed;
+  }
+  return *this;
+}
+
+Landing::~Landing() { close(); }
+
+Landing Landing::open(int workdir_fd, const std::string& inbox, Failure* failure) {
+  Landing out;
   if (!one_component(inbox)) {
-    out.failure.set(Code::UnsafeInbox);
-    out.failure.detail = "the inbox must be one path component";
+    failure->set(Code::UnsafeInbox);
+    failure->detail = "the inbox must be one path component";
     return out;
   }
   if (mkdirat(workdir_fd, inbox.c_str(), 0755) != 0 && errno != EEXIST) {
-    out.failure.set(Code::IoError, errno);
+    failure->set(Code::IoError, errno);
     return out;
   }
   // O_NOFOLLOW: an inbox that is a symlink (planted by the agent) would redirect the write.
-  int dir = retry_eintr([&] {
+  Fd dir(retry_eintr([&] {
     return openat(workdir_fd, inbox.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  });
-  if (dir < 0) {
+  }));
+  if (!dir.valid()) {
     int err = errno;
     if (err == ELOOP || err == ENOTDIR) {
-      out.failure.set(Code::UnsafeInbox);
-      out.failure.detail = "'" + inbox + "' is a symlink or not a directory";
+      failure->set(Code::UnsafeInbox);
+      failure->detail = "'" + inbox + "' is a symlink or not a directory";
     } else {
-      out.failure.set(Code::IoError, err);
+      failure->set(Code::IoError, err);
     }
     return out;
   }
-  out.dir.reset(dir);
   for (int attempt = 0; attempt < 16; attempt++) {
     std::string suffix = random_suffix();
     if (suffix.empty()) {
-      out.failure.set(Code::IoError, errno);
+      failure->set(Code::IoError, errno);
       return out;
     }
     std::string name = ".tmp-" + suffix;
-    int fd = retry_eintr([&] {
-      return openat(out.dir.get(), name.c_str(),
-                    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    });
-    if (fd >= 0) {
-      out.file.reset(fd);
-      out.name = name;
+    Fd file(retry_eintr([&] {
+      return openat(dir.get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    }));
+    if (!file.valid()) {
+      if (errno == EEXIST) continue;
+      failure->set(Code::IoError, errno);
       return out;
     }
-    if (errno != EEXIST) {
-      out.failure.set(Code::IoError, errno);
+    struct stat st;
+    if (fstat(file.get(), &st) != 0) {
+      int err = errno;
+      unlinkat(dir.get(), name.c_str(), 0);
+      failure->set(Code::IoError, err);
       return out;
     }
+    out.state_ = State::Writing;
+    out.dir_ = std::move(dir);
+    out.file_ = std::move(file);
+    out.temp_name_ = std::move(name);
+    out.dev_ = st.st_dev;
+    out.ino_ = st.st_ino;
+    return out;
   }
-  out.failure.set(Code::IoError, EEXIST);
+  failure->set(Code::IoError, EEXIST);
   return out;
 }
 
-Failure commit_temp(int dir_fd, int file_fd, const std::string& temp_name,
-                    const std::string& final_name) {
+Failure Landing::append(const unsigned char* data, size_t length) {
   Failure failure;
-  if (!one_component(final_name) || !one_component(temp_name)) {
+  if (state_ != State::Writing) {
+    failure.set(Code::IoError, EBADF);
+    failure.detail = "the landing is no longer open for writing";
+    return failure;
+  }
+  size_t done = 0;
+  while (done < length) {
+    ssize_t n = retry_eintr([&] { return ::write(file_.get(), data + done, length - done); });
+    if (n < 0) {
+      failure.set(Code::IoError, errno);
+      return failure;
+    }
+    if (n == 0) {
+      failure.set(Code::IoError, EIO);
+      failure.detail = "short write";
+      return failure;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return failure;
+}
+
+Failure Landing::commit(const std::string& final_name) {
+  Failure failure;
+  if (state_ != State::Writing) {
+    failure.set(Code::IoError, EBADF);
+    failure.detail = "the landing is no longer open for writing";
+    return failure;
+  }
+  if (!one_component(final_name)) {
     failure.set(Code::UnsafeInbox);
     failure.detail = "a landed name must be one path component";
     return failure;
   }
-  if (retry_eintr([&] { return fsync(file_fd); }) != 0) {
+  if (retry_eintr([&] { return fsync(file_.get()); }) != 0) {
     failure.set(Code::IoError, errno);
     return failure;
   }
   // renameat replaces a symlink at final_name rather than writing through it.
-  if (renameat(dir_fd, temp_name.c_str(), dir_fd, final_name.c_str()) != 0) {
+  if (renameat(dir_.get(), temp_name_.c_str(), dir_.get(), final_name.c_str()) != 0) {
     failure.set(Code::IoError, errno);
     return failure;
   }
-  if (retry_eintr([&] { return fsync(dir_fd); }) != 0) failure.set(Code::IoError, errno);
+  state_ = State::Committed;
+  final_name_ = final_name;
+  file_.reset();
+  if (retry_eintr([&] { return fsync(dir_.get()); }) != 0) failure.set(Code::IoError, errno);
   return failure;
 }
 
-void discard_temp(int dir_fd, const std::string& temp_name) {
-  if (one_component(temp_name)) unlinkat(dir_fd, temp_name.c_str(), 0);
+void Landing::abort() {
+  if (state_ == State::Committed) {
+    struct stat st;
+    if (fstatat(dir_.get(), final_name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_dev == dev_ &&
+        st.st_ino == ino_)
+      unlinkat(dir_.get(), final_name_.c_str(), 0);
+    state_ = State::Closed;
+  }
+  close();
+}
+
+void Landing::close() {
+  if (state_ == State::Writing) unlinkat(dir_.get(), temp_name_.c_str(), 0);
+  state_ = State::Closed;
+  file_.reset();
+  dir_.reset();
 }
 
 }  // namespace rp

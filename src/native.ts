@@ -54,12 +54,6 @@ export interface ListResult {
   entries: ListEntry[];
 }
 
-export interface InboxTemp {
-  dirFd: number;
-  fd: number;
-  name: string;
-}
-
 export class NativeError extends Error {
   readonly code: NativeCode;
   readonly detail: string;
@@ -73,18 +67,32 @@ export class NativeError extends Error {
   }
 }
 
+/** The one input of read, stat and list, passed by name (native/workers.cc reads each field). */
+interface ExportCall {
+  workdirFd: number;
+  root: string;
+  refuseSymlinks: boolean;
+  resolver: ResolverKind;
+}
+
+/** The addon's handle on one landing: it owns the descriptors; JS only asks it to act. */
+interface LandingHandle {
+  write(chunk: Buffer): Promise<void>;
+  commit(finalName: string): Promise<void>;
+  abort(): Promise<void>;
+  close(): Promise<void>;
+}
+
 interface Binding {
   codes: string[];
   probeOpenat2(): boolean;
   openDirectory(path: string): Promise<number>;
   closeFd(fd: number): void;
-  read(fd: number, root: string, rel: string, max: number, refuse: boolean, walk: boolean): Promise<ReadResult>;
-  stat(fd: number, root: string, rel: string, refuse: boolean, walk: boolean): Promise<StatResult>;
-  list(fd: number, root: string, refuse: boolean, walk: boolean): Promise<ListResult>;
-  checkRoot(fd: number, root: string, walk: boolean): Promise<boolean>;
-  inboxCreate(fd: number, inbox: string): Promise<InboxTemp>;
-  inboxCommit(dirFd: number, fd: number, temp: string, finalName: string): Promise<void>;
-  inboxDiscard(dirFd: number, temp: string): Promise<void>;
+  read(call: ExportCall & { relpath: string; maxBytes: number }): Promise<ReadResult>;
+  stat(call: ExportCall & { relpath: string }): Promise<StatResult>;
+  list(call: ExportCall): Promise<ListResult>;
+  checkRoot(call: { workdirFd: number; root: string; resolver: ResolverKind }): Promise<boolean>;
+  landingOpen(call: { workdirFd: number; inbox: string }): Promise<LandingHandle>;
 }
 
 // Rejections from the pool carry no JS stack; re-raise them with the caller's.
@@ -133,30 +141,70 @@ export function closeFd(fd: number): void {
 }
 
 export function readFile(workdirFd: number, root: string, relpath: string, maxBytes: number, opts: ResolveOptions): Promise<ReadResult> {
-  return call(binding.read(workdirFd, root, relpath, maxBytes, opts.refuseSymlinks, opts.resolver === 'walk'));
+  return call(binding.read({ workdirFd, root, relpath, maxBytes, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver }));
 }
 
 export function statFile(workdirFd: number, root: string, relpath: string, opts: ResolveOptions): Promise<StatResult> {
-  return call(binding.stat(workdirFd, root, relpath, opts.refuseSymlinks, opts.resolver === 'walk'));
+  return call(binding.stat({ workdirFd, root, relpath, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver }));
 }
 
 export function listRoot(workdirFd: number, root: string, opts: ResolveOptions): Promise<ListResult> {
-  return call(binding.list(workdirFd, root, opts.refuseSymlinks, opts.resolver === 'walk'));
+  return call(binding.list({ workdirFd, root, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver }));
 }
 
 /** Resolves only the export root, as every request does: false if it does not exist (yet). */
 export function checkRoot(workdirFd: number, root: string, resolver: ResolverKind): Promise<boolean> {
-  return call(binding.checkRoot(workdirFd, root, resolver === 'walk'));
+  return call(binding.checkRoot({ workdirFd, root, resolver }));
 }
 
-export function createInboxTemp(workdirFd: number, inbox: string): Promise<InboxTemp> {
-  return call(binding.inboxCreate(workdirFd, inbox));
-}
+/**
+ * Landing bytes in the workdir's inbox (SPEC section 6): an exclusive temporary file created
+ * beneath the workdir descriptor inside `inbox` (one component; a symlinked or non-directory inbox
+ * is UNSAFE_INBOX), written, then committed (fsync, rename into place, fsync the inbox) or
+ * aborted. The addon owns both descriptors; this object never exposes one. Operations run one at
+ * a time, in call order. `close()` ends a landing (an uncommitted temporary file is removed); a
+ * landing that is dropped without it is closed the same way when it is garbage-collected.
+ */
+export class Landing {
+  readonly #handle: LandingHandle;
+  /** The previous operation: each one starts after it settles, so calls never overlap. */
+  #tail: Promise<unknown> = Promise.resolve();
 
-export function commitInboxTemp(dirFd: number, fd: number, tempName: string, finalName: string): Promise<void> {
-  return call(binding.inboxCommit(dirFd, fd, tempName, finalName));
-}
+  private constructor(handle: LandingHandle) {
+    this.#handle = handle;
+  }
 
-export function discardInboxTemp(dirFd: number, tempName: string): Promise<void> {
-  return call(binding.inboxDiscard(dirFd, tempName));
+  /** Creates the inbox if missing and an exclusive temporary file inside it. */
+  static async open(workdirFd: number, inbox: string): Promise<Landing> {
+    return new Landing(await call(binding.landingOpen({ workdirFd, inbox })));
+  }
+
+  #next<T>(op: () => Promise<T>): Promise<T> {
+    const run = this.#tail.then(() => call(op()));
+    this.#tail = run.catch(() => undefined);
+    return run;
+  }
+
+  /** Appends all of `chunk`; the buffer must not change until the promise settles. */
+  write(chunk: Buffer): Promise<void> {
+    return this.#next(() => this.#handle.write(chunk));
+  }
+
+  /** fsync, rename to `finalName` (one component) inside the inbox, fsync the inbox. */
+  commit(finalName: string): Promise<void> {
+    return this.#next(() => this.#handle.commit(finalName));
+  }
+
+  /**
+   * Undoes the landing and closes it: before commit the temporary file goes; after commit the
+   * landed file goes, if that name still holds the file this landing wrote.
+   */
+  abort(): Promise<void> {
+    return this.#next(() => this.#handle.abort());
+  }
+
+  /** Closes the landing; an uncommitted temporary file is removed, a committed file stays. */
+  close(): Promise<void> {
+    return this.#next(() => this.#handle.close());
+  }
 }

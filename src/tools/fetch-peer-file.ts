@@ -7,7 +7,6 @@
 // those bytes. Every attempt lands in the trace as `peer_file_fetch`. The token itself goes only
 // into the request line: never into a result, a refusal, or the record.
 import { createHash } from 'node:crypto';
-import { write } from 'node:fs';
 import { isPeerPlaneCode, Refusal, type PeerStatusCode, type PlaneCode } from '../codes.js';
 import { ownAudience } from '../handle/audience.js';
 import { checkShape, decodePayloadUnverified } from '../handle/token.js';
@@ -51,22 +50,6 @@ export const FETCH_TOTAL_TIMEOUT_MS = 60_000;
 /** A refusal body is one short JSON object; a larger one is not read, only its status counts. */
 const ERROR_BODY_MAX_BYTES = 16 * 1024;
 const ETAG = /^"sha256:([0-9a-f]{64})"$/;
-
-/**
- * Writes all of `chunk` to the inbox temporary file. A plain fs `write(` call on purpose: the
- * runtime-writes scanner reads source for write sites, and this one must be visible to it (it
- * lands only in the file `createInboxTemp` made inside `peer-in/`).
- */
-async function writeAll(fd: number, chunk: Buffer): Promise<void> {
-  let offset = 0;
-  while (offset < chunk.length) {
-    const written = await new Promise<number>((resolve, reject) => {
-      write(fd, chunk, offset, chunk.length - offset, null, (error, n) => (error ? reject(error) : resolve(n)));
-    });
-    if (written <= 0) throw new Error('short write');
-    offset += written;
-  }
-}
 
 /**
  * The peer's refusal code from its JSON body when it is one a peer plane can answer with, else
@@ -179,7 +162,8 @@ export async function fetchPeerFile(
     return refuse(refusal.code, refusal.detail ?? refusal.code);
   }
 
-  let temp: native.InboxTemp | null = null;
+  // The addon owns the inbox descriptors; this only holds the landing that acts on them.
+  let landing: native.Landing | null = null;
   let landedName: string | null = null;
   try {
     const generation = generationOf(response);
@@ -199,7 +183,7 @@ export async function fetchPeerFile(
     const stored = storedPathFor(handleId(handle), decodePayloadUnverified(handle)?.p ?? null);
     const finalName = stored.slice(PEER_INBOX_DIR.length + 1);
     try {
-      temp = await native.createInboxTemp(session.workdirDescriptor, PEER_INBOX_DIR);
+      landing = await native.Landing.open(session.workdirDescriptor, PEER_INBOX_DIR);
     } catch (error) {
       const unsafe = error instanceof native.NativeError && error.code === 'UNSAFE_INBOX';
       return await refuse('io_error', unsafe
@@ -214,9 +198,9 @@ export async function fetchPeerFile(
         hash.update(chunk);
         bytes += chunk.length;
         try {
-          await writeAll(temp.fd, chunk);
+          await landing.write(chunk);
         } catch (error) {
-          throw new Refusal('io_error', `the fetched file could not be written (${(error as NodeJS.ErrnoException).code ?? 'write failed'})`);
+          throw new Refusal('io_error', `the fetched file could not be written (${error instanceof native.NativeError ? error.detail || error.code : 'write failed'})`);
         }
       }
     } catch (error) {
@@ -231,7 +215,7 @@ export async function fetchPeerFile(
     try {
       // Commit fsyncs the file, renames it over the final name (never through a link there) and
       // fsyncs the inbox, so a crash leaves a temporary file or the whole file, never a torn one.
-      await native.commitInboxTemp(temp.dirFd, temp.fd, temp.name, finalName);
+      await landing.commit(finalName);
     } catch (error) {
       return await refuse('io_error', `the fetched file could not be landed: ${error instanceof native.NativeError ? error.detail || error.code : 'internal error'}`);
     }
@@ -240,17 +224,15 @@ export async function fetchPeerFile(
       await record({ stored_path: stored, bytes, sha256, outcome: 'ok', reason: null });
     } catch (error) {
       // The trace is the account of what entered the workdir: a file it does not record goes.
-      await native.discardInboxTemp(temp.dirFd, finalName).catch(() => undefined);
+      await landing.abort().catch(() => undefined);
       throw error;
     }
     return { path: stored, bytes, sha256, peer, generation };
   } finally {
     await response.close();
-    if (temp !== null) {
-      if (landedName === null) await native.discardInboxTemp(temp.dirFd, temp.name).catch(() => undefined);
-      native.closeFd(temp.fd);
-      native.closeFd(temp.dirFd);
-    }
+    // Not landed: abort removes the temporary file (or a file a failed commit already renamed).
+    // Landed: close keeps it. Either way the addon closes both descriptors.
+    if (landing !== null) await (landedName === null ? landing.abort() : landing.close()).catch(() => undefined);
   }
 }
 

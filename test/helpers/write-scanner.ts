@@ -11,9 +11,11 @@ export interface WriteSite {
   text: string;
 }
 
-// Node fs calls that create, modify or remove something, and the addon's landing calls.
+// Node fs calls that create, modify or remove something, and the addon's landing. A landing's
+// later calls (write, commit, abort) act only inside the directory `Landing.open` chose, so its
+// open is the site that names where the writes go.
 const TS_WRITES =
-  /\b(writeFileSync|writeFile|appendFileSync|appendFile|mkdirSync|mkdir|mkdtempSync|mkdtemp|renameSync|rename|unlinkSync|unlink|rmSync|rm|rmdirSync|rmdir|cpSync|cp|copyFileSync|copyFile|symlinkSync|symlink|linkSync|link|truncateSync|truncate|ftruncateSync|createWriteStream|writeSync|write|openSync|open|createInboxTemp|commitInboxTemp|discardInboxTemp)\s*\(/g;
+  /\b(writeFileSync|writeFile|appendFileSync|appendFile|mkdirSync|mkdir|mkdtempSync|mkdtemp|renameSync|rename|unlinkSync|unlink|rmSync|rm|rmdirSync|rmdir|cpSync|cp|copyFileSync|copyFile|symlinkSync|symlink|linkSync|link|truncateSync|truncate|ftruncateSync|createWriteStream|writeSync|write|openSync|open|Landing\.open)\s*\(/g;
 // Syscalls that create, modify or remove something beneath a descriptor or by path.
 const CC_WRITES = /\b(mkdirat|mkdir|renameat2?|rename|unlinkat|unlink|symlinkat|linkat|mknodat|creat|ftruncate|truncate|fchmod|fchmodat|fchown|fchownat|write|pwrite|openat|open)\s*\(/g;
 // An open is a write only when its flags say so.

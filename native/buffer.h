@@ -1,0 +1,70 @@
+// A malloc'd byte buffer with exactly one owner. A read fills one of these and hands it to Node
+// with release(): the Node Buffer's finalizer then frees it, so the bytes are never copied and
+// every early return in between frees them by leaving scope, with no free() written by hand.
+// malloc rather than new[] because ownership ends in a C finalizer that calls std::free.
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+
+namespace rp {
+
+class OwnedBuffer {
+ public:
+  OwnedBuffer() = default;
+  OwnedBuffer(const OwnedBuffer&) = delete;
+  OwnedBuffer& operator=(const OwnedBuffer&) = delete;
+  OwnedBuffer(OwnedBuffer&& other) noexcept
+      : data_(other.data_), size_(other.size_), capacity_(other.capacity_) {
+    other.data_ = nullptr;
+    other.size_ = other.capacity_ = 0;
+  }
+  OwnedBuffer& operator=(OwnedBuffer&& other) noexcept {
+    if (this != &other) {
+      std::free(data_);
+      data_ = other.data_;
+      size_ = other.size_;
+      capacity_ = other.capacity_;
+      other.data_ = nullptr;
+      other.size_ = other.capacity_ = 0;
+    }
+    return *this;
+  }
+  ~OwnedBuffer() { std::free(data_); }
+
+  // Grows the allocation to at least `capacity` bytes (never shrinks, keeps the contents). False,
+  // with the buffer unchanged, when memory runs out.
+  bool reserve(size_t capacity) {
+    if (capacity <= capacity_ && data_) return true;
+    if (capacity == 0) capacity = 1;  // a zero-byte file still gets a real pointer to hand over
+    void* grown = std::realloc(data_, capacity);
+    if (!grown) return false;
+    data_ = static_cast<unsigned char*>(grown);
+    capacity_ = capacity;
+    return true;
+  }
+
+  const unsigned char* data() const { return data_; }
+  size_t size() const { return size_; }
+  size_t capacity() const { return capacity_; }
+  // The unfilled tail, for a read(2) to land in; advance() then counts what it wrote.
+  unsigned char* spare() { return data_ + size_; }
+  size_t spare_size() const { return capacity_ - size_; }
+  void advance(size_t n) { size_ += n; }
+
+  // Gives up ownership: the caller frees the pointer with std::free (free_released below).
+  unsigned char* release() {
+    unsigned char* p = data_;
+    data_ = nullptr;
+    size_ = capacity_ = 0;
+    return p;
+  }
+  static void free_released(unsigned char* p) { std::free(p); }
+
+ private:
+  unsigned char* data_ = nullptr;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+};
+
+}  // namespace rp

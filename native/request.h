@@ -1,0 +1,23 @@
+// What every export operation (read, stat, list) is asked to do, as one value: which workdir, which
+// declared root beneath it, which file beneath that, under which symlink policy and resolver, and
+// within which byte ceiling. workers.cc fills it from a named-options object; the syscall files
+// take it whole, so adding a field never reorders a parameter list.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "resolve.h"
+
+namespace rp {
+
+struct ExportRequest {
+  int workdir_fd = -1;
+  std::string root;      // the declared root, verbatim; opened beneath workdir_fd on every call
+  std::string rel;       // lowered relpath beneath the root (read, stat); unused by list
+  SymlinkPolicy policy = SymlinkPolicy::Follow;
+  Resolver resolver = Resolver::Openat2;
+  uint64_t max_bytes = 0;  // read's ceiling; stat and list ignore it (a listing hashes whole files)
+};
+
+}  // namespace rp
