@@ -64,9 +64,23 @@ interface Listing {
   entries: Array<{ path: string; size_bytes: number; mtime_ms: number; sha256: string }>;
 }
 
-/** Control characters shown escaped: a file name must never add rows or drive the terminal. */
-function printable(text: string): string {
-  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
+/**
+ * Control and format characters shown escaped: a file name must never add rows, drive the terminal,
+ * or reorder what is shown (a bidi override makes `invoice_<RLO>fdp.exe` read `invoice_exe.pdf`).
+ * Covers C0/C1 controls and every Unicode format character (category Cf: bidi controls, zero-width
+ * joiners, the BOM); lone surrogates are escaped too.
+ */
+export function printable(text: string): string {
+  return text.replace(/[\p{Cc}\p{Cf}]|\p{Cs}/gu, (c) => {
+    const cp = c.codePointAt(0)!;
+    return cp <= 0xff ? `\\x${cp.toString(16).padStart(2, '0')}` : `\\u{${cp.toString(16)}}`;
+  });
+}
+
+/** An ISO time when the value is a valid date, else the raw number (a capsule chooses its mtimes). */
+export function shownTime(ms: number): string {
+  const d = new Date(ms);
+  return Number.isFinite(ms) && !Number.isNaN(d.getTime()) ? d.toISOString() : String(ms);
 }
 
 export async function list(url: string): Promise<string> {
@@ -74,7 +88,7 @@ export async function list(url: string): Promise<string> {
   const res = await getRaw(u, '/resources/files');
   if (res.statusCode !== 200) throw refusal(res.statusCode, res.body);
   const listing = JSON.parse(res.body.toString('utf8')) as Listing;
-  const rows = listing.entries.map((e) => [String(e.size_bytes), new Date(e.mtime_ms).toISOString(), printable(e.sha256.slice(0, 16)), printable(e.path)]);
+  const rows = listing.entries.map((e) => [String(e.size_bytes), shownTime(e.mtime_ms), printable(e.sha256.slice(0, 16)), printable(e.path)]);
   const widths = [0, 1, 2].map((i) => Math.max(['SIZE', 'MODIFIED', 'SHA256', 'PATH'][i]!.length, ...rows.map((r) => r[i]!.length)));
   const line = (r: string[]) => `${r[0]!.padStart(widths[0]!)}  ${r[1]!.padEnd(widths[1]!)}  ${r[2]!.padEnd(widths[2]!)}  ${r[3]}`;
   const out = [

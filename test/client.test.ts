@@ -53,6 +53,34 @@ describe('resource-plane ls', () => {
     expect(r.stdout).toContain('3 file(s), 2066 bytes');
   });
 
+  it('prints a time outside the Date range as the raw number, and escapes control and format characters in names', async () => {
+    // A hostile capsule chooses its names and mtimes; this server answers as such a capsule's listing would.
+    const listing = {
+      root: 'out/', mode: 'read-only', max_bytes: 10, generation: 0, containment_achieved: 'sealed',
+      entries: [
+        { path: 'invoice_\u202efdp.exe', size_bytes: 1, mtime_ms: 1e16, sha256: 'a'.repeat(64) },
+        { path: 'zero\u200bwidth\ttab', size_bytes: 1, mtime_ms: 9007199254740991, sha256: 'b'.repeat(64) },
+      ],
+    };
+    const body = JSON.stringify(listing);
+    const odd = createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+      res.end(body);
+    });
+    await new Promise<void>((r) => odd.listen(0, '127.0.0.1', r));
+    try {
+      const r = await runCli(['ls', `http://127.0.0.1:${(odd.address() as { port: number }).port}`]);
+      expect(r.status).toBe(0);
+      expect(r.stdout).toContain('10000000000000000');
+      expect(r.stdout).toContain('9007199254740991');
+      expect(r.stdout).toContain('invoice_\\u{202e}fdp.exe');
+      expect(r.stdout).toContain('zero\\u{200b}width\\x09tab');
+      expect(r.stdout).not.toMatch(/[\u202e\u200b\t]/);
+    } finally {
+      await new Promise((r) => odd.close(r));
+    }
+  });
+
   it('reports an unreachable server and a non-URL clearly', async () => {
     expect((await runCli(['ls', 'http://127.0.0.1:1'])).stderr).toMatch(/^error: cannot reach http:\/\/127\.0\.0\.1:1/);
     const bad = await runCli(['ls', 'not a url']);
