@@ -7,6 +7,10 @@ import { Command, CommanderError, Option } from 'commander';
 import { UsageError } from './codes.js';
 import { checkExportRootsAt } from './launch/checks.js';
 import { launch, stderrLogger } from './launch/launch.js';
+import { DRAIN_TIMEOUT_MS } from './server.js';
+
+/** Everything in flight is given this long to end after SIGINT, SIGTERM or the control channel closing. */
+const SHUTDOWN_BOUND_MS = DRAIN_TIMEOUT_MS + 5_000;
 import { loadManifest } from './launch/manifest-file.js';
 import { parseContainment } from './launch/options.js';
 import { ManifestError } from './manifest/diagnostics.js';
@@ -57,7 +61,14 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     if (shuttingDown) return;
     shuttingDown = true;
     logger.info({ why }, 'shutting down');
-    await launched.stop();
+    // The bound: responses get DRAIN_TIMEOUT_MS, then are cut. If anything still holds the process
+    // past SHUTDOWN_BOUND_MS (a native worker that cannot be interrupted), the key is zeroed and the
+    // process ends itself: exiting normally would wait for the thread pool.
+    setTimeout(() => {
+      launched.session.key?.destroy();
+      process.kill(process.pid, 'SIGKILL');
+    }, SHUTDOWN_BOUND_MS).unref();
+    await launched.stop(why).catch(() => undefined);
     logger.flush();
     process.exit(0);
   };

@@ -25,7 +25,7 @@ export type PlaneCode =
   | 'io_error';
 
 /** The server's own answers, outside either plane's vocabulary. */
-export type ServerCode = 'bad_request' | 'shutting_down';
+export type ServerCode = 'bad_request' | 'shutting_down' | 'over_capacity';
 
 /** Refusals only the tools (share-file, fetch-peer-file) give. */
 export type ToolCode = 'invalid_argument' | 'invalid_ttl' | 'unknown_tool' | 'peer_not_allowed' | 'peer_unreachable' | 'etag_mismatch';
@@ -132,6 +132,13 @@ export const CATALOGUE: Readonly<Record<Code, CatalogueRow>> = Object.freeze({
     messages: { server: 'the request could not be parsed' },
   },
   shutting_down: { status: 503, messages: { server: 'the capsule is shutting down' } },
+  over_capacity: {
+    status: 503,
+    messages: {
+      files: 'the server is holding its memory budget for reads in flight; retry after the retry-after delay',
+      peer: 'the server is holding its memory budget for reads in flight; retry after the retry-after delay',
+    },
+  },
   invalid_argument: { status: null, messages: { tool: 'the arguments do not match the tool input schema' } },
   invalid_ttl: {
     status: null,

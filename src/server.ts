@@ -13,8 +13,28 @@ import { redactHandles } from './redact.js';
 import type { Session } from './session.js';
 import { HEADER } from './wire.js';
 
-/** How long shutdown lets responses being sent finish before the listener closes. */
-export const DRAIN_TIMEOUT_MS = 30_000;
+/** How long shutdown lets responses being sent finish; then every connection is cut. */
+export const DRAIN_TIMEOUT_MS = 10_000;
+
+/**
+ * The listener's limits against slow and many clients (README, "Limits"). Every one of them ends a
+ * connection that is not making progress, so a crowd of idle or trickling clients cannot hold the
+ * server; oversized request lines and headers are refused by Node's parser (431) before routing.
+ */
+export const LIMITS = Object.freeze({
+  /** The whole header block must arrive within this. */
+  headersTimeoutMs: 10_000,
+  /** The whole request must arrive within this. */
+  requestTimeoutMs: 30_000,
+  /** An idle keep-alive connection is closed after this. */
+  keepAliveTimeoutMs: 5_000,
+  /** A connection on which nothing moves (a client that does not drain its response) is cut after this. */
+  idleTimeoutMs: 20_000,
+  /** Request line plus headers. */
+  maxHeaderBytes: 16 * 1024,
+  /** Connections beyond this are closed as they arrive. */
+  maxConnections: 1024,
+});
 
 export interface Listener {
   server: Server;
@@ -26,7 +46,15 @@ export interface Listener {
 
 /** Binds an HTTP listener; no request is answered until `serve` attaches an app to it. */
 export async function bind(host = '127.0.0.1', port = 0): Promise<Listener> {
-  const server = createServer({ requestTimeout: 30_000 });
+  const server = createServer({
+    requestTimeout: LIMITS.requestTimeoutMs,
+    headersTimeout: LIMITS.headersTimeoutMs,
+    keepAliveTimeout: LIMITS.keepAliveTimeoutMs,
+    maxHeaderSize: LIMITS.maxHeaderBytes,
+  });
+  server.maxConnections = LIMITS.maxConnections;
+  // Inactivity on the socket, reading or writing: a response that is not drained frees its memory.
+  server.setTimeout(LIMITS.idleTimeoutMs, (socket) => socket.destroy());
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen({ host, port }, () => {
@@ -95,9 +123,30 @@ export function appOptions(session: Session, logger: Logger | false): FastifySer
 /** A Fastify app serving `session`, its listener not yet bound (tests, and the plugin's own use). */
 export function buildApp(session: Session, logger: Logger | false = false, server?: Server): { app: FastifyInstance; inflight: InFlight } {
   const options = appOptions(session, logger);
-  if (server) options.serverFactory = (handler) => server.on('request', handler);
-  const app = Fastify(options) as unknown as FastifyInstance;
   const inflight = new InFlight();
+  if (server) {
+    // The gate and the in-flight count sit in front of Fastify, so every request passes them,
+    // including those Fastify answers itself (a target it fails to parse goes to frameworkErrors).
+    inflight.gatedAtListener = true;
+    options.serverFactory = (handler) =>
+      server.on('request', (req, res) => {
+        if (inflight.closing) {
+          const { body } = renderHttp('server', new Refusal('shutting_down'));
+          res.writeHead(503, {
+            'content-type': 'application/json',
+            [HEADER.containment]: session.containment,
+            'retry-after': '1',
+            'content-length': body.length,
+            connection: 'close',
+          });
+          res.end(body);
+          return;
+        }
+        inflight.track(res);
+        handler(req, res);
+      });
+  }
+  const app = Fastify(options) as unknown as FastifyInstance;
   app.register(resourcePlanes, { session, inflight });
   return { app, inflight };
 }
@@ -117,9 +166,14 @@ export async function serve(session: Session, listener: Listener, logger: Logger
     close: () =>
       (closing ??= (async () => {
         inflight.closing = true;
+        // Not closed before the drain: server.close() destroys every connection whose response has
+        // ended, even while its body is still queued for the socket. New requests meanwhile get 503.
         await inflight.drained(DRAIN_TIMEOUT_MS);
+        const closed = new Promise<void>((resolve) => listener.server.close(() => resolve()));
+        // Whatever is still being sent (a client that reads slowly) is cut: shutdown has a bound.
+        listener.server.closeAllConnections();
         await app.close();
-        await new Promise<void>((resolve) => listener.server.close(() => resolve()));
+        await closed;
       })()),
   };
 }

@@ -6,6 +6,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { Refusal, UsageError } from './codes.js';
+import { ByteBudget } from './budget.js';
 import { ExportView } from './export-view.js';
 import { InstanceKey } from './handle/key.js';
 import type { Manifest } from './manifest/model.js';
@@ -50,6 +51,8 @@ export interface SessionInit {
   trace: Trace;
   /** Where this capsule says it is reachable (agent card, audience); null for a session that serves nothing. */
   advertisedUrl: string | null;
+  /** Bytes reads in flight may hold; default DEFAULT_MEMORY_BUDGET_BYTES. */
+  memoryBudgetBytes?: number;
 }
 
 export class Session {
@@ -64,6 +67,8 @@ export class Session {
   readonly peerFiles: ExportView | null;
   readonly key: InstanceKey | null;
   readonly advertisedUrl: string | null;
+  /** Bytes held by reads and redeems in flight (src/budget.ts). */
+  readonly memory: ByteBudget;
   private workdirFd: number;
   private generationCount = 0;
   private closed = false;
@@ -78,6 +83,7 @@ export class Session {
     this.resolver = init.resolver;
     this.trace = init.trace;
     this.advertisedUrl = init.advertisedUrl;
+    this.memory = new ByteBudget(init.memoryBudgetBytes);
     this.grants = effectiveGrants(init.manifest, init.containment);
     const common = { workdirFd: () => this.workdirDescriptor, containment: init.containment, resolver: init.resolver };
     const { files, peerFiles } = init.manifest;
@@ -122,12 +128,15 @@ export class Session {
     return this.closed;
   }
 
-  /** Zeroes and frees the key, flushes and closes the trace, releases the workdir. Idempotent. */
-  async close(): Promise<void> {
+  /**
+   * Zeroes and frees the key, writes `session_end` (why, and how many events of each kind were
+   * recorded), flushes and closes the trace, releases the workdir. Idempotent.
+   */
+  async close(reason = 'stopped'): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     this.key?.destroy();
-    await this.trace.close();
+    await this.trace.end({ reason });
     native.closeFd(this.workdirFd);
     this.workdirFd = -1;
   }

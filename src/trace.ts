@@ -2,12 +2,31 @@
 // one write(2) on an O_APPEND descriptor so concurrent lines never interleave. Every line passes the
 // redaction boundary here: any `mh1.<seg>.<seg>` in it becomes `<handle:<id>>`, whoever built it.
 // A write that fails rejects, and callers send no file bytes unless their event was written.
+import { createHash } from 'node:crypto';
 import { closeSync, constants, fsync, mkdirSync, openSync, write, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { v7 as uuidv7 } from 'uuid';
 import { redactHandles } from './redact.js';
 
 export type TraceFields = Record<string, unknown>;
+
+/** Fields whose text a caller chooses (a path, an asserted audience, a peer, a reason a peer supplied). */
+const CALLER_FIELDS = new Set(['path', 'audience_asserted', 'peer', 'reason']);
+/** Characters of a caller-chosen field kept in the trace; the rest is summarised by a marker. */
+export const TRACE_FIELD_MAX_CHARS = 512;
+
+/**
+ * A caller-chosen string as the trace stores it: up to TRACE_FIELD_MAX_CHARS characters, then a
+ * marker with the original length and a short hash of the whole value, so a client cannot grow the
+ * trace faster than it grows its own requests, and two long values can still be told apart.
+ * Tokens are redacted first, so a cut never leaves part of one behind.
+ */
+export function boundedField(value: string): string {
+  const text = redactHandles(value);
+  if (text.length <= TRACE_FIELD_MAX_CHARS) return text;
+  const digest = createHash('sha256').update(text, 'utf8').digest('hex').slice(0, 16);
+  return `${text.slice(0, TRACE_FIELD_MAX_CHARS)}…[${text.length} chars, sha256:${digest}]`;
+}
 
 export class TraceWriteError extends Error {
   constructor(cause: unknown) {
@@ -26,6 +45,8 @@ export class Trace {
   private fd: number;
   private parentId: string | null = null;
   private pending = new Set<Promise<void>>();
+  /** Lines written, by event type: what `session_end` reports. */
+  readonly counts: Record<string, number> = {};
 
   private constructor(path: string, sessionId: string, fd: number) {
     this.path = path;
@@ -74,9 +95,22 @@ export class Trace {
     this.pending.add(op);
     try {
       await op;
+      this.counts[eventType] = (this.counts[eventType] ?? 0) + 1;
     } finally {
       this.pending.delete(op);
     }
+  }
+
+  /**
+   * Writes `session_end` (after every line still in flight, so it is the last), then closes. A
+   * trace that cannot take the line is closed all the same: the session is ending either way.
+   */
+  async end(fields: TraceFields): Promise<void> {
+    await Promise.allSettled([...this.pending]);
+    if (this.fd >= 0 && this.parentId !== null) {
+      await this.append('session_end', { ...fields, counts: { ...this.counts } }).catch(() => undefined);
+    }
+    await this.close();
   }
 
   /** Waits for in-flight lines, flushes to disk and closes. Idempotent. */
@@ -98,6 +132,10 @@ export class Trace {
       timestamp: Date.now(),
       ...fields,
     };
+    for (const key of CALLER_FIELDS) {
+      const v = (event as Record<string, unknown>)[key];
+      if (typeof v === 'string') (event as Record<string, unknown>)[key] = boundedField(v);
+    }
     // undefined would silently drop a key; the schema wants explicit nulls.
     const json = JSON.stringify(event, (_k, v) => (v === undefined ? null : v));
     // Token characters never need JSON escaping, so redacting the rendered line is exact.

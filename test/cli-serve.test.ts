@@ -48,7 +48,9 @@ describe('serve', () => {
     expect(s.stdout().trim().split('\n')).toHaveLength(1);
     expect(s.stderr()).toContain('"msg":"shutting down"');
     const events = readFileSync(s.ready.trace, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
-    expect(events.map((e) => e.event_type)).toEqual(['session_start', 'resource_read']);
+    expect(events.map((e) => e.event_type)).toEqual(['session_start', 'resource_read', 'session_end']);
+    // A session that stopped cleanly says why, and what it recorded.
+    expect(events[2]).toMatchObject({ reason: signal, counts: { resource_read: 1 } });
     // The trace lives outside the workdir, and the workdir was not written.
     expect(readdirSync(dir).sort()).toEqual(['murmur.yaml', 'out']);
   });

@@ -19,8 +19,11 @@ export interface LaunchOptions extends Omit<SessionOptions, 'advertisedUrl'> {
 export interface Launched {
   session: Session;
   server: RunningServer;
-  /** Stops the listener (in-flight requests finish), then zeroes the key and flushes the trace. */
-  stop(): Promise<void>;
+  /**
+   * Stops the listener (in-flight requests finish, bounded), then zeroes the key, writes
+   * `session_end` with `reason` and flushes the trace.
+   */
+  stop(reason?: string): Promise<void>;
 }
 
 export function stderrLogger(): Logger {
@@ -71,10 +74,13 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
   return {
     session,
     server,
-    stop: () =>
+    stop: (reason = 'stopped') =>
       (stopping ??= (async () => {
-        await server.close();
-        await session.close();
+        try {
+          await server.close();
+        } finally {
+          await session.close(reason);
+        }
       })()),
   };
 }

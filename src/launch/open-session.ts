@@ -26,6 +26,8 @@ export interface SessionOptions {
   resolver?: native.ResolverKind;
   /** What the agent card and the audience say; null or absent for a session that serves nothing. */
   advertisedUrl?: string | null;
+  /** Bytes reads and redeems in flight may hold (default 256 MiB). */
+  memoryBudgetBytes?: number;
 }
 
 /** A launch that passed every check and holds the workdir descriptor, before its session exists. */
@@ -63,7 +65,7 @@ export async function prepareSession(opts: SessionOptions): Promise<PreparedSess
       let trace: Trace | null = null;
       try {
         trace = Trace.open(tracePath, sessionId);
-        return new Session({ manifest, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl });
+        return new Session({ manifest, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl, memoryBudgetBytes: opts.memoryBudgetBytes });
       } catch (error) {
         void trace?.close();
         native.closeFd(workdirFd);

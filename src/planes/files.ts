@@ -7,7 +7,7 @@ import type { ListEntry, ReadResult } from '../native.js';
 import { lowerRelpath } from '../paths.js';
 import type { Session } from '../session.js';
 import { FILES_PREFIX, HEADER } from '../wire.js';
-import { asRefusal, refuse, traced, type Exchange } from './exchange.js';
+import { asRefusal, holdMemory, refuse, traced, type Exchange } from './exchange.js';
 import { headerSafe, readHeaders, send } from './reply.js';
 
 export async function handleFiles(session: Session, method: string, path: string, reply: FastifyReply): Promise<void> {
@@ -87,6 +87,7 @@ async function handleRead(session: Session, x: Exchange, method: string, raw: st
   } catch (error) {
     return refused(asRefusal(error));
   }
+  if (!(await holdMemory(x, session.memory, result.bytes.length))) return refused(new Refusal('over_capacity'));
   if (!(await traced(x, () => record('ok', null, result.bytes.length, result.sha256)))) return;
   send(x.reply, 200, [...readHeaders(result, generation, session.containment), [HEADER.exportRoot, headerSafe(view.opts.root)]], result.bytes);
 }

@@ -48,6 +48,8 @@ export class InFlight {
   private count = 0;
   private waiters: Array<() => void> = [];
   closing = false;
+  /** Set when the listener itself gates and counts (src/server.ts); the plugin's hook then does not. */
+  gatedAtListener = false;
 
   track(res: { once(event: 'close', fn: () => void): unknown }): void {
     this.count += 1;
@@ -94,6 +96,7 @@ export async function resourcePlanes(app: FastifyInstance, opts: PlanesOptions):
   app.addContentTypeParser('*', (_req, _payload, done) => done(null));
 
   app.addHook('onRequest', async (_req, reply) => {
+    if (inflight.gatedAtListener) return undefined;
     if (inflight.closing) {
       reply.header('connection', 'close');
       sendServerError(reply, new Refusal('shutting_down'));

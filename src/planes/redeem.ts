@@ -9,7 +9,7 @@ import { canonicalRelpath } from '../paths.js';
 import { handleId } from '../redact.js';
 import type { Session } from '../session.js';
 import { HEADER, PEER_PREFIX } from '../wire.js';
-import { asRefusal, refuse, traced, type Exchange } from './exchange.js';
+import { asRefusal, holdMemory, refuse, traced, type Exchange } from './exchange.js';
 import { readHeaders, send, sendError, type HeaderList } from './reply.js';
 
 export async function handleRedeem(
@@ -79,6 +79,7 @@ export async function handleRedeem(
   } catch (error) {
     return refused(asRefusal(error));
   }
+  if (!(await holdMemory(x, session.memory, result.bytes.length))) return refused(new Refusal('over_capacity'));
   if (!(await traced(x, () => record('ok', null, result.bytes.length, result.sha256)))) return;
   // Never x-murmur-export-root: the peer plane discloses no path structure.
   send(reply, 200, [...readHeaders(result, generation, session.containment), [HEADER.handleId, hid]], result.bytes);

@@ -20,6 +20,7 @@ export function send(reply: FastifyReply, status: number, headers: HeaderList, b
 export function sendError(reply: FastifyReply, error: Rendered, extra: HeaderList = []): FastifyReply {
   const headers: HeaderList = [['content-type', 'application/json'], ...extra];
   if (error.code === 'method_not_allowed') headers.push(['allow', 'GET']);
+  if (error.status === 503) headers.push(['retry-after', '1']);
   return send(reply, error.status, headers, error.body);
 }
 

@@ -1,0 +1,148 @@
+// Hostile load against a live server on loopback: the shutdown gate every request passes (including
+// those Fastify cannot parse), the bounded trace, the memory budget, and a normal request answered
+// while hundreds of connections idle or trickle. No assertion counts work done in a fixed time.
+import { connect, type Socket } from 'node:net';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TRACE_FIELD_MAX_CHARS } from '../src/trace.js';
+import { filesManifest, launch, rawGet, readTrace, type Launched } from './helpers/http.js';
+import { makeTree, removeTree, tempDir } from './helpers/tree.js';
+
+let traceDir: string;
+const dirs: string[] = [];
+beforeAll(() => {
+  traceDir = tempDir('rp-load-trace-');
+});
+afterAll(() => {
+  removeTree(traceDir);
+  for (const d of dirs) removeTree(d);
+});
+
+async function up(lines: string[], yaml = filesManifest('out/', 64 << 20)): Promise<Launched> {
+  const workdir = tempDir('rp-load-');
+  dirs.push(workdir);
+  makeTree(workdir, lines);
+  return launch({ workdir, traceDir, yaml, containment: 'sealed' });
+}
+
+/** Opens a raw connection and sends `text` without finishing the request. */
+function trickle(url: string, text: string): Promise<Socket> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const s = connect(Number(port), hostname, () => {
+      s.write(text);
+      resolve(s);
+    });
+    s.on('error', () => undefined);
+    s.once('error', reject);
+  });
+}
+
+describe('shutdown gate', () => {
+  it('refuses a request Fastify cannot parse during the drain, like every other request', async () => {
+    const srv = await up(['out/n.txt: n', 'out/x%ZZ: secret-by-the-side-door']);
+    writeFileSync(join(srv.session.workdir, 'out', 'big.bin'), Buffer.alloc(16 << 20, 1));
+    // Hold one response open (never read) so the drain lasts while the gate is tested.
+    const holder = await trickle(srv.url, 'GET /resources/files/big.bin HTTP/1.1\r\nhost: x\r\n\r\n');
+    holder.pause();
+    await new Promise((r) => setTimeout(r, 200));
+    const stopping = srv.close();
+    await new Promise((r) => setTimeout(r, 100));
+    const side = await rawGet(srv.url, '/resources/files/x%ZZ');
+    const plain = await rawGet(srv.url, '/resources/files/n.txt');
+    expect([side.status, plain.status]).toEqual([503, 503]);
+    expect(side.json()).toEqual({ error: 'shutting_down', message: 'the capsule is shutting down' });
+    expect(side.body.toString()).not.toContain('secret-by-the-side-door');
+    holder.destroy();
+    await stopping;
+  });
+});
+
+describe('a bounded trace', () => {
+  it('stores a caller-chosen field up to a fixed length, then its length and a short hash', async () => {
+    const srv = await up(['out/a: a'], 'name: t\nversion: "1"\nexports:\n  peer_files:\n    root: out/\n');
+    try {
+      const audience = 'a'.repeat(14_000);
+      const res = await rawGet(srv.url, `/resources/peer/mh1.${'A'.repeat(40)}.${'B'.repeat(43)}`, [['x-murmur-audience', audience]]);
+      expect(res.json().error).toBe('malformed_handle');
+      const line = readTrace(srv.tracePath).find((l) => l.event_type === 'peer_handle_redeem')!;
+      const stored = line.audience_asserted as string;
+      expect(stored.length).toBeLessThan(TRACE_FIELD_MAX_CHARS + 64);
+      expect(stored).toMatch(new RegExp(`^a{${TRACE_FIELD_MAX_CHARS}}…\\[14000 chars, sha256:[0-9a-f]{16}\\]$`));
+      // The whole line stays small whatever the header's size.
+      expect(JSON.stringify(line).length).toBeLessThan(2_000);
+    } finally {
+      await srv.close();
+    }
+  });
+
+  it('closes a cleanly stopped session with session_end, its reason and its counts', async () => {
+    const srv = await up(['out/a: a']);
+    await rawGet(srv.url, '/resources/files/a');
+    await rawGet(srv.url, '/resources/files/missing');
+    await srv.close();
+    const lines = readTrace(srv.tracePath);
+    expect(lines.at(-1)).toMatchObject({ event_type: 'session_end', reason: 'stopped', counts: { resource_read: 2 } });
+  });
+});
+
+describe('the memory budget', () => {
+  it('answers 503 over_capacity with retry-after, traced, while never-reading clients hold the budget; memory frees when they go', async () => {
+    const workdir = tempDir('rp-load-');
+    dirs.push(workdir);
+    makeTree(workdir, ['out/small: s']);
+    writeFileSync(join(workdir, 'out', 'eight.bin'), Buffer.alloc(8 << 20, 2));
+    const { launch: launchSession } = await import('../src/launch/launch.js');
+    const { parseManifest } = await import('../src/manifest/model.js');
+    const tracePath = join(traceDir, 'budget.jsonl');
+    const l = await launchSession({ workdir, manifest: parseManifest(filesManifest('out/', 64 << 20)), tracePath, memoryBudgetBytes: 20 << 20 });
+    try {
+      // Two 8 MiB reads fit a 20 MiB budget; their clients never read.
+      const holders = await Promise.all([0, 1].map(() => trickle(l.server.url, 'GET /resources/files/eight.bin HTTP/1.1\r\nhost: x\r\n\r\n')));
+      for (const h of holders) h.pause();
+      await new Promise((r) => setTimeout(r, 300));
+      expect(l.session.memory.inUse).toBe(16 << 20);
+      const refused = await rawGet(l.server.url, '/resources/files/eight.bin');
+      expect(refused.status).toBe(503);
+      expect(refused.header('retry-after')).toBe('1');
+      expect(refused.json().error).toBe('over_capacity');
+      expect(readTrace(tracePath).some((e) => e.event_type === 'resource_read' && e.outcome === 'over_capacity')).toBe(true);
+      for (const h of holders) h.destroy();
+      for (let i = 0; i < 100 && l.session.memory.inUse !== 0; i++) await new Promise((r) => setTimeout(r, 20));
+      expect(l.session.memory.inUse).toBe(0);
+      expect((await rawGet(l.server.url, '/resources/files/eight.bin')).status).toBe(200);
+    } finally {
+      await l.stop();
+    }
+  });
+});
+
+describe('slow and many clients', () => {
+  it('answers a normal request while 300 connections trickle or idle', async () => {
+    const srv = await up(['out/a: hello']);
+    const sockets: Socket[] = [];
+    try {
+      for (let i = 0; i < 300; i++) {
+        sockets.push(await trickle(srv.url, i % 2 ? 'GET /resources/files/a HTTP/1.1\r\nhost: x\r\nx-slow: ' : ''));
+      }
+      const res = await rawGet(srv.url, '/resources/files/a');
+      expect(res.status).toBe(200);
+      expect(res.body.toString()).toBe('hello');
+    } finally {
+      for (const s of sockets) s.destroy();
+      await srv.close();
+    }
+  });
+
+  it('refuses an oversized header block early, in the JSON error shape', async () => {
+    const srv = await up(['out/a: a']);
+    try {
+      const res = await rawGet(srv.url, '/resources/files/a', [['x-big', 'b'.repeat(20_000)]]);
+      expect(res.status).toBe(431);
+      expect(res.json()).toEqual({ error: 'bad_request', message: 'the request could not be parsed' });
+    } finally {
+      await srv.close();
+    }
+  });
+});
