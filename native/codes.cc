@@ -15,6 +15,8 @@ std::string code_name(Code code) {
     case Code::NotARegularFile: return "NOT_A_REGULAR_FILE";
     case Code::TooLarge: return "TOO_LARGE";
     case Code::UnsafeInbox: return "UNSAFE_INBOX";
+    case Code::Cancelled: return "CANCELLED";
+    case Code::TimeBudget: return "TIME_BUDGET";
     case Code::IoError: return "IO_ERROR";
   }
   return "E_UNKNOWN_" + std::to_string(static_cast<int>(code));

@@ -14,6 +14,8 @@ enum class Code {
   NotARegularFile,   // directory, FIFO, socket, device
   TooLarge,          // above the caller's byte ceiling, by fstat or by what the read returned
   UnsafeInbox,       // the landing directory is a symlink or not a directory
+  Cancelled,         // the caller's cancel token was set (client gone, shutdown) before it finished
+  TimeBudget,        // the operation ran past the monotonic deadline its caller gave it
   IoError,           // anything else; `detail` says what. Keep last: addon.cc iterates up to it.
 };
 

@@ -51,38 +51,53 @@ bool valid_utf8(const std::string& s) {
   return true;
 }
 
-// Adds the file behind `fd` (already opened) if fstat says it is a regular file.
-void add_if_regular(int fd, const std::string& path, std::vector<ListEntry>* out) {
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return;
-  ListEntry entry;
-  int err = 0;
-  int64_t hashed = hash_whole_fd(fd, entry.sha256, &err);
-  if (hashed < 0) return;
-  entry.path = path;
-  // The byte count that was hashed, so size and hash agree even if the file changed under us.
-  entry.size = static_cast<uint64_t>(hashed);
-  entry.mtime_ms = epoch_ms(st.st_mtim);
-  out->push_back(std::move(entry));
-}
-
 struct Walker {
   int root_fd;
   SymlinkPolicy policy;
   Resolver resolver;
+  const StopSignal& stop;
   std::vector<ListEntry>* out;
+  Failure* stopped;  // set (Cancelled, TimeBudget) when the whole listing must end
 
-  void walk(int dir_fd, const std::string& prefix, int depth) {
+  // Adds the file behind `fd` (already opened) if fstat says it is a regular file. False when
+  // the listing must stop; an entry that cannot be hashed is only skipped.
+  bool add_if_regular(int fd, const std::string& path) {
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return true;
+    ListEntry entry;
+    Failure failure;
+    int64_t hashed = hash_whole_fd(fd, entry.sha256, stop, &failure);
+    if (hashed < 0) {
+      if (!is_stop(failure.code)) return true;
+      *stopped = failure;
+      return false;
+    }
+    entry.path = path;
+    // The byte count that was hashed, so size and hash agree even if the file changed under us.
+    entry.size = static_cast<uint64_t>(hashed);
+    entry.mtime_ms = epoch_ms(st.st_mtim);
+    out->push_back(std::move(entry));
+    return true;
+  }
+
+  // Walks one directory; false when the listing must stop (the caller unwinds at once).
+  bool walk(int dir_fd, const std::string& prefix, int depth) {
+    if (stop.should_stop(stopped)) return false;
     // fdopendir takes ownership of its descriptor, so it gets a duplicate.
     int dup_fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
-    if (dup_fd < 0) return;
+    if (dup_fd < 0) return true;
     DIR* dir = fdopendir(dup_fd);
     if (!dir) {
       close(dup_fd);
-      return;
+      return true;
     }
     std::vector<std::pair<std::string, unsigned char>> names;
     for (;;) {
+      // A directory of millions of names is read in bounded steps too.
+      if ((names.size() & 4095) == 4095 && stop.should_stop(stopped)) {
+        closedir(dir);
+        return false;
+      }
       errno = 0;
       struct dirent* ent = readdir(dir);
       if (!ent) break;
@@ -93,6 +108,7 @@ struct Walker {
     closedir(dir);
     for (const auto& [name, d_type] : names) {
       (void)d_type;  // not trusted: some filesystems report DT_UNKNOWN, and it races anyway
+      if (stop.should_stop(stopped)) return false;
       if (!valid_utf8(name)) continue;  // unaddressable by a request path; never listed
       std::string path = prefix.empty() ? name : prefix + "/" + name;
       if (path.size() >= PATH_MAX) continue;  // no request could name it
@@ -103,12 +119,12 @@ struct Walker {
         Fd sub(retry_eintr([&] {
           return openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         }));
-        if (sub.valid()) walk(sub.get(), path, depth + 1);
+        if (sub.valid() && !walk(sub.get(), path, depth + 1)) return false;
       } else if (S_ISREG(st.st_mode)) {
         Fd file(retry_eintr([&] {
           return openat(dir_fd, name.c_str(), served_file_flags() | O_NOFOLLOW);
         }));
-        if (file.valid()) add_if_regular(file.get(), path, out);
+        if (file.valid() && !add_if_regular(file.get(), path)) return false;
       } else if (S_ISLNK(st.st_mode)) {
         if (policy == SymlinkPolicy::Refuse) continue;
         // Listed under its own path only if, resolved from the root by the same resolver a read
@@ -118,10 +134,11 @@ struct Walker {
         FileStat ignored;
         Fd file = open_regular_beneath(root_fd, path, SymlinkPolicy::Follow, resolver,
                                        OpenFor::Reading, &ignored, &failure);
-        if (file.valid()) add_if_regular(file.get(), path, out);
+        if (file.valid() && !add_if_regular(file.get(), path)) return false;
       }
       // FIFOs, sockets and devices are skipped without being opened.
     }
+    return true;
   }
 };
 
@@ -138,8 +155,11 @@ ListResult list_export_root(const ExportRequest& req) {
     }
     return result;
   }
-  Walker walker{root_fd.get(), req.policy, req.resolver, &result.entries};
-  walker.walk(root_fd.get(), "", 0);
+  Walker walker{root_fd.get(), req.policy, req.resolver, req.stop, &result.entries, &result.failure};
+  if (!walker.walk(root_fd.get(), "", 0)) {
+    result.entries.clear();  // a listing that stopped early is a failure, never a partial list
+    return result;
+  }
   std::sort(result.entries.begin(), result.entries.end(),
             [](const ListEntry& a, const ListEntry& b) { return a.path < b.path; });
   return result;

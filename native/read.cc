@@ -16,18 +16,16 @@ namespace rp {
 
 namespace {
 
+// A listing's hash reads 1 MiB at a time; a read fills its buffer at most 4 MiB per pread. Both
+// bound how long a worker runs between two looks at its cancel flag and deadline.
 constexpr size_t kHashChunk = 1 << 20;
+constexpr size_t kReadChunk = 4 << 20;
 
 // EVP_MD_CTX freed on every path out of a hash loop.
 struct MdCtxFree {
   void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
 };
 using MdCtx = std::unique_ptr<EVP_MD_CTX, MdCtxFree>;
-
-bool sha256_once(const unsigned char* data, size_t len, unsigned char out[32]) {
-  unsigned int out_len = 0;
-  return EVP_Digest(data, len, out, &out_len, EVP_sha256(), nullptr) == 1 && out_len == 32;
-}
 
 }  // namespace
 
@@ -89,11 +87,14 @@ ReadResult read_export_file(const ExportRequest& req) {
   // the most that is ever read: one byte past the ceiling proves the file grew past it.
   const uint64_t limit = req.max_bytes + 1;
   OwnedBuffer& buf = result.bytes;
-  if (!buf.reserve(static_cast<size_t>(st.size + 1 < limit ? st.size + 1 : limit))) {
+  MdCtx ctx(EVP_MD_CTX_new());
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1 ||
+      !buf.reserve(static_cast<size_t>(st.size + 1 < limit ? st.size + 1 : limit))) {
     result.failure.set(Code::IoError, ENOMEM);
     return result;
   }
   for (;;) {
+    if (req.stop.should_stop(&result.failure)) return result;
     if (buf.spare_size() == 0) {
       if (buf.capacity() >= limit) break;
       size_t next = buf.capacity() * 2 < limit ? buf.capacity() * 2 : static_cast<size_t>(limit);
@@ -102,21 +103,30 @@ ReadResult read_export_file(const ExportRequest& req) {
         return result;
       }
     }
+    const size_t want = buf.spare_size() < kReadChunk ? buf.spare_size() : kReadChunk;
     ssize_t n = retry_eintr([&] {
-      return pread(fd.get(), buf.spare(), buf.spare_size(), static_cast<off_t>(buf.size()));
+      return pread(fd.get(), buf.spare(), want, static_cast<off_t>(buf.size()));
     });
     if (n < 0) {
       result.failure.set(Code::IoError, errno);
       return result;
     }
     if (n == 0) break;
+    // Hashed as read: the digest covers exactly the buffer, and a file that grew past the
+    // ceiling is refused below whatever the digest says.
+    if (EVP_DigestUpdate(ctx.get(), buf.spare(), static_cast<size_t>(n)) != 1) {
+      result.failure.set(Code::IoError, EIO);
+      result.failure.detail = "sha-256 failed";
+      return result;
+    }
     buf.advance(static_cast<size_t>(n));
   }
   if (buf.size() > req.max_bytes) {
     result.failure.set(Code::TooLarge);
     return result;
   }
-  if (!sha256_once(buf.data(), buf.size(), result.sha256)) {
+  unsigned int len = 0;
+  if (EVP_DigestFinal_ex(ctx.get(), result.sha256, &len) != 1 || len != 32) {
     result.failure.set(Code::IoError, EIO);
     result.failure.detail = "sha-256 failed";
     return result;
@@ -125,30 +135,31 @@ ReadResult read_export_file(const ExportRequest& req) {
   return result;
 }
 
-int64_t hash_whole_fd(int fd, unsigned char out[32], int* err) {
+int64_t hash_whole_fd(int fd, unsigned char out[32], const StopSignal& stop, Failure* failure) {
   MdCtx ctx(EVP_MD_CTX_new());
   OwnedBuffer chunk;
   if (!ctx || !chunk.reserve(kHashChunk) || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
-    *err = ENOMEM;
+    failure->set(Code::IoError, ENOMEM);
     return -1;
   }
   int64_t off = 0;
   for (;;) {
+    if (stop.should_stop(failure)) return -1;
     ssize_t n = retry_eintr([&] { return pread(fd, chunk.spare(), kHashChunk, static_cast<off_t>(off)); });
     if (n < 0) {
-      *err = errno;
+      failure->set(Code::IoError, errno);
       return -1;
     }
     if (n == 0) break;
     if (EVP_DigestUpdate(ctx.get(), chunk.spare(), static_cast<size_t>(n)) != 1) {
-      *err = EIO;
+      failure->set(Code::IoError, EIO);
       return -1;
     }
     off += n;
   }
   unsigned int len = 0;
   if (EVP_DigestFinal_ex(ctx.get(), out, &len) != 1 || len != 32) {
-    *err = EIO;
+    failure->set(Code::IoError, EIO);
     return -1;
   }
   return off;

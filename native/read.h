@@ -40,11 +40,13 @@ Fd open_regular_beneath(int dirfd, const std::string& rel, SymlinkPolicy policy,
 // on every call.
 Fd open_export_file(const ExportRequest& req, OpenFor purpose, FileStat* stat, Failure* failure);
 
-// open_export_file, then at most req.max_bytes + 1 bytes read from that one descriptor.
+// open_export_file, then at most req.max_bytes + 1 bytes read from that one descriptor, in chunks,
+// asking req.stop before each one and hashing as it goes.
 ReadResult read_export_file(const ExportRequest& req);
 
-// Hashes a whole descriptor from offset 0 (listing: no size bound). Returns bytes hashed or -1.
-int64_t hash_whole_fd(int fd, unsigned char out[32], int* err);
+// Hashes a whole descriptor from offset 0 (listing: no size bound), asking `stop` before every
+// chunk. Returns the bytes hashed, or -1 with `failure` set (Cancelled, TimeBudget or IoError).
+int64_t hash_whole_fd(int fd, unsigned char out[32], const StopSignal& stop, Failure* failure);
 
 // The open flags every served file is opened with: never blocks (FIFO), never becomes a
 // controlling terminal, never follows a final symlink by itself.

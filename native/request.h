@@ -8,6 +8,7 @@
 #include <string>
 
 #include "resolve.h"
+#include "stop.h"
 
 namespace rp {
 
@@ -18,6 +19,7 @@ struct ExportRequest {
   SymlinkPolicy policy = SymlinkPolicy::Follow;
   Resolver resolver = Resolver::Openat2;
   uint64_t max_bytes = 0;  // read's ceiling; stat and list ignore it (a listing hashes whole files)
+  StopSignal stop;         // cancel token and deadline, asked between chunks (read, list)
 };
 
 }  // namespace rp

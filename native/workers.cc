@@ -6,6 +6,8 @@
 
 #include <fcntl.h>
 
+#include <atomic>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -13,6 +15,7 @@
 #include "read.h"
 #include "request.h"
 #include "resolve.h"
+#include "stop.h"
 #include "write.h"
 
 namespace rp {
@@ -67,6 +70,39 @@ class PromiseWorker : public Napi::AsyncWorker {
   Failure failure_;
 };
 
+// Per-environment state: the classes whose instances the addon must recognise or create.
+struct AddonData {
+  Napi::FunctionReference landing_ctor;
+  Napi::FunctionReference cancel_ctor;
+};
+
+// ── Cancel tokens ───────────────────────────────────────────────────────────────────────────────
+// `new CancelToken()` in JS; `cancel()` sets a flag that every worker given the token asks
+// between chunks. The flag is shared, so a worker still running after JS dropped the token is fine.
+
+class CancelTokenHandle final : public Napi::ObjectWrap<CancelTokenHandle> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "CancelToken",
+                       {InstanceMethod<&CancelTokenHandle::Cancel>("cancel"),
+                        InstanceAccessor<&CancelTokenHandle::Cancelled>("cancelled")});
+  }
+  explicit CancelTokenHandle(const Napi::CallbackInfo& info)
+      : Napi::ObjectWrap<CancelTokenHandle>(info), flag_(std::make_shared<std::atomic<bool>>(false)) {}
+  const CancelFlag& flag() const { return flag_; }
+
+ private:
+  Napi::Value Cancel(const Napi::CallbackInfo& info) {
+    flag_->store(true, std::memory_order_relaxed);
+    return info.Env().Undefined();
+  }
+  Napi::Value Cancelled(const Napi::CallbackInfo& info) {
+    return Napi::Boolean::New(info.Env(), flag_->load(std::memory_order_relaxed));
+  }
+
+  CancelFlag flag_;
+};
+
 // ── Named options ───────────────────────────────────────────────────────────────────────────────
 // Every operation takes one plain object; each field is read by name and must have its type. A
 // missing or mistyped field is a TypeError, never a silent default (a forgotten `refuseSymlinks`
@@ -117,10 +153,33 @@ Resolver resolver_field(const Napi::Object& o) {
   throw Napi::TypeError::New(o.Env(), "resolver must be 'openat2' or 'walk'");
 }
 
+// `cancel`: absent, or a CancelToken made by this addon (anything else is a TypeError: an object
+// that merely looks like one could never be cancelled).
+CancelFlag cancel_field(const Napi::Object& o) {
+  Napi::Value v = field(o, "cancel");
+  if (v.IsUndefined()) return nullptr;
+  AddonData* data = o.Env().GetInstanceData<AddonData>();
+  if (!v.IsObject() || !v.As<Napi::Object>().InstanceOf(data->cancel_ctor.Value()))
+    throw Napi::TypeError::New(o.Env(), "cancel must be a CancelToken");
+  return CancelTokenHandle::Unwrap(v.As<Napi::Object>())->flag();
+}
+
+// `timeBudgetMs`: absent, or a whole number of milliseconds in [1, 2^31 - 1].
+void budget_field(const Napi::Object& o, StopSignal* stop) {
+  Napi::Value v = field(o, "timeBudgetMs");
+  if (v.IsUndefined()) return;
+  if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), "timeBudgetMs must be a number");
+  double d = v.As<Napi::Number>().DoubleValue();
+  if (!(d >= 1) || d > 2147483647.0 || d != static_cast<double>(static_cast<int64_t>(d)))
+    throw Napi::RangeError::New(o.Env(), "timeBudgetMs must be a whole number of ms in [1, 2^31 - 1]");
+  stop->set_budget(static_cast<uint64_t>(d));
+}
+
 enum class Wants { Root, File, FileWithCeiling };
 
 // The one input of read/stat/list: {workdirFd, root, relpath?, maxBytes?, refuseSymlinks, resolver}.
 ExportRequest request_from(const Napi::Object& o, Wants wants) {
+  // (cancel and timeBudgetMs are read by the operations that honour them: Read and List.)
   ExportRequest req;
   req.workdir_fd = fd_field(o, "workdirFd");
   req.root = string_field(o, "root");
@@ -252,9 +311,6 @@ Napi::Value queue(Napi::Env env, Args&&... args) {
 // the handle, so the handle (and the Landing it owns) outlives every operation on it; once JS
 // drops the handle, its finalizer closes the descriptors and removes an uncommitted temp file.
 
-struct AddonData {
-  Napi::FunctionReference landing_ctor;
-};
 
 class LandingHandle final : public Napi::ObjectWrap<LandingHandle> {
  public:
@@ -404,6 +460,9 @@ Napi::Value LandingHandle::Close(const Napi::CallbackInfo& info) {
 void InitWorkers(Napi::Env env, Napi::Object exports) {
   auto* data = new AddonData();
   data->landing_ctor = Napi::Persistent(LandingHandle::Define(env));
+  Napi::Function cancel = CancelTokenHandle::Define(env);
+  data->cancel_ctor = Napi::Persistent(cancel);
+  exports.Set("CancelToken", cancel);
   env.SetInstanceData<AddonData>(data);  // deleted by Node-API when the environment goes away
 }
 
@@ -412,9 +471,13 @@ Napi::Value OpenDirectory(const Napi::CallbackInfo& info) {
   return queue<OpenDirectoryWorker>(info.Env(), info[0].As<Napi::String>().Utf8Value());
 }
 
-// read({workdirFd, root, relpath, maxBytes, refuseSymlinks, resolver})
+// read({workdirFd, root, relpath, maxBytes, refuseSymlinks, resolver, cancel?})
 Napi::Value Read(const Napi::CallbackInfo& info) {
-  return queue<ReadWorker>(info.Env(), request_from(options_arg(info), Wants::FileWithCeiling));
+  Napi::Object o = options_arg(info);
+  ExportRequest req = request_from(o, Wants::FileWithCeiling);
+  req.stop.operation = "read";
+  req.stop.cancel = cancel_field(o);
+  return queue<ReadWorker>(info.Env(), std::move(req));
 }
 
 // stat({workdirFd, root, relpath, refuseSymlinks, resolver})
@@ -422,9 +485,15 @@ Napi::Value Stat(const Napi::CallbackInfo& info) {
   return queue<StatWorker>(info.Env(), request_from(options_arg(info), Wants::File));
 }
 
-// list({workdirFd, root, refuseSymlinks, resolver})
+// list({workdirFd, root, refuseSymlinks, resolver, cancel?, timeBudgetMs?}). The budget runs
+// from this call, so time spent queued for a pool thread counts.
 Napi::Value List(const Napi::CallbackInfo& info) {
-  return queue<ListWorker>(info.Env(), request_from(options_arg(info), Wants::Root));
+  Napi::Object o = options_arg(info);
+  ExportRequest req = request_from(o, Wants::Root);
+  req.stop.operation = "listing";
+  req.stop.cancel = cancel_field(o);
+  budget_field(o, &req.stop);
+  return queue<ListWorker>(info.Env(), std::move(req));
 }
 
 // checkRoot({workdirFd, root, resolver}) -> exists. No symlink policy: the root itself may be a

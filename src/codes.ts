@@ -169,6 +169,10 @@ export const NATIVE_TO_CODE: Readonly<Record<NativeCode, PlaneCode>> = Object.fr
   NOT_A_REGULAR_FILE: 'not_a_regular_file',
   TOO_LARGE: 'too_large',
   UNSAFE_INBOX: 'io_error',
+  // A listing or read stopped early; the native detail says which ("the listing was cancelled",
+  // "the listing exceeded its time budget of N ms") and becomes the io_error message.
+  CANCELLED: 'io_error',
+  TIME_BUDGET: 'io_error',
   IO_ERROR: 'io_error',
 });
 

@@ -18,6 +18,8 @@ export type NativeCode =
   | 'NOT_A_REGULAR_FILE'
   | 'TOO_LARGE'
   | 'UNSAFE_INBOX'
+  | 'CANCELLED'
+  | 'TIME_BUDGET'
   | 'IO_ERROR';
 
 /** The codes as the addon itself lists them (read from its code table, not restated here). */
@@ -29,6 +31,29 @@ export interface ResolveOptions {
   /** true under `scoped`: the first symlink anywhere beneath the root is refused. */
   refuseSymlinks: boolean;
   resolver: ResolverKind;
+}
+
+/**
+ * A flag that stops a read or a listing early: the native loop asks it before every chunk (at
+ * most a few MiB), so a cancelled call settles with CANCELLED within milliseconds even in the
+ * middle of hashing a huge file. Made only by cancelToken(); the addon refuses look-alikes.
+ */
+export interface CancelToken {
+  cancel(): void;
+  readonly cancelled: boolean;
+}
+
+export interface ReadOptions extends ResolveOptions {
+  cancel?: CancelToken;
+}
+
+export interface ListOptions extends ResolveOptions {
+  cancel?: CancelToken;
+  /**
+   * Milliseconds the listing may take, counted from the call (time queued for a pool thread
+   * included); past it the listing stops with TIME_BUDGET. A whole number in [1, 2^31 - 1].
+   */
+  timeBudgetMs?: number;
 }
 
 export interface ReadResult {
@@ -85,12 +110,13 @@ interface LandingHandle {
 
 interface Binding {
   codes: string[];
+  CancelToken: new () => CancelToken;
   probeOpenat2(): boolean;
   openDirectory(path: string): Promise<number>;
   closeFd(fd: number): void;
-  read(call: ExportCall & { relpath: string; maxBytes: number }): Promise<ReadResult>;
+  read(call: ExportCall & { relpath: string; maxBytes: number; cancel?: CancelToken }): Promise<ReadResult>;
   stat(call: ExportCall & { relpath: string }): Promise<StatResult>;
-  list(call: ExportCall): Promise<ListResult>;
+  list(call: ExportCall & { cancel?: CancelToken; timeBudgetMs?: number }): Promise<ListResult>;
   checkRoot(call: { workdirFd: number; root: string; resolver: ResolverKind }): Promise<boolean>;
   landingOpen(call: { workdirFd: number; inbox: string }): Promise<LandingHandle>;
 }
@@ -140,16 +166,26 @@ export function closeFd(fd: number): void {
   binding.closeFd(fd);
 }
 
-export function readFile(workdirFd: number, root: string, relpath: string, maxBytes: number, opts: ResolveOptions): Promise<ReadResult> {
-  return call(binding.read({ workdirFd, root, relpath, maxBytes, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver }));
+/** A new cancel token; with `signal`, it is cancelled when the signal aborts (or already has). */
+export function cancelToken(signal?: AbortSignal): CancelToken {
+  const token = new binding.CancelToken();
+  if (signal?.aborted) token.cancel();
+  else signal?.addEventListener('abort', () => token.cancel(), { once: true });
+  return token;
+}
+
+export function readFile(workdirFd: number, root: string, relpath: string, maxBytes: number, opts: ReadOptions): Promise<ReadResult> {
+  return call(binding.read({ workdirFd, root, relpath, maxBytes, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel }));
 }
 
 export function statFile(workdirFd: number, root: string, relpath: string, opts: ResolveOptions): Promise<StatResult> {
   return call(binding.stat({ workdirFd, root, relpath, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver }));
 }
 
-export function listRoot(workdirFd: number, root: string, opts: ResolveOptions): Promise<ListResult> {
-  return call(binding.list({ workdirFd, root, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver }));
+export function listRoot(workdirFd: number, root: string, opts: ListOptions): Promise<ListResult> {
+  return call(binding.list({
+    workdirFd, root, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel, timeBudgetMs: opts.timeBudgetMs,
+  }));
 }
 
 /** Resolves only the export root, as every request does: false if it does not exist (yet). */
