@@ -135,8 +135,8 @@ export const CATALOGUE: Readonly<Record<Code, CatalogueRow>> = Object.freeze({
   over_capacity: {
     status: 503,
     messages: {
-      files: 'the server is holding its memory budget for reads in flight; retry after the retry-after delay',
-      peer: 'the server is holding its memory budget for reads in flight; retry after the retry-after delay',
+      files: 'the server is at capacity for reads and listings in flight; retry after the retry-after delay',
+      peer: 'the server is at capacity for reads and listings in flight; retry after the retry-after delay',
     },
   },
   invalid_argument: { status: null, messages: { tool: 'the arguments do not match the tool input schema' } },

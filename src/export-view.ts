@@ -20,7 +20,14 @@ export function refusalFromNative(error: unknown): Refusal {
   return new Refusal('io_error', 'internal error');
 }
 
+/** How long one listing may run before it answers io_error saying so. */
+export const DEFAULT_LISTING_BUDGET_MS = 30_000;
+/** Listings of one root running at once; each holds a pool thread while it hashes. */
+export const MAX_CONCURRENT_LISTINGS = 2;
+
 export interface ExportViewOptions {
+  /** The listing time budget; default DEFAULT_LISTING_BUDGET_MS. */
+  listingBudgetMs?: number;
   /**
    * The workdir descriptor, asked for on every call rather than captured: once the session closes
    * the number may be reused by an unrelated open, so a stale view must fail, not follow it.
@@ -37,7 +44,7 @@ export class ExportView {
   readonly opts: Readonly<ExportViewOptions>;
   private readonly resolveOpts: native.ResolveOptions;
   /** Listings run one at a time: each hashes whole files on the shared pool reads need too. */
-  private listingQueue: Promise<unknown> = Promise.resolve();
+  private listingsRunning = 0;
 
   constructor(opts: ExportViewOptions) {
     this.opts = Object.freeze({ ...opts });
@@ -70,14 +77,22 @@ export class ExportView {
     }
   }
 
-  /** The recursive listing; a root that does not exist yet lists as empty. */
-  async list(): Promise<native.ListEntry[]> {
-    const run = this.listingQueue.then(() => native.listRoot(this.opts.workdirFd(), this.opts.root, this.resolveOpts));
-    this.listingQueue = run.catch(() => undefined);
+  /**
+   * The recursive listing; a root that does not exist yet lists as empty. It stops (io_error, saying
+   * why) when `signal` aborts (the client left, the session is stopping) or past the time budget.
+   * At most MAX_CONCURRENT_LISTINGS run at once; another is refused over_capacity at once rather
+   * than queued, so a stuck listing never holds the next ones.
+   */
+  async list(signal?: AbortSignal): Promise<native.ListEntry[]> {
+    if (this.listingsRunning >= MAX_CONCURRENT_LISTINGS) throw new Refusal('over_capacity');
+    this.listingsRunning += 1;
     try {
-      return (await run).entries;
+      const cancel = native.cancelToken(signal);
+      return (await native.listRoot(this.opts.workdirFd(), this.opts.root, { ...this.resolveOpts, cancel, timeBudgetMs: this.opts.listingBudgetMs ?? DEFAULT_LISTING_BUDGET_MS })).entries;
     } catch (error) {
       throw refusalFromNative(error);
+    } finally {
+      this.listingsRunning -= 1;
     }
   }
 }

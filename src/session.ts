@@ -53,6 +53,8 @@ export interface SessionInit {
   advertisedUrl: string | null;
   /** Bytes reads in flight may hold; default DEFAULT_MEMORY_BUDGET_BYTES. */
   memoryBudgetBytes?: number;
+  /** How long one listing may run; default DEFAULT_LISTING_BUDGET_MS. */
+  listingBudgetMs?: number;
 }
 
 export class Session {
@@ -70,6 +72,8 @@ export class Session {
   /** Bytes held by reads and redeems in flight (src/budget.ts). */
   readonly memory: ByteBudget;
   private workdirFd: number;
+  /** Aborted when the session starts stopping: listings in flight are cancelled. */
+  private readonly stopping = new AbortController();
   private generationCount = 0;
   private closed = false;
 
@@ -85,7 +89,7 @@ export class Session {
     this.advertisedUrl = init.advertisedUrl;
     this.memory = new ByteBudget(init.memoryBudgetBytes);
     this.grants = effectiveGrants(init.manifest, init.containment);
-    const common = { workdirFd: () => this.workdirDescriptor, containment: init.containment, resolver: init.resolver };
+    const common = { workdirFd: () => this.workdirDescriptor, containment: init.containment, resolver: init.resolver, listingBudgetMs: init.listingBudgetMs };
     const { files, peerFiles } = init.manifest;
     this.files = files ? new ExportView({ ...common, root: files.root, maxBytes: files.maxBytes }) : null;
     this.peerFiles = peerFiles ? new ExportView({ ...common, root: peerFiles.root, maxBytes: peerFiles.maxBytes }) : null;
@@ -104,6 +108,16 @@ export class Session {
   get workdirDescriptor(): number {
     if (this.closed) throw new Refusal('io_error', 'the session is closed');
     return this.workdirFd;
+  }
+
+  /** Aborts when the session starts stopping. */
+  get stoppingSignal(): AbortSignal {
+    return this.stopping.signal;
+  }
+
+  /** Cancels work in flight that would otherwise hold the shutdown (listings hashing). */
+  beginStopping(): void {
+    this.stopping.abort();
   }
 
   /** Tasks that reached a terminal state in this process. Provenance only. */
@@ -135,6 +149,7 @@ export class Session {
   async close(reason = 'stopped'): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.beginStopping();
     this.key?.destroy();
     await this.trace.end({ reason });
     native.closeFd(this.workdirFd);

@@ -1,12 +1,14 @@
 // Hostile load against a live server on loopback: the shutdown gate every request passes (including
 // those Fastify cannot parse), the bounded trace, the memory budget, and a normal request answered
 // while hundreds of connections idle or trickle. No assertion counts work done in a fixed time.
+import { execFileSync } from 'node:child_process';
 import { connect, type Socket } from 'node:net';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TRACE_FIELD_MAX_CHARS } from '../src/trace.js';
 import { filesManifest, launch, rawGet, readTrace, type Launched } from './helpers/http.js';
+import { startServe } from './helpers/cli.js';
 import { makeTree, removeTree, tempDir } from './helpers/tree.js';
 
 let traceDir: string;
@@ -144,5 +146,55 @@ describe('slow and many clients', () => {
     } finally {
       await srv.close();
     }
+  });
+});
+
+describe('listings that end', () => {
+  /** A capsule makes a huge sparse file for free; hashing it to EOF would never end. */
+  function sparse(workdir: string, name: string, size: string): void {
+    execFileSync('truncate', ['-s', size, join(workdir, 'out', name)]);
+  }
+
+  it('answers 500 io_error saying so once a listing passes its time budget, traced, and the next listing is not held', async () => {
+    const workdir = tempDir('rp-load-');
+    dirs.push(workdir);
+    makeTree(workdir, ['out/a: a']);
+    sparse(workdir, 'huge.bin', '1T');
+    const { launch: launchSession } = await import('../src/launch/launch.js');
+    const { parseManifest } = await import('../src/manifest/model.js');
+    const tracePath = join(traceDir, 'listing-budget.jsonl');
+    const l = await launchSession({ workdir, manifest: parseManifest(filesManifest('out/')), tracePath, listingBudgetMs: 300 });
+    try {
+      const res = await rawGet(l.server.url, '/resources/files');
+      expect(res.status).toBe(500);
+      expect(res.json()).toEqual({ error: 'io_error', message: expect.stringMatching(/^read failed: .*time budget of 300 ms/) });
+      const line = readTrace(tracePath).find((e) => e.event_type === 'resource_list')!;
+      expect(line).toMatchObject({ outcome: 'io_error', reason: expect.stringContaining('time budget') });
+      // Reads meanwhile, and after, are answered.
+      expect((await rawGet(l.server.url, '/resources/files/a')).status).toBe(200);
+    } finally {
+      await l.stop();
+    }
+  });
+
+  it('SIGTERM during a listing of a 15 TiB sparse file ends the process, with session_end written', async () => {
+    const workdir = tempDir('rp-load-');
+    dirs.push(workdir);
+    makeTree(workdir, ['murmur.yaml: x']);
+    writeFileSync(join(workdir, 'murmur.yaml'), filesManifest('out/'));
+    makeTree(workdir, ['out/a: a']);
+    sparse(workdir, 'huge.bin', '15T');
+    const tracePath = join(traceDir, 'sigterm-listing.jsonl');
+    const s = await startServe(['--workdir', workdir, '--trace', tracePath]);
+    const { hostname, port } = new URL(s.ready.url);
+    // The client stays connected: nothing but the shutdown can end this listing early.
+    const sock = connect(Number(port), hostname, () => sock.write('GET /resources/files HTTP/1.1\r\nhost: x\r\n\r\n'));
+    sock.on('error', () => undefined);
+    await new Promise((r) => setTimeout(r, 500));
+    s.child.kill('SIGTERM');
+    expect(await s.exited).toEqual({ code: 0, signal: null });
+    sock.destroy();
+    const lines = readTrace(tracePath);
+    expect(lines.at(-1)).toMatchObject({ event_type: 'session_end', reason: 'SIGTERM' });
   });
 });

@@ -76,6 +76,8 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
     server,
     stop: (reason = 'stopped') =>
       (stopping ??= (async () => {
+        // Listings hashing are cancelled first; responses being sent get the drain.
+        session.beginStopping();
         try {
           await server.close();
         } finally {

@@ -28,6 +28,8 @@ export interface SessionOptions {
   advertisedUrl?: string | null;
   /** Bytes reads and redeems in flight may hold (default 256 MiB). */
   memoryBudgetBytes?: number;
+  /** How long one listing may run before it answers io_error (default 30 s). */
+  listingBudgetMs?: number;
 }
 
 /** A launch that passed every check and holds the workdir descriptor, before its session exists. */
@@ -65,7 +67,7 @@ export async function prepareSession(opts: SessionOptions): Promise<PreparedSess
       let trace: Trace | null = null;
       try {
         trace = Trace.open(tracePath, sessionId);
-        return new Session({ manifest, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl, memoryBudgetBytes: opts.memoryBudgetBytes });
+        return new Session({ manifest, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl, memoryBudgetBytes: opts.memoryBudgetBytes, listingBudgetMs: opts.listingBudgetMs });
       } catch (error) {
         void trace?.close();
         native.closeFd(workdirFd);

@@ -40,7 +40,15 @@ async function handleList(session: Session, x: Exchange, method: string, generat
   if (!view) return refused(new Refusal('no_resource_plane'));
   let entries: ListEntry[];
   try {
-    entries = await view.list();
+    // The client leaving or the session stopping cancels the hashing at once.
+    const gone = new AbortController();
+    const onClose = () => gone.abort();
+    x.reply.raw.once('close', onClose);
+    try {
+      entries = await view.list(AbortSignal.any([gone.signal, session.stoppingSignal]));
+    } finally {
+      x.reply.raw.off('close', onClose);
+    }
   } catch (error) {
     return refused(asRefusal(error));
   }
