@@ -45,6 +45,7 @@ export class ExportView {
   private readonly resolveOpts: native.ResolveOptions;
   /** Listings run one at a time: each hashes whole files on the shared pool reads need too. */
   private listingsRunning = 0;
+  private listingsWaiting: Array<() => void> = [];
 
   constructor(opts: ExportViewOptions) {
     this.opts = Object.freeze({ ...opts });
@@ -68,6 +69,30 @@ export class ExportView {
     }
   }
 
+  private async listingSlot(signal?: AbortSignal): Promise<void> {
+    if (this.listingsRunning < MAX_CONCURRENT_LISTINGS) {
+      this.listingsRunning += 1;
+      return;
+    }
+    const granted = await new Promise<boolean>((resolve) => {
+      const grant = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', give);
+        resolve(true);
+      };
+      const give = () => {
+        clearTimeout(timer);
+        this.listingsWaiting = this.listingsWaiting.filter((w) => w !== grant);
+        resolve(false);
+      };
+      const timer = setTimeout(give, this.opts.listingBudgetMs ?? DEFAULT_LISTING_BUDGET_MS);
+      signal?.addEventListener('abort', give, { once: true });
+      this.listingsWaiting.push(grant);
+    });
+    if (!granted) throw new Refusal('over_capacity');
+    this.listingsRunning += 1;
+  }
+
   /** Resolves and fstat's one file without reading it (the mint's check). */
   async stat(relpath: string): Promise<native.StatResult> {
     try {
@@ -80,12 +105,12 @@ export class ExportView {
   /**
    * The recursive listing; a root that does not exist yet lists as empty. It stops (io_error, saying
    * why) when `signal` aborts (the client left, the session is stopping) or past the time budget.
-   * At most MAX_CONCURRENT_LISTINGS run at once; another is refused over_capacity at once rather
-   * than queued, so a stuck listing never holds the next ones.
+   * At most MAX_CONCURRENT_LISTINGS run at once (each holds a pool thread while it hashes, and
+   * reads need the pool too), so one stuck listing never holds the next; a listing that waits for a
+   * slot longer than the budget is refused over_capacity.
    */
   async list(signal?: AbortSignal): Promise<native.ListEntry[]> {
-    if (this.listingsRunning >= MAX_CONCURRENT_LISTINGS) throw new Refusal('over_capacity');
-    this.listingsRunning += 1;
+    await this.listingSlot(signal);
     try {
       const cancel = native.cancelToken(signal);
       return (await native.listRoot(this.opts.workdirFd(), this.opts.root, { ...this.resolveOpts, cancel, timeBudgetMs: this.opts.listingBudgetMs ?? DEFAULT_LISTING_BUDGET_MS })).entries;
@@ -93,6 +118,7 @@ export class ExportView {
       throw refusalFromNative(error);
     } finally {
       this.listingsRunning -= 1;
+      this.listingsWaiting.shift()?.();
     }
   }
 }

@@ -8,7 +8,8 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromNative } from '../src/errors.js';
+import { renderHttp } from '../src/codes.js';
+import { refusalFromNative } from '../src/export-view.js';
 import * as native from '../src/native.js';
 import { removeTree, tempDir } from './helpers/tree.js';
 
@@ -113,7 +114,7 @@ describe('a listing time budget', () => {
     const out = await settle(native.listRoot(workdirFd, 'huge', { ...opts(), timeBudgetMs: 200 }));
     expect(out.error).toMatchObject({ code: 'TIME_BUDGET', detail: 'the listing exceeded its time budget of 200 ms' });
     expect(out.ms).toBeLessThan(SETTLES_WITHIN_MS);
-    const refusal = fromNative('files', out.error, 10);
+    const refusal = renderHttp('files', refusalFromNative(out.error));
     expect(refusal.code).toBe('io_error');
     expect(refusal.status).toBe(500);
     expect(refusal.message).toBe('read failed: the listing exceeded its time budget of 200 ms');
@@ -123,7 +124,7 @@ describe('a listing time budget', () => {
     const token = native.cancelToken();
     token.cancel();
     const out = await settle(native.listRoot(workdirFd, 'huge', { ...opts(), cancel: token }));
-    const refusal = fromNative('files', out.error, 10);
+    const refusal = renderHttp('files', refusalFromNative(out.error));
     expect(refusal.code).toBe('io_error');
     expect(refusal.message).toBe('read failed: the listing was cancelled');
   });
