@@ -28,7 +28,14 @@ export type PlaneCode =
 export type ServerCode = 'bad_request' | 'shutting_down' | 'over_capacity';
 
 /** Refusals only the tools (share-file, fetch-peer-file) give. */
-export type ToolCode = 'invalid_argument' | 'invalid_ttl' | 'unknown_tool' | 'peer_not_allowed' | 'peer_unreachable' | 'etag_mismatch';
+export type ToolCode =
+  | 'invalid_argument'
+  | 'invalid_ttl'
+  | 'unknown_tool'
+  | 'peer_not_allowed'
+  | 'peer_unreachable'
+  | 'issuer_mismatch'
+  | 'etag_mismatch';
 
 export type Code = PlaneCode | ServerCode | ToolCode;
 
@@ -147,6 +154,10 @@ export const CATALOGUE: Readonly<Record<Code, CatalogueRow>> = Object.freeze({
   unknown_tool: { status: null, messages: { tool: 'no tool of that name exists here' } },
   peer_not_allowed: { status: null, messages: { tool: 'capabilities.peer_fetch.allow does not include the peer' } },
   peer_unreachable: { status: null, messages: { tool: 'the peer could not be reached' } },
+  issuer_mismatch: {
+    status: null,
+    messages: { tool: "the peer's agent card does not name the session that issued the handle, so the handle was not sent" },
+  },
   etag_mismatch: { status: null, messages: { tool: "the body's sha256 does not match the peer's etag; nothing was stored" } },
 });
 

@@ -22,7 +22,7 @@ describe('error catalogue', () => {
       not_a_regular_file: 403, too_large: 413, method_not_allowed: 405, malformed_handle: 400,
       missing_audience: 400, handle_not_valid: 403, handle_expired: 410, io_error: 500,
       bad_request: 400, shutting_down: 503, over_capacity: 503,
-      invalid_argument: null, invalid_ttl: null, unknown_tool: null, peer_not_allowed: null, peer_unreachable: null, etag_mismatch: null,
+      invalid_argument: null, invalid_ttl: null, unknown_tool: null, peer_not_allowed: null, peer_unreachable: null, issuer_mismatch: null, etag_mismatch: null,
     };
     expect([...CODES].sort()).toEqual(Object.keys(status).sort());
     for (const [code, s] of Object.entries(status)) expect(CATALOGUE[code as Code].status, code).toBe(s);

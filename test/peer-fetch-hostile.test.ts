@@ -11,7 +11,7 @@ import { createServer as createHttpServer, type IncomingMessage, type ServerResp
 import { createServer as createHttpsServer } from 'node:https';
 import { createServer as createNetServer, type Socket } from 'node:net';
 import { join, relative } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseManifest } from '../src/manifest/model.js';
 import { fetchPeerFile } from '../src/tools/fetch-peer-file.js';
 import { handleId } from '../src/redact.js';
@@ -77,22 +77,48 @@ interface Hostile {
   closed: (n?: number) => Promise<void>;
 }
 
+/** The issuer every handle here names; the peers' cards name it too, so the token is sent. */
+const ISSUER = 'ses_peer';
+const cardSockets = new WeakSet<Socket>();
+/** Peers answer the card request themselves, except where a test is about the card (share-file). */
+let autoCard = true;
+
+/** A card naming ISSUER: fetch-peer-file reads it before it sends a token (the token goes only to its issuer). */
+function cardFor(port: number): Buffer {
+  return Buffer.from(JSON.stringify({
+    name: 'peer',
+    supportedInterfaces: [{ url: `http://127.0.0.1:${port}`, protocolBinding: 'JSONRPC', protocolVersion: '0.3' }],
+    capabilities: { extensions: [{ uri: 'urn:murmur:capsule:v1', params: { planes: ['peer_files'], sessionId: ISSUER } }] },
+  }));
+}
+
+/** Connections counted and awaited by the tests are the redeems: a card fetch's connection is left out. */
 function track(server: { on(event: 'connection', cb: (s: Socket) => void): unknown }) {
-  let count = 0;
   const sockets = new Set<Socket>();
-  const closings: Array<Promise<void>> = [];
+  const all: Array<{ socket: Socket; closed: Promise<void> }> = [];
   server.on('connection', (socket) => {
-    count++;
     sockets.add(socket);
-    closings.push(new Promise((resolve) => socket.on('close', () => resolve())));
+    all.push({ socket, closed: new Promise((resolve) => socket.on('close', () => resolve())) });
   });
-  return { sockets, connections: () => count, closed: (n = 1) => closings[n - 1] ?? Promise.reject(new Error('no such connection')) };
+  const redeems = () => all.filter((c) => !cardSockets.has(c.socket));
+  return {
+    sockets,
+    connections: () => redeems().length,
+    closed: (n = 1) => redeems()[n - 1]?.closed ?? Promise.reject(new Error('no such connection')),
+  };
 }
 
 /** A peer written with node:http: `handler` answers however the test wants it to lie. */
 async function httpPeer(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<Hostile> {
   const requests: Seen[] = [];
   const server = createHttpServer((req, res) => {
+    if (autoCard && req.url === '/.well-known/agent-card.json') {
+      cardSockets.add(req.socket);
+      const card = cardFor((server.address() as { port: number }).port);
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': card.length, connection: 'close' });
+      res.end(card);
+      return;
+    }
     requests.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers });
     handler(req, res);
   });
@@ -116,6 +142,12 @@ async function rawPeer(onRequest: (socket: Socket) => void): Promise<Hostile> {
       buffered += chunk.toString('latin1');
       if (buffered.includes('\r\n\r\n')) {
         const [method = '', url = ''] = buffered.split('\r\n')[0]!.split(' ');
+        if (autoCard && url === '/.well-known/agent-card.json') {
+          cardSockets.add(socket);
+          const card = cardFor((server.address() as { port: number }).port);
+          socket.end(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${card.length}\r\nconnection: close\r\n\r\n${card.toString()}`);
+          return;
+        }
         requests.push({ method, url, headers: {} });
         onRequest(socket);
       }
@@ -139,7 +171,7 @@ const etagOf = (bytes: Buffer | string) => `"sha256:${sha(bytes)}"`;
 function handleFor(p: string | null = 'report.md'): string {
   const payload = p === null
     ? Buffer.from('not json')
-    : Buffer.from(JSON.stringify({ v: 1, iss: 'ses_peer', p, exp: Date.now() + 60_000, n: '0'.repeat(32) }));
+    : Buffer.from(JSON.stringify({ v: 1, iss: ISSUER, p, exp: Date.now() + 60_000, n: '0'.repeat(32) }));
   return `mh1.${payload.toString('base64url')}.${randomBytes(32).toString('base64url')}`;
 }
 
@@ -470,6 +502,51 @@ describe('what a peer says when it refuses', () => {
   });
 });
 
+// ── The token goes only to its issuer ────────────────────────────────────────
+
+describe('a token goes only to its issuer', () => {
+  it("refuses with issuer_mismatch, having sent nothing, when the peer's card names another session", async () => {
+    const gamma = await local();
+    // B is allow-listed, honest about itself, and would redeem A's token at A if handed it.
+    let sawToken = false;
+    const b = await httpPeer((req, res) => {
+      if (req.url?.includes('mh1.')) sawToken = true;
+      honest('B relays A bytes')(req, res);
+    });
+    const tokenFromA = `mh1.${Buffer.from(JSON.stringify({ v: 1, iss: 'ses_alpha', p: 'r.md', exp: Date.now() + 60_000, n: '0'.repeat(32) })).toString('base64url')}.${randomBytes(32).toString('base64url')}`;
+    const error = await refusal(() => fetchPeerFile(gamma.session, { peer: b.address, handle: tokenFromA }));
+    expect(error.code).toBe('issuer_mismatch');
+    expect(sawToken).toBe(false);
+    expect(b.requests).toEqual([]);
+    const line = readFileSync(gamma.tracePath, 'utf8').trim().split('\n').map((l) => JSON.parse(l)).at(-1);
+    expect(line).toMatchObject({ event_type: 'peer_file_fetch', outcome: 'issuer_mismatch', stored_path: null });
+  });
+
+  it('refuses with peer_unreachable, having sent nothing, when the peer serves no card', async () => {
+    const gamma = await local();
+    autoCard = false;
+    try {
+      const b = await httpPeer((_req, res) => {
+        res.writeHead(404);
+        res.end();
+      });
+      const error = await refusal(() => fetchPeerFile(gamma.session, { peer: b.address, handle: handleFor() }));
+      expect(error.code).toBe('peer_unreachable');
+      expect(b.requests.map((r) => r.url)).toEqual(['/.well-known/agent-card.json']);
+    } finally {
+      autoCard = true;
+    }
+  });
+
+  it("RESIDUAL RISK (documented): a peer that lies on its card, naming the issuer's session, is sent the token", async () => {
+    const gamma = await local();
+    const liar = await httpPeer(honest('liar bytes'));
+    const handle = handleFor('r.md'); // iss is ISSUER, which the liar's card also claims
+    await fetchPeerFile(gamma.session, { peer: liar.address, handle });
+    expect(liar.requests.map((r) => r.url)).toEqual([`/resources/peer/${handle}`]);
+  });
+});
+
 // ── Where the bytes land ─────────────────────────────────────────────────────
 
 describe('landing fetched bytes', () => {
@@ -478,7 +555,6 @@ describe('landing fetched bytes', () => {
     ['a b;rm -rf.md', 'a_b_rm_-rf.md'],
     ['dir/..', 'file'],
     ['', 'file'],
-    [null, 'file'],
   ])('names a file from the unverified hint %s as <id>-%s, inside peer-in only', async (hint, name) => {
     const gamma = await local();
     const peer = await httpPeer(honest('named bytes'));
@@ -487,6 +563,15 @@ describe('landing fetched bytes', () => {
     expect(landed.path).toBe(`peer-in/${handleId(handle)}-${name}`);
     expect(snapshot(gamma.workdir)).toEqual(['peer-in/', landed.path]);
     expect(readFileSync(join(gamma.workdir, landed.path), 'utf8')).toBe('named bytes');
+  });
+
+  it('sends nothing for a handle whose payload names no issuer (not JSON): issuer_mismatch, traced', async () => {
+    const gamma = await local();
+    const peer = await httpPeer(honest('never sent'));
+    const error = await refusal(() => fetchPeerFile(gamma.session, { peer: peer.address, handle: handleFor(null) }));
+    expect(error.code).toBe('issuer_mismatch');
+    expect(peer.requests).toEqual([]);
+    expect(snapshot(gamma.workdir)).toEqual([]);
   });
 
   it('refuses a peer-in that is a symlink to an outside directory, writing nothing there', async () => {
@@ -579,6 +664,12 @@ describe('an https peer', () => {
     const { key, cert } = selfSigned();
     const requests: string[] = [];
     const server = createHttpsServer({ key, cert }, (req, res) => {
+      if (req.url === '/.well-known/agent-card.json') {
+        const card = cardFor((server.address() as { port: number }).port);
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': card.length });
+        res.end(card);
+        return;
+      }
       requests.push(req.url ?? '');
       honest('over tls')(req, res);
     });
@@ -606,6 +697,12 @@ describe('an https peer', () => {
 // ── Agent cards (share-file) ─────────────────────────────────────────────────
 
 describe('share-file against a hostile agent card', () => {
+  beforeEach(() => {
+    autoCard = false;
+  });
+  afterEach(() => {
+    autoCard = true;
+  });
   const jsonrpc = (url: string) => [{ url, protocolBinding: 'JSONRPC', protocolVersion: '0.3' }];
 
   it.each([

@@ -94,9 +94,19 @@ async function witness(): Promise<{ port: number; connections: () => number; clo
 }
 
 /** A tiny HTTP server on 127.0.0.1 with a custom handler. */
-async function httpServer(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ port: number; hits: string[]; server: HttpServer }> {
+async function httpServer(
+  handler: (req: IncomingMessage, res: ServerResponse) => void,
+  opts: { issuer?: string } = {},
+): Promise<{ port: number; hits: string[]; server: HttpServer }> {
   const hits: string[] = [];
   const server = createHttpServer((req, res) => {
+    // With `issuer`, the peer's card names that session, as fetch-peer-file checks before it sends a token.
+    if (opts.issuer !== undefined && req.url === '/.well-known/agent-card.json') {
+      const port = (server.address() as { port: number }).port;
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ ...JSON.parse(card('peer', `http://127.0.0.1:${port}`)), capabilities: { extensions: [{ uri: 'urn:murmur:capsule:v1', params: { sessionId: opts.issuer } }] } }));
+      return;
+    }
     hits.push(`${req.method} ${req.url}`);
     handler(req, res);
   });
@@ -627,7 +637,7 @@ describe('4. fetch-peer-file', () => {
       res.writeHead(200, { etag: `"sha256:${'0'.repeat(64)}"`, 'content-length': '100000' });
       const timer = setInterval(() => res.write('x'), 50);
       res.on('close', () => clearInterval(timer));
-    });
+    }, { issuer: 'x' });
     const started = Date.now();
     const r = await refusal(fetchPeerFile(reader.session, { peer: `127.0.0.1:${peer.port}`, handle: TOKEN_LIKE }, { totalTimeoutMs: 1_000 }));
     expect(r.code).toBe('peer_unreachable');
@@ -640,7 +650,7 @@ describe('4. fetch-peer-file', () => {
     const peer = await httpServer((_req, res) => {
       res.writeHead(307, { location: `http://127.0.0.1:${w.port}/resources/peer/${TOKEN_LIKE}`, 'content-type': 'application/json', 'x-murmur-generation': '-1' });
       res.end(JSON.stringify({ error: 'ok', message: `see ${reader.workdir} and ${TOKEN_LIKE}` }));
-    });
+    }, { issuer: 'x' });
     const r = await refusal(fetchPeerFile(reader.session, { peer: `127.0.0.1:${peer.port}`, handle: TOKEN_LIKE }));
     expect(r.code).toBe('http_307');
     expect(r.message).not.toContain(reader.workdir);
@@ -653,7 +663,7 @@ describe('4. fetch-peer-file', () => {
     const good = await httpServer((_req, res) => {
       res.writeHead(200, { etag: `"sha256:${createHash('sha256').update(body).digest('hex')}"`, 'content-length': String(body.length) });
       res.end(body);
-    });
+    }, { issuer: 'x' });
     const ok = await callTool(reader.session, 'fetch-peer-file', { peer: `127.0.0.1:${good.port}`, handle: TOKEN_LIKE });
     expect(ok.path).toBe(`peer-in/${handleId(TOKEN_LIKE)}-passwd`);
     expect(lstatSync(join(reader.workdir, ok.path as string)).isFile()).toBe(true);
@@ -670,7 +680,7 @@ describe('4. fetch-peer-file', () => {
     const good = await httpServer((_req, res) => {
       res.writeHead(200, { etag: `"sha256:${createHash('sha256').update(body).digest('hex')}"`, 'content-length': '1' });
       res.end(body);
-    });
+    }, { issuer: 'x' });
     const r = await refusal(fetchPeerFile(c.session, { peer: `127.0.0.1:${good.port}`, handle: TOKEN_LIKE }));
     expect(r.code).toBe('io_error');
     expect(r.message).not.toContain(outside);

@@ -65,3 +65,18 @@ export function audienceFromCard(card: unknown): string {
 export function ownAudience(name: string, advertisedUrl: string): string {
   return audienceOf(name, advertisedUrl);
 }
+
+/**
+ * The session id a peer's card publishes (the capsule extension's `params.sessionId`), or null.
+ * A handle's `iss` names the session that minted it: fetch-peer-file sends a token only to a peer
+ * whose card names that session.
+ */
+export function sessionIdFromCard(card: unknown, extensionUri: string): string | null {
+  if (!isRecord(card)) return null;
+  const capabilities = card['capabilities'];
+  if (!isRecord(capabilities) || !Array.isArray(capabilities['extensions'])) return null;
+  const extension: unknown = capabilities['extensions'].find((e: unknown) => isRecord(e) && e['uri'] === extensionUri);
+  if (!isRecord(extension) || !isRecord(extension['params'])) return null;
+  const id = extension['params']['sessionId'];
+  return typeof id === 'string' ? id : null;
+}

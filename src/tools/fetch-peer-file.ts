@@ -8,14 +8,15 @@
 // into the request line: never into a result, a refusal, or the record.
 import { createHash } from 'node:crypto';
 import { isPeerPlaneCode, Refusal, type PeerStatusCode, type PlaneCode } from '../codes.js';
-import { ownAudience } from '../handle/audience.js';
+import { ownAudience, sessionIdFromCard } from '../handle/audience.js';
 import { checkShape, decodePayloadUnverified } from '../handle/token.js';
 import { destinationMatches, targetFromPeer, type Target } from '../manifest/destinations.js';
 import * as native from '../native.js';
 import { handleId, redactHandles } from '../redact.js';
 import { PEER_INBOX_DIR } from '../scope.js';
 import type { Session } from '../session.js';
-import { HEADER, PEER_PREFIX } from '../wire.js';
+import { CAPSULE_EXTENSION_URI, HEADER, PEER_PREFIX } from '../wire.js';
+import { fetchCard } from './peer-card.js';
 import { assertLimits, getStream, PeerHttpError, type PeerResponse } from './peer-http.js';
 
 export interface FetchPeerFileInput {
@@ -145,6 +146,24 @@ export async function fetchPeerFile(
   const advertisedUrl = session.advertisedUrl;
   if (advertisedUrl === null) {
     return refuse('io_error', 'this session has no advertised URL, so it has no audience to assert');
+  }
+
+  // ── The issuer ──
+  // A handle is a bearer token: it goes only to the peer that issued it. The card is read first
+  // (no token travels with it) and must name the session in the token's (unverified) `iss`, so a
+  // prompt-injected "fetch A's handle from B" never hands A's token to B. A peer that lies on its
+  // card defeats this; the README's security model says what would close that.
+  const iss = decodePayloadUnverified(handle)?.iss ?? null;
+  let card: unknown;
+  try {
+    card = await fetchCard(target, { connectTimeoutMs: opts.connectTimeoutMs, totalTimeoutMs: opts.totalTimeoutMs, ca: opts.ca });
+  } catch (error) {
+    const why = error instanceof PeerHttpError ? error.message : 'the request failed';
+    return refuse('peer_unreachable', `the agent card of '${peerText}' could not be fetched, so the handle was not sent: ${why}`);
+  }
+  const cardSession = sessionIdFromCard(card, CAPSULE_EXTENSION_URI);
+  if (iss === null || cardSession !== iss) {
+    return refuse('issuer_mismatch', `the agent card of '${peerText}' does not name the session that issued the handle, so the handle was not sent`);
   }
 
   // ── The redeem ──

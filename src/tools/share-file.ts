@@ -12,8 +12,8 @@ import { destinationMatches, targetFromPeer, type Target } from '../manifest/des
 import { parseDuration } from '../manifest/grammars.js';
 import { handleId, redactHandles } from '../redact.js';
 import type { Session } from '../session.js';
-import { CARD_PATH } from '../wire.js';
-import { assertLimits, getJson, PeerHttpError } from './peer-http.js';
+import { fetchCard } from './peer-card.js';
+import { assertLimits, PeerHttpError } from './peer-http.js';
 
 /**
  * A tool refusal: a stable `code` (the trace's `outcome`) and a sentence for the agent. Messages
@@ -44,10 +44,6 @@ export interface ShareFileOptions {
   ca?: string | Buffer | Array<string | Buffer>;
 }
 
-/** An agent card is a few hundred bytes; anything near this is not a card. */
-export const CARD_MAX_BYTES = 64 * 1024;
-export const CARD_CONNECT_TIMEOUT_MS = 5_000;
-export const CARD_TOTAL_TIMEOUT_MS = 10_000;
 
 const ROOT = 'exports.peer_files.root';
 
@@ -155,12 +151,7 @@ export async function shareFile(session: Session, input: ShareFileInput, opts: S
   }
   let card: unknown;
   try {
-    card = (await getJson(target, CARD_PATH, {
-      connectTimeoutMs: opts.connectTimeoutMs ?? CARD_CONNECT_TIMEOUT_MS,
-      totalTimeoutMs: opts.totalTimeoutMs ?? CARD_TOTAL_TIMEOUT_MS,
-      maxBytes: CARD_MAX_BYTES,
-      ...(opts.ca !== undefined ? { ca: opts.ca } : {}),
-    })).json;
+    card = await fetchCard(target, opts);
   } catch (error) {
     const why = error instanceof PeerHttpError ? error.message : 'the request failed';
     return refuse(new Refusal('peer_unreachable', `the agent card of '${input.peer}' could not be fetched: ${why}`));
