@@ -15,7 +15,9 @@
         "native/resolve.cc",
         "native/read.cc",
         "native/list.cc",
-        "native/write.cc"
+        "native/write.cc",
+        "native/lease.cc",
+        "native/digest_cache.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "_GNU_SOURCE"],

@@ -16,6 +16,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("checkRoot", Napi::Function::New(env, rp::CheckRoot, "checkRoot"));
   exports.Set("landingOpen", Napi::Function::New(env, rp::LandingOpen, "landingOpen"));
   exports.Set("probeOpenat2", Napi::Function::New(env, rp::ProbeOpenat2, "probeOpenat2"));
+  exports.Set("digestCacheStats", Napi::Function::New(env, rp::DigestCacheStatsOf, "digestCacheStats"));
+  exports.Set("setDigestCacheCapacity",
+              Napi::Function::New(env, rp::SetDigestCacheCapacity, "setDigestCacheCapacity"));
   Napi::Array codes = Napi::Array::New(env);
   // Every failure code, straight from the table, so a test can prove the TS catalogue covers it.
   for (int c = static_cast<int>(rp::Code::NotFound); c <= static_cast<int>(rp::Code::IoError); c++)

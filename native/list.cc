@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <climits>
 
+#include "digest_cache.h"
 #include "read.h"
 #include "time_ms.h"
 
@@ -66,7 +67,8 @@ struct Walker {
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return true;
     ListEntry entry;
     Failure failure;
-    int64_t hashed = hash_whole_fd(fd, entry.sha256, stop, &failure);
+    // From the digest cache when a read lease proves nobody can be writing, else hashed whole.
+    int64_t hashed = whole_file_digest(fd, &st, entry.sha256, stop, &failure);
     if (hashed < 0) {
       if (!is_stop(failure.code)) return true;
       *stopped = failure;

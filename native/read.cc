@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 
+#include "lease.h"
 #include "time_ms.h"
 
 namespace rp {
@@ -135,7 +136,8 @@ ReadResult read_export_file(const ExportRequest& req) {
   return result;
 }
 
-int64_t hash_whole_fd(int fd, unsigned char out[32], const StopSignal& stop, Failure* failure) {
+int64_t hash_whole_fd(int fd, unsigned char out[32], const StopSignal& stop, Failure* failure,
+                      ReadLease* lease) {
   MdCtx ctx(EVP_MD_CTX_new());
   OwnedBuffer chunk;
   if (!ctx || !chunk.reserve(kHashChunk) || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
@@ -145,6 +147,7 @@ int64_t hash_whole_fd(int fd, unsigned char out[32], const StopSignal& stop, Fai
   int64_t off = 0;
   for (;;) {
     if (stop.should_stop(failure)) return -1;
+    if (lease && !lease->intact()) lease = nullptr;  // a writer waits: it was released for them
     ssize_t n = retry_eintr([&] { return pread(fd, chunk.spare(), kHashChunk, static_cast<off_t>(off)); });
     if (n < 0) {
       failure->set(Code::IoError, errno);

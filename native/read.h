@@ -44,9 +44,14 @@ Fd open_export_file(const ExportRequest& req, OpenFor purpose, FileStat* stat, F
 // asking req.stop before each one and hashing as it goes.
 ReadResult read_export_file(const ExportRequest& req);
 
+class ReadLease;
+
 // Hashes a whole descriptor from offset 0 (listing: no size bound), asking `stop` before every
-// chunk. Returns the bytes hashed, or -1 with `failure` set (Cancelled, TimeBudget or IoError).
-int64_t hash_whole_fd(int fd, unsigned char out[32], const StopSignal& stop, Failure* failure);
+// chunk, and, given a held `lease`, whether it is still intact (a waiting writer makes it let go
+// at once; the caller sees lease->broken()). Returns the bytes hashed, or -1 with `failure` set
+// (Cancelled, TimeBudget or IoError).
+int64_t hash_whole_fd(int fd, unsigned char out[32], const StopSignal& stop, Failure* failure,
+                      ReadLease* lease = nullptr);
 
 // The open flags every served file is opened with: never blocks (FIFO), never becomes a
 // controlling terminal, never follows a final symlink by itself.

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "digest_cache.h"
 #include "list.h"
 #include "read.h"
 #include "request.h"
@@ -517,6 +518,35 @@ Napi::Value LandingOpen(const Napi::CallbackInfo& info) {
 Napi::Value CloseFd(const Napi::CallbackInfo& info) {
   if (!info[0].IsNumber()) throw Napi::TypeError::New(info.Env(), "descriptor must be a number");
   Fd owned(info[0].As<Napi::Number>().Int32Value());  // closed when this scope ends
+  return info.Env().Undefined();
+}
+
+// digestCacheStats() -> counters and size of the process-wide digest cache (digest_cache.h).
+// Synchronous: it copies a few integers under the cache's mutex.
+Napi::Value DigestCacheStatsOf(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  DigestCacheStats s = digest_cache().stats();
+  Napi::Object out = Napi::Object::New(env);
+  auto set = [&](const char* name, uint64_t v) { out.Set(name, Napi::Number::New(env, static_cast<double>(v))); };
+  set("capacity", s.capacity);
+  set("entries", s.entries);
+  set("hits", s.hits);
+  set("hashes", s.hashes);
+  set("stores", s.stores);
+  set("evictions", s.evictions);
+  set("leaseRefused", s.lease_refused);
+  set("leaseBroken", s.lease_broken);
+  set("racy", s.racy);
+  return out;
+}
+
+// setDigestCacheCapacity(entries): 0 turns the cache off; shrinking evicts at once.
+Napi::Value SetDigestCacheCapacity(const Napi::CallbackInfo& info) {
+  if (!info[0].IsNumber()) throw Napi::TypeError::New(info.Env(), "entries must be a number");
+  double d = info[0].As<Napi::Number>().DoubleValue();
+  if (!(d >= 0) || d > 16777216.0 || d != static_cast<double>(static_cast<uint64_t>(d)))
+    throw Napi::RangeError::New(info.Env(), "entries must be a whole number in [0, 2^24]");
+  digest_cache().set_capacity(static_cast<size_t>(d));
   return info.Env().Undefined();
 }
 

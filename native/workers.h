@@ -17,5 +17,7 @@ Napi::Value CheckRoot(const Napi::CallbackInfo& info);
 Napi::Value LandingOpen(const Napi::CallbackInfo& info);
 Napi::Value CloseFd(const Napi::CallbackInfo& info);
 Napi::Value ProbeOpenat2(const Napi::CallbackInfo& info);
+Napi::Value DigestCacheStatsOf(const Napi::CallbackInfo& info);
+Napi::Value SetDigestCacheCapacity(const Napi::CallbackInfo& info);
 
 }  // namespace rp

@@ -108,8 +108,33 @@ interface LandingHandle {
   close(): Promise<void>;
 }
 
+/**
+ * The process-wide digest cache of listings (native/digest_cache.h): an LRU of whole-file SHA-256
+ * digests keyed by (dev, ino, size, mtime ns, ctime ns), used and filled only under a read lease,
+ * and filled only for files whose ctime is at least 2 s older than the hash. Counters only grow.
+ */
+export interface DigestCacheStats {
+  /** Most entries kept (default 16384, about 3 MiB); see setDigestCacheCapacity. */
+  capacity: number;
+  entries: number;
+  /** Digests taken from the cache instead of hashing. */
+  hits: number;
+  /** Files hashed whole. */
+  hashes: number;
+  stores: number;
+  evictions: number;
+  /** Leases refused (a writer or writable mapping exists, not the owner, leases off): hashed. */
+  leaseRefused: number;
+  /** A writer arrived while a file was hashed under its lease: hashed, not stored. */
+  leaseBroken: number;
+  /** Hashed but not stored because the file changed less than 2 s before the hash began. */
+  racy: number;
+}
+
 interface Binding {
   codes: string[];
+  digestCacheStats(): DigestCacheStats;
+  setDigestCacheCapacity(entries: number): void;
   CancelToken: new () => CancelToken;
   probeOpenat2(): boolean;
   openDirectory(path: string): Promise<number>;
@@ -243,4 +268,13 @@ export class Landing {
   close(): Promise<void> {
     return this.#next(() => this.#handle.close());
   }
+}
+
+export function digestCacheStats(): DigestCacheStats {
+  return binding.digestCacheStats();
+}
+
+/** Bounds the digest cache to `entries` (a whole number up to 2^24; 0 turns it off). */
+export function setDigestCacheCapacity(entries: number): void {
+  binding.setDigestCacheCapacity(entries);
 }

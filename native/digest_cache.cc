@@ -1,0 +1,138 @@
+// See digest_cache.h.
+#include "digest_cache.h"
+
+#include <time.h>
+
+#include <cstring>
+
+#include "lease.h"
+#include "read.h"
+
+namespace rp {
+
+FileKey file_key(const struct stat& st) {
+  FileKey k;
+  k.dev = static_cast<uint64_t>(st.st_dev);
+  k.ino = static_cast<uint64_t>(st.st_ino);
+  k.size = static_cast<uint64_t>(st.st_size);
+  k.mtime_sec = st.st_mtim.tv_sec;
+  k.mtime_nsec = st.st_mtim.tv_nsec;
+  k.ctime_sec = st.st_ctim.tv_sec;
+  k.ctime_nsec = st.st_ctim.tv_nsec;
+  return k;
+}
+
+size_t DigestCache::KeyHash::operator()(const FileKey& k) const {
+  // splitmix64 over the fields: cheap, and no field can cancel another out.
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (uint64_t v : {k.dev, k.ino, k.size, static_cast<uint64_t>(k.mtime_sec), static_cast<uint64_t>(k.mtime_nsec),
+                     static_cast<uint64_t>(k.ctime_sec), static_cast<uint64_t>(k.ctime_nsec)}) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebull;
+    h ^= h >> 31;
+  }
+  return static_cast<size_t>(h);
+}
+
+bool DigestCache::lookup(const FileKey& key, unsigned char out[32]) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return false;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  std::memcpy(out, it->second->digest, 32);
+  stats_.hits++;
+  return true;
+}
+
+void DigestCache::store(const FileKey& key, const unsigned char digest[32]) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (capacity_ == 0) return;
+  auto it = index_.find(key);
+  if (it != index_.end()) {
+    std::memcpy(it->second->digest, digest, 32);
+    lru_.splice(lru_.begin(), lru_, it->second);
+  } else {
+    evict_to(capacity_ - 1);
+    Entry e;
+    e.key = key;
+    std::memcpy(e.digest, digest, 32);
+    lru_.push_front(e);
+    index_.emplace(key, lru_.begin());
+  }
+  stats_.stores++;
+}
+
+void DigestCache::evict_to(size_t capacity) {
+  while (lru_.size() > capacity) {
+    index_.erase(lru_.back().key);
+    lru_.pop_back();
+    stats_.evictions++;
+  }
+}
+
+void DigestCache::set_capacity(size_t capacity) {
+  std::lock_guard<std::mutex> lock(mu_);
+  capacity_ = capacity;
+  evict_to(capacity);
+}
+
+DigestCacheStats DigestCache::stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  DigestCacheStats out = stats_;
+  out.capacity = capacity_;
+  out.entries = lru_.size();
+  return out;
+}
+
+DigestCache& digest_cache() {
+  // Never destroyed: pool threads may still be using it while the process exits.
+  static DigestCache* cache = new DigestCache(kDefaultDigestCacheEntries);
+  return *cache;
+}
+
+namespace {
+
+// ctime + margin < start, exactly, whatever the timestamps hold (128-bit: no overflow).
+bool settled_before(const struct timespec& ctime, const struct timespec& start) {
+  const __int128 c = static_cast<__int128>(ctime.tv_sec) * 1000000000 + ctime.tv_nsec;
+  const __int128 s = static_cast<__int128>(start.tv_sec) * 1000000000 + start.tv_nsec;
+  return c + kRacyMarginNs < s;
+}
+
+}  // namespace
+
+int64_t whole_file_digest(int fd, struct stat* st, unsigned char out[32], const StopSignal& stop,
+                          Failure* failure) {
+  DigestCache& cache = digest_cache();
+  struct timespec hash_start;
+  clock_gettime(CLOCK_REALTIME, &hash_start);
+  ReadLease lease(fd);
+  if (lease.held()) {
+    // Under the lease no writer exists and none can appear, so this fstat describes the bytes.
+    struct stat under;
+    if (fstat(fd, &under) != 0) {
+      failure->set(Code::IoError, errno);
+      return -1;
+    }
+    *st = under;
+    if (cache.lookup(file_key(*st), out)) return static_cast<int64_t>(st->st_size);
+  } else {
+    cache.count_lease_refused();
+  }
+  // Hashed with the lease still held (when granted): hash_whole_fd polls it every chunk and lets
+  // go as soon as a writer waits, and then nothing is stored.
+  cache.count_hash();
+  int64_t hashed = hash_whole_fd(fd, out, stop, failure, lease.held() ? &lease : nullptr);
+  // A last look before deciding: a writer waiting right now also means nothing is stored.
+  const bool unwritten = lease.held() && lease.intact();
+  if (lease.broken()) cache.count_lease_broken();
+  if (hashed < 0 || !unwritten) return hashed;
+  if (!settled_before(st->st_ctim, hash_start)) cache.count_racy();
+  else if (hashed == static_cast<int64_t>(st->st_size)) cache.store(file_key(*st), out);
+  return hashed;
+}
+
+}  // namespace rp

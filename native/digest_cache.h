@@ -1,0 +1,106 @@
+// The digest cache: whole-file SHA-256 digests that a listing (and later a read) may reuse instead
+// of hashing again, so a repeat listing of an unchanged tree costs an open, fstat and fcntl per
+// file rather than reading every byte.
+//
+// Key: (st_dev, st_ino, st_size, mtime ns, ctime ns), what fstat says identifies one version of
+// one file. Stat data alone can lie (a write through an already dirty shared mapping changes the
+// bytes and no timestamp), so a digest is only ever stored or used under a read lease (lease.h):
+//
+//  * Use: the lease is taken, the file fstat'd under it, the key looked up, the lease released.
+//    A hit is used only if the lease was granted, i.e. nobody could write the file at that moment.
+//  * Store: the lease is held from that fstat through the whole hash; a writer arriving meanwhile
+//    breaks it (the hash loop polls, releases within one chunk, and nothing is stored). So the
+//    stored digest is of bytes no one could change while they were read.
+//  * Racy entries (git's rule): stored only if the file's ctime is at least kRacyMarginNs older
+//    than the moment hashing began. A later write then necessarily gets a different ctime, even
+//    on a filesystem whose timestamps are coarse, so the old key can never match the new bytes.
+//    2 s is the coarsest granularity of a Linux filesystem that supports leases (FAT/vfat store
+//    2 s; ext2/3 with small inodes, HFS+ and others 1 s; ext4, xfs, btrfs and tmpfs keep ns but
+//    take them from a clock that ticks in jiffies). A file changed in the last 2 s is simply
+//    hashed on every listing until it settles. Outside the rule: a realtime clock stepped back,
+//    and filesystems whose timestamps come from another clock (network filesystems, which mostly
+//    refuse leases anyway).
+//
+// Bounded: an LRU of at most `capacity` entries (default kDefaultDigestCacheEntries, about
+// 200 bytes each, so ~3 MiB), evicting the least recently used. A listing of more files than
+// that evicts its own entries in order and gets no hits: raise the capacity for such trees.
+// One process-wide cache (digest_cache()), safe to use from any number of pool threads.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include "codes.h"
+#include "stop.h"
+
+namespace rp {
+
+constexpr size_t kDefaultDigestCacheEntries = 16384;
+constexpr int64_t kRacyMarginNs = 2000000000;  // 2 s, see above
+
+struct FileKey {
+  uint64_t dev = 0, ino = 0, size = 0;
+  int64_t mtime_sec = 0, mtime_nsec = 0, ctime_sec = 0, ctime_nsec = 0;
+  bool operator==(const FileKey& o) const {
+    return dev == o.dev && ino == o.ino && size == o.size && mtime_sec == o.mtime_sec &&
+           mtime_nsec == o.mtime_nsec && ctime_sec == o.ctime_sec && ctime_nsec == o.ctime_nsec;
+  }
+};
+
+FileKey file_key(const struct stat& st);
+
+struct DigestCacheStats {
+  uint64_t capacity = 0, entries = 0;
+  uint64_t hits = 0;          // digests taken from the cache instead of hashing
+  uint64_t hashes = 0;        // files hashed whole
+  uint64_t stores = 0;        // digests stored
+  uint64_t evictions = 0;     // entries dropped to stay within capacity
+  uint64_t lease_refused = 0; // no lease (a writer or writable mapping, not the owner, ...): hashed
+  uint64_t lease_broken = 0;  // a writer arrived while hashing: hashed, not stored
+  uint64_t racy = 0;          // hashed but not stored: ctime too recent
+};
+
+class DigestCache {
+ public:
+  explicit DigestCache(size_t capacity) : capacity_(capacity) {}
+  bool lookup(const FileKey& key, unsigned char out[32]);
+  void store(const FileKey& key, const unsigned char digest[32]);
+  void set_capacity(size_t capacity);
+  DigestCacheStats stats();
+  void count_hash() { std::lock_guard<std::mutex> lock(mu_); stats_.hashes++; }
+  void count_lease_refused() { std::lock_guard<std::mutex> lock(mu_); stats_.lease_refused++; }
+  void count_lease_broken() { std::lock_guard<std::mutex> lock(mu_); stats_.lease_broken++; }
+  void count_racy() { std::lock_guard<std::mutex> lock(mu_); stats_.racy++; }
+
+ private:
+  struct KeyHash {
+    size_t operator()(const FileKey& k) const;
+  };
+  struct Entry {
+    FileKey key;
+    unsigned char digest[32];
+  };
+  void evict_to(size_t capacity);  // with mu_ held
+
+  std::mutex mu_;
+  size_t capacity_;
+  std::list<Entry> lru_;  // most recently used first
+  std::unordered_map<FileKey, std::list<Entry>::iterator, KeyHash> index_;
+  DigestCacheStats stats_;
+};
+
+DigestCache& digest_cache();
+
+// The digest of the whole regular file behind `fd` (open O_RDONLY), from the cache or by hashing,
+// by the rules above. `st` is the caller's fstat of `fd`; it is replaced by the fstat taken under
+// the lease when there is one, so size and mtime describe the bytes the digest is of. Returns the
+// byte count the digest covers, or -1 with `failure` set (Cancelled, TimeBudget, IoError).
+int64_t whole_file_digest(int fd, struct stat* st, unsigned char out[32], const StopSignal& stop,
+                          Failure* failure);
+
+}  // namespace rp
