@@ -41,6 +41,7 @@ interface ServeFlags {
   sessionId?: string;
   containment: string;
   trace?: string;
+  operatorListen?: string;
   control: 'stdio' | 'none';
 }
 
@@ -55,6 +56,8 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     advertised_url: server.advertisedUrl,
     session_id: session.sessionId,
     trace: session.trace.path,
+    // Where the operator plane is, when it has its own listener (`unix:<path>` or a URL).
+    ...(launched.operator ? { operator_url: launched.operator.url } : {}),
   };
   let shuttingDown = false;
   const shutdown = async (why: string) => {
@@ -109,6 +112,7 @@ export function program(): Command {
     .option('--session-id <id>', 'the session id (default: a fresh ses_<32 hex>)')
     .addOption(new Option('--containment <class>', 'the containment class the sandbox achieved').choices(['advisory', 'scoped', 'sealed']).default('advisory'))
     .option('--trace <file>', 'the trace file (default: in the records directory, outside the workdir)')
+    .option('--operator-listen <addr>', 'serve the operator plane on its own listener, HOST:PORT or unix:PATH (a unix socket outside the workdir, created 0600, is recommended); the main listener then serves only the peer plane and the card')
     .addOption(new Option('--control <channel>', 'the control channel').choices(['stdio', 'none']).default('none'))
     .action((flags: ServeFlags) => serveCommand(flags).catch(fail));
 

@@ -20,10 +20,26 @@ export function sendServerError(reply: FastifyReply, refusal: Refusal): FastifyR
   return sendError(reply, renderHttp('server', refusal));
 }
 
+/**
+ * Which planes a listener serves. With a separate operator listener, the peer listener serves the
+ * peer plane and the card only, and the operator listener the operator plane only.
+ */
+export interface PlaneSet {
+  files: boolean;
+  peer: boolean;
+}
+
+export const ALL_PLANES: Readonly<PlaneSet> = Object.freeze({ files: true, peer: true });
+
 /** Routes one request under /resources by its raw path; the planes do the rest. */
-export async function dispatch(session: Session, req: FastifyRequest, reply: FastifyReply): Promise<void> {
+export async function dispatch(session: Session, req: FastifyRequest, reply: FastifyReply, planes: PlaneSet = ALL_PLANES): Promise<void> {
   const path = requestPath(req.raw.url ?? '/');
   const method = req.raw.method ?? 'GET';
+  // A plane this listener does not serve is not there at all: no route, no trace.
+  if ((isFilesPath(path) && !planes.files) || (isPeerPath(path) && !planes.peer)) {
+    sendServerError(reply, new Refusal('not_found'));
+    return;
+  }
   if (isFilesPath(path)) return handleFiles(session, method, path, reply);
   if (isPeerPath(path)) {
     const audience = req.headers[HEADER.audience];
@@ -76,11 +92,14 @@ export interface PlanesOptions {
   session: Session;
   /** The gate and count every response passes; shared with whoever closes the listener. */
   inflight: InFlight;
+  /** Default: both planes (and the card, which goes with the peer plane). */
+  planes?: PlaneSet;
 }
 
 /** Registers both planes and the agent card. */
 export async function resourcePlanes(app: FastifyInstance, opts: PlanesOptions): Promise<void> {
   const { session, inflight } = opts;
+  const planes = opts.planes ?? ALL_PLANES;
   // Every method Node parses must reach the planes (a PROPFIND is a 405, not a 404), so the ones
   // Fastify does not know are registered. QUERY is re-registered as bodiless: as a body method
   // Fastify refuses it with a 500 before any handler when it carries no content-type.
@@ -122,11 +141,14 @@ export async function resourcePlanes(app: FastifyInstance, opts: PlanesOptions):
     sendServerError(reply, new Refusal('io_error', 'internal error'));
   });
 
-  app.all(RESOURCES_PREFIX, (req, reply) => dispatch(session, req, reply));
-  app.all(`${RESOURCES_PREFIX}/*`, (req, reply) => dispatch(session, req, reply));
-  app.get(CARD_PATH, (_req, reply) => {
-    send(reply, 200, [['content-type', 'application/json']], Buffer.from(JSON.stringify(agentCard(session))));
-  });
+  app.all(RESOURCES_PREFIX, (req, reply) => dispatch(session, req, reply, planes));
+  app.all(`${RESOURCES_PREFIX}/*`, (req, reply) => dispatch(session, req, reply, planes));
+  // The card is how peers find this capsule's identity: it belongs with the peer plane's listener.
+  if (planes.peer) {
+    app.get(CARD_PATH, (_req, reply) => {
+      send(reply, 200, [['content-type', 'application/json']], Buffer.from(JSON.stringify(agentCard(session))));
+    });
+  }
 }
 
 // Registered without encapsulation (what fastify-plugin does): the hooks, the not-found and error
