@@ -198,3 +198,41 @@ describe('listings that end', () => {
     expect(lines.at(-1)).toMatchObject({ event_type: 'session_end', reason: 'SIGTERM' });
   });
 });
+
+describe('refusals past a client allowance', () => {
+  it('are answered but summarised, not traced one by one: the trace grows by a bounded amount', async () => {
+    const { REFUSAL_BURST } = await import('../src/refusal-limit.js');
+    const srv = await up(['out/a: a']);
+    const sent = REFUSAL_BURST + 150;
+    for (let i = 0; i < sent; i += 50) {
+      const batch = await Promise.all(Array.from({ length: Math.min(50, sent - i) }, () => rawGet(srv.url, '/resources/files/missing')));
+      for (const r of batch) expect(r.json().error).toBe('not_found');
+    }
+    // A read that sends bytes is always traced, even past the allowance.
+    expect((await rawGet(srv.url, '/resources/files/a')).status).toBe(200);
+    await srv.close();
+    const lines = readTrace(srv.tracePath);
+    const refusals = lines.filter((l) => l.event_type === 'resource_read' && l.outcome === 'not_found').length;
+    const summaries = lines.filter((l) => l.event_type === 'refusals_suppressed');
+    expect(refusals).toBeGreaterThanOrEqual(REFUSAL_BURST);
+    expect(refusals).toBeLessThan(sent);
+    const suppressed = summaries.reduce((n, l) => n + (l.suppressed as number), 0);
+    expect(refusals + suppressed).toBe(sent);
+    expect(summaries[0]).toMatchObject({ client: '127.0.0.1', since_ms: expect.any(Number) });
+    expect(lines.some((l) => l.event_type === 'resource_read' && l.outcome === 'ok')).toBe(true);
+    expect(lines.at(-1)!.event_type).toBe('session_end');
+  });
+
+  it('refill at a fixed rate per client, and one client cannot spend another\'s allowance', async () => {
+    const { RefusalLimiter } = await import('../src/refusal-limit.js');
+    let t = 0;
+    const written: Array<{ client: string; suppressed: number }> = [];
+    const limiter = new RefusalLimiter(async (f) => void written.push(f), 3, 2, () => t);
+    expect([1, 2, 3, 4].map(() => limiter.allow('a'))).toEqual([true, true, true, false]);
+    expect(limiter.allow('b')).toBe(true);
+    t += 500; // half a second at 2 per second: one more
+    expect([limiter.allow('a'), limiter.allow('a')]).toEqual([true, false]);
+    await limiter.close();
+    expect(written).toEqual([{ client: 'a', suppressed: 2, since_ms: 0 }]);
+  });
+});

@@ -14,6 +14,8 @@ export interface Exchange {
   refusalHeaders: HeaderList;
   /** The ceiling a too_large message names. */
   maxBytes?: number;
+  /** Decides whether this refusal is traced one by one (false: it is counted in a summary). */
+  traceRefusal?: () => boolean;
 }
 
 /**
@@ -33,6 +35,11 @@ export async function traced(x: Exchange, appendEvent: () => Promise<void>): Pro
 /** Renders `refusal`, records it (no bytes, no hash) and, once it is recorded, sends it. */
 export async function refuse(x: Exchange, refusal: Refusal, record: (outcome: string, reason: string) => Promise<void>): Promise<void> {
   const rendered: Rendered = renderHttp(x.context, refusal, { maxBytes: x.maxBytes });
+  // A refusal carries no file bytes; past the client's allowance it is counted, not traced.
+  if (x.traceRefusal && !x.traceRefusal()) {
+    sendError(x.reply, rendered, x.refusalHeaders);
+    return;
+  }
   if (await traced(x, () => record(rendered.code, rendered.message))) sendError(x.reply, rendered, x.refusalHeaders);
 }
 
@@ -46,6 +53,11 @@ export async function holdMemory(x: Exchange, budget: ByteBudget, bytes: number)
   if (x.reply.raw.closed || x.reply.raw.destroyed) release();
   else x.reply.raw.once('close', release);
   return true;
+}
+
+/** The client a refusal is counted against: its address (`unix` on a unix socket). */
+export function clientOf(reply: FastifyReply): string {
+  return reply.request.socket.remoteAddress ?? 'unix';
 }
 
 /** Anything a plane caught: a Refusal as it is, anything else an io_error that echoes nothing. */

@@ -7,7 +7,7 @@ import type { ListEntry, ReadResult } from '../native.js';
 import { lowerRelpath } from '../paths.js';
 import type { Session } from '../session.js';
 import { FILES_PREFIX, HEADER } from '../wire.js';
-import { asRefusal, holdMemory, refuse, traced, type Exchange } from './exchange.js';
+import { asRefusal, clientOf, holdMemory, refuse, traced, type Exchange } from './exchange.js';
 import { headerSafe, readHeaders, send } from './reply.js';
 
 export async function handleFiles(session: Session, method: string, path: string, reply: FastifyReply): Promise<void> {
@@ -17,6 +17,7 @@ export async function handleFiles(session: Session, method: string, path: string
     context: 'files',
     refusalHeaders: [[HEADER.generation, String(generation)]],
     maxBytes: session.files?.opts.maxBytes,
+    traceRefusal: () => session.refusals.allow(clientOf(reply)),
   };
   const isList = path === FILES_PREFIX || path === `${FILES_PREFIX}/`;
   if (isList) return handleList(session, x, method, generation);

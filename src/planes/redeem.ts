@@ -9,7 +9,7 @@ import { canonicalRelpath } from '../paths.js';
 import { handleId } from '../redact.js';
 import type { Session } from '../session.js';
 import { HEADER, PEER_PREFIX } from '../wire.js';
-import { asRefusal, holdMemory, refuse, traced, type Exchange } from './exchange.js';
+import { asRefusal, clientOf, holdMemory, refuse, traced, type Exchange } from './exchange.js';
 import { readHeaders, send, sendError, type HeaderList } from './reply.js';
 
 export async function handleRedeem(
@@ -43,6 +43,7 @@ export async function handleRedeem(
     context: 'peer',
     refusalHeaders: [[HEADER.generation, String(generation)], [HEADER.handleId, hid]],
     maxBytes: view?.opts.maxBytes,
+    traceRefusal: () => session.refusals.allow(clientOf(reply)),
   };
   let verifiedPath: string | null = null;
   const record = (outcome: string, reason: string | null, bytes: number | null, sha256: string | null) =>
