@@ -13,6 +13,19 @@ import { DRAIN_TIMEOUT_MS } from './server.js';
 const SHUTDOWN_BOUND_MS = DRAIN_TIMEOUT_MS + 5_000;
 import { loadManifest } from './launch/manifest-file.js';
 import { parseContainment } from './launch/options.js';
+import { parseByteCount, parseDuration } from './manifest/grammars.js';
+
+function parseBudgetBytes(value: string): number {
+  const n = parseByteCount(value);
+  if (n === null) throw new UsageError(`--memory-budget must be a byte count such as 256Mi (got '${value}')`);
+  return n;
+}
+
+function parseBudgetSeconds(value: string): number {
+  const n = parseDuration(value);
+  if (n === null || n > 2_000_000) throw new UsageError(`--listing-budget must be a duration such as 30s (got '${value}')`);
+  return n;
+}
 import { ManifestError } from './manifest/diagnostics.js';
 import { effectiveGrants, renderExplainScope } from './scope.js';
 
@@ -42,13 +55,22 @@ interface ServeFlags {
   containment: string;
   trace?: string;
   operatorListen?: string;
+  memoryBudget?: string;
+  listingBudget?: string;
   control: 'stdio' | 'none';
 }
 
 async function serveCommand(flags: ServeFlags): Promise<void> {
   const logger = stderrLogger();
-  const { manifest, trace, control: _control, ...rest } = flags;
-  const launched = await launch({ ...rest, manifestPath: manifest, tracePath: trace, logger });
+  const { manifest, trace, control: _control, memoryBudget, listingBudget, ...rest } = flags;
+  const launched = await launch({
+    ...rest,
+    manifestPath: manifest,
+    tracePath: trace,
+    logger,
+    ...(memoryBudget !== undefined ? { memoryBudgetBytes: parseBudgetBytes(memoryBudget) } : {}),
+    ...(listingBudget !== undefined ? { listingBudgetMs: parseBudgetSeconds(listingBudget) * 1000 } : {}),
+  });
   const { session, server } = launched;
   const ready = {
     event: 'listening',
@@ -112,6 +134,8 @@ export function program(): Command {
     .option('--session-id <id>', 'the session id (default: a fresh ses_<32 hex>)')
     .addOption(new Option('--containment <class>', 'the containment class the sandbox achieved').choices(['advisory', 'scoped', 'sealed']).default('advisory'))
     .option('--trace <file>', 'the trace file (default: in the records directory, outside the workdir)')
+    .option('--memory-budget <bytes>', 'bytes reads and redeems in flight may hold, e.g. 256Mi (default 256Mi)')
+    .option('--listing-budget <duration>', 'how long one listing may run, e.g. 30s (default 30s)')
     .option('--operator-listen <addr>', 'serve the operator plane on its own listener, HOST:PORT or unix:PATH (a unix socket outside the workdir, created 0600, is recommended); the main listener then serves only the peer plane and the card')
     .addOption(new Option('--control <channel>', 'the control channel').choices(['stdio', 'none']).default('none'))
     .action((flags: ServeFlags) => serveCommand(flags).catch(fail));
