@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import type { Logger } from 'pino';
 import { Refusal, renderHttp } from './codes.js';
-import { ALL_PLANES, dispatch, InFlight, isPlaneTarget, resourcePlanes, sendServerError, type PlaneSet } from './planes/plugin.js';
+import { ALL_PLANES, InFlight, planesFrameworkErrors, resourcePlanes, sendServerError, type PlaneSet } from './planes/plugin.js';
 import { redactHandles } from './redact.js';
 import type { Session } from './session.js';
 import { HEADER } from './wire.js';
@@ -115,19 +115,7 @@ export function appOptions(session: Session, logger: Logger | false, planes: Pla
     },
     // Malformed percent-encodings are rejected by the router before any handler; under
     // /resources/ they are still answered by the planes, in the spec's shape, from the raw path.
-    frameworkErrors: (_error, req, reply) => {
-      // These replies skip the onSend hooks, so the class header is set here.
-      reply.header(HEADER.containment, session.containment);
-      if (isPlaneTarget(req.raw.url ?? '/')) {
-        dispatch(session, req, reply, planes).catch((err: unknown) => {
-          req.log.error({ err: redactHandles(String(err)) }, 'unhandled error');
-          sendServerError(reply, new Refusal('io_error', 'internal error'));
-        });
-        return;
-      }
-      // Not echoed: the target could carry a token.
-      sendServerError(reply, new Refusal('bad_request'));
-    },
+    frameworkErrors: planesFrameworkErrors(session, planes),
   };
 }
 
@@ -163,6 +151,11 @@ export function buildApp(
       });
   }
   const app = Fastify(options) as unknown as FastifyInstance;
+  // Everything else on this listener: no route, in the JSON error shape, with the class header.
+  app.setNotFoundHandler((_req, reply) => {
+    reply.header(HEADER.containment, session.containment);
+    sendServerError(reply, new Refusal('not_found'));
+  });
   app.register(resourcePlanes, { session, inflight, planes });
   return { app, inflight };
 }
