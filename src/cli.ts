@@ -61,17 +61,19 @@ interface ServeFlags {
 }
 
 async function serveCommand(flags: ServeFlags): Promise<void> {
-  const logger = stderrLogger();
+  const root = stderrLogger();
   const { manifest, trace, control: _control, memoryBudget, listingBudget, ...rest } = flags;
   const launched = await launch({
     ...rest,
     manifestPath: manifest,
     tracePath: trace,
-    logger,
+    logger: root,
     ...(memoryBudget !== undefined ? { memoryBudgetBytes: parseBudgetBytes(memoryBudget) } : {}),
     ...(listingBudget !== undefined ? { listingBudgetMs: parseBudgetSeconds(listingBudget) * 1000 } : {}),
   });
   const { session, server } = launched;
+  // From here on every line carries the session id (launch binds the request logs the same way).
+  const logger = root.child({ session_id: session.sessionId });
   const ready = {
     event: 'listening',
     url: server.url,

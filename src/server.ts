@@ -13,6 +13,9 @@ import { redactHandles } from './redact.js';
 import type { Session } from './session.js';
 import { HEADER } from './wire.js';
 
+/** The readiness route of the server's own app. */
+export const HEALTH_PATH = '/healthz';
+
 /** How long shutdown lets responses being sent finish; then every connection is cut. */
 export const DRAIN_TIMEOUT_MS = 10_000;
 
@@ -155,6 +158,11 @@ export function buildApp(
   app.setNotFoundHandler((_req, reply) => {
     reply.header(HEADER.containment, session.containment);
     sendServerError(reply, new Refusal('not_found'));
+  });
+  // Readiness for an orchestrator: untraced, and says nothing about the capsule. While the server
+  // is stopping it answers 503 like every other request (the gate sits in front).
+  app.get(HEALTH_PATH, { exposeHeadRoute: false }, (_req, reply) => {
+    reply.header('content-type', 'application/json').header('cache-control', 'no-store').send('{"status":"ok"}');
   });
   app.register(resourcePlanes, { session, inflight, planes });
   return { app, inflight };

@@ -72,7 +72,8 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
     unbind();
     throw error;
   }
-  const logger = opts.logger ?? false;
+  // Every log line of this session carries its id.
+  const logger = opts.logger ? opts.logger.child({ session_id: session.sessionId }) : false;
   let server: RunningServer;
   let operator: RunningServer | null = null;
   try {
