@@ -68,13 +68,19 @@ export function rawRequest(baseUrl: string, req: RawRequest): Promise<RawRespons
   const head = Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1');
   const payload = body ? Buffer.concat([head, body]) : head;
 
+  return exchange(hostname, port, payload, req.timeoutMs ?? 15_000, `raw request ${method} ${String(req.target)}`)
+    .then((raw) => parseResponse(raw, method === 'HEAD'));
+}
+
+/** Writes `payload` on a fresh connection and resolves with every byte received once it closes. */
+function exchange(hostname: string, port: number, payload: Buffer, timeoutMs: number, what: string): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     const socket = connect({ host: hostname, port });
     const timer = setTimeout(() => {
       socket.destroy();
-      reject(new Error(`raw request ${method} ${String(req.target)} timed out`));
-    }, req.timeoutMs ?? 15_000);
+      reject(new Error(`${what} timed out`));
+    }, timeoutMs);
     // write, not end: a half-closed request is aborted by Node's server before it answers.
     socket.on('connect', () => socket.write(payload));
     socket.on('data', (d: Buffer) => chunks.push(d));
@@ -86,11 +92,7 @@ export function rawRequest(baseUrl: string, req: RawRequest): Promise<RawRespons
     });
     socket.on('close', () => {
       clearTimeout(timer);
-      try {
-        resolve(parseResponse(Buffer.concat(chunks), method === 'HEAD'));
-      } catch (error) {
-        reject(error);
-      }
+      resolve(Buffer.concat(chunks));
     });
   });
 }
@@ -250,35 +252,16 @@ export function readTrace(path: string): Array<Record<string, unknown>> {
  */
 export function rawExchange(baseUrl: string, bytes: Buffer | string, timeoutMs = 15_000): Promise<RawResponse[]> {
   const { hostname, port } = parseBase(baseUrl);
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    const socket = connect({ host: hostname, port });
-    const timer = setTimeout(() => {
-      socket.destroy();
-      reject(new Error('raw exchange timed out'));
-    }, timeoutMs);
-    socket.on('connect', () => socket.write(Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes, 'latin1')));
-    socket.on('data', (d: Buffer) => chunks.push(d));
-    socket.on('error', (error: NodeJS.ErrnoException) => {
-      if (error.code === 'ECONNRESET' && chunks.length > 0) return;
-      clearTimeout(timer);
-      reject(error);
-    });
-    socket.on('close', () => {
-      clearTimeout(timer);
-      try {
-        const out: RawResponse[] = [];
-        let rest: Buffer = Buffer.concat(chunks);
-        while (rest.length > 0) {
-          const res = parseResponse(rest);
-          // What follows one response is the next one, not trailing garbage.
-          out.push({ ...res, trailing: Buffer.alloc(0) });
-          rest = res.trailing;
-        }
-        resolve(out);
-      } catch (error) {
-        reject(error);
-      }
-    });
+  const payload = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes, 'latin1');
+  return exchange(hostname, port, payload, timeoutMs, 'raw exchange').then((raw) => {
+    const out: RawResponse[] = [];
+    let rest: Buffer = raw;
+    while (rest.length > 0) {
+      const res = parseResponse(rest);
+      // What follows one response is the next one, not trailing garbage.
+      out.push({ ...res, trailing: Buffer.alloc(0) });
+      rest = res.trailing;
+    }
+    return out;
   });
 }
