@@ -19,9 +19,9 @@ import {
   filesManifest, launch, rawExchange, rawGet, rawRequest, readTrace, sha256Hex, type Launched, type RawResponse,
 } from './helpers/http.js';
 import { raceSwaps, racesTimeout, sawAll } from './helpers/race.js';
+import { RESOLVERS } from './helpers/resolvers.js';
 import { fdCount, makeTree, removeTree, tempDir } from './helpers/tree.js';
 
-const RESOLVERS: native.ResolverKind[] = native.openat2Available() ? ['openat2', 'walk'] : ['walk'];
 const SECRET = 'ADVERSARY-OUTSIDE-SECRET-7f3a';
 const SECRET_SHA = sha256Hex(SECRET);
 const INSIDE = 'inside bytes';

@@ -8,7 +8,6 @@ import { METHODS } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Containment } from '../src/manifest/model.js';
-import * as native from '../src/native.js';
 import {
   buildEscapeTree,
   ESCAPE_CASES,
@@ -30,6 +29,7 @@ import {
   type Launched,
   type RawResponse,
 } from './helpers/http.js';
+import { RESOLVERS } from './helpers/resolvers.js';
 import { makeTree, removeTree, tempDir } from './helpers/tree.js';
 
 // ── What SPEC section 4 says, restated here so that a drifting catalogue fails ──────────────────
@@ -71,7 +71,6 @@ const LIST_KEYS = ['root', 'mode', 'max_bytes', 'generation', 'containment_achie
 const ENTRY_KEYS = ['path', 'size_bytes', 'mtime_ms', 'sha256'];
 
 const CLASSES: Containment[] = ['advisory', 'scoped', 'sealed'];
-const RESOLVERS: native.ResolverKind[] = native.openat2Available() ? ['openat2', 'walk'] : ['walk'];
 
 // ── Assertions shared by every test ─────────────────────────────────────────────────────────────
 
