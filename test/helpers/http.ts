@@ -3,14 +3,8 @@
 // with its status, its header lines in the order they were sent (raw name/value pairs), and its body
 // as the bytes that followed the header block. Nothing here interprets the answer beyond framing.
 import { connect } from 'node:net';
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { parseManifest, type Containment } from '../../src/manifest/model.js';
-import type { ResolverKind } from '../../src/native.js';
-import { launch as launchSession } from '../../src/launch/launch.js';
-import type { RunningServer } from '../../src/server.js';
-import type { Session } from '../../src/session.js';
 
 export interface RawResponse {
   /** e.g. `HTTP/1.1` */
@@ -194,43 +188,6 @@ export async function pool<T, R>(items: readonly T[], limit: number, fn: (item: 
   };
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
   return out;
-}
-
-// ── Launching a session with its listener (the in-process API) ────────────────────────────────────
-
-
-export interface Launched {
-  session: Session;
-  srv: RunningServer;
-  url: string;
-  tracePath: string;
-  close(): Promise<void>;
-}
-
-/** A manifest declaring `exports.files` (or nothing, with `root: null`). */
-export function filesManifest(root: string | null, maxBytes?: number): string {
-  const head = 'name: plane-test\nversion: "1.0"\n';
-  if (root === null) return head;
-  return `${head}exports:\n  files:\n    root: ${JSON.stringify(root)}\n    mode: read-only\n${maxBytes === undefined ? '' : `    max_bytes: ${maxBytes}\n`}`;
-}
-
-/** Opens a session over `workdir` and serves it on an ephemeral port; the trace goes in `traceDir`. */
-export async function launch(opts: {
-  workdir: string;
-  traceDir: string;
-  yaml: string;
-  containment?: Containment;
-  resolver?: ResolverKind;
-}): Promise<Launched> {
-  const tracePath = join(opts.traceDir, `trace-${randomBytes(6).toString('hex')}.jsonl`);
-  const launched = await launchSession({
-    workdir: opts.workdir,
-    manifest: parseManifest(opts.yaml),
-    containment: opts.containment,
-    tracePath,
-    resolver: opts.resolver,
-  });
-  return { session: launched.session, srv: launched.server, url: launched.server.url, tracePath, close: launched.stop };
 }
 
 /** The trace's lines, each parsed (keys in file order). A missing file reads as no lines. */
