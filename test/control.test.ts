@@ -6,6 +6,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defer, reap } from './helpers/cleanup.js';
@@ -125,7 +126,7 @@ describe('a runtime drives a handoff between two spawned capsules', () => {
     }
   });
 
-  it('refuses an undeclared tool clearly and traces it; an unknown tool is an error', async () => {
+  it('refuses an undeclared tool clearly and traces it; an unknown tool is a JSON-RPC error', async () => {
     const c = await launch(`name: a\n${HEAD}${FILES}`);
     const share = await c.client.callTool({ name: 'share-file', arguments: { path: 'x', peer: 'localhost:1' } });
     expect(share.isError).toBe(true);
@@ -136,9 +137,14 @@ describe('a runtime drives a handoff between two spawned capsules', () => {
     const fetchCall = await c.client.callTool({ name: 'fetch-peer-file', arguments: { peer: 'localhost:1', handle: 'mh1.a.b' } });
     expect(fetchCall.isError).toBe(true);
     expect(JSON.parse((fetchCall.content as Array<{ text: string }>)[0]!.text).error).toBe('peer_not_allowed');
-    const unknown = await c.client.callTool({ name: 'rm-rf', arguments: {} });
-    expect(unknown.isError).toBe(true);
-    expect(JSON.parse((unknown.content as Array<{ text: string }>)[0]!.text).error).toBe('unknown_tool');
+    // A name that is no tool of ours is a protocol error (JSON-RPC -32602), not a tool result.
+    const unknown = await c.client.callTool({ name: 'rm-rf', arguments: {} }).then(
+      () => null,
+      (error: unknown) => error,
+    );
+    expect(unknown).toBeInstanceOf(McpError);
+    expect((unknown as McpError).code).toBe(ErrorCode.InvalidParams);
+    expect((unknown as McpError).message).toContain("Unknown tool: 'rm-rf'");
     const bad = await c.client.callTool({ name: 'share-file', arguments: { path: 1 } });
     expect(JSON.parse((bad.content as Array<{ text: string }>)[0]!.text).error).toBe('invalid_argument');
     const events = readFileSync(c.trace, 'utf8').trim().split('\n').map((l) => JSON.parse(l));

@@ -1,82 +1,143 @@
 // The agent-loop tools as one typed API, shared by the MCP control channel and in-process callers:
 // their definitions (offered only when declared), argument validation, and the refusal a runtime
-// gets for a tool the manifest does not declare. The work itself is in share-file.ts and
-// fetch-peer-file.ts beside this file.
+// gets for a tool the manifest does not declare. The contracts are the zod schemas in schemas.ts,
+// the one source of truth for both the definitions a host reads and the validation every call
+// passes; the work itself is in share-file.ts and fetch-peer-file.ts beside this file.
+import { z } from 'zod';
 import { Refusal, renderTool } from '../codes.js';
 import { redactHandles } from '../redact.js';
 import type { Session, ToolName } from '../session.js';
 import { fetchPeerFile } from './fetch-peer-file.js';
+import {
+  fetchPeerFileInput,
+  fetchPeerFileOutput,
+  shareFileInput,
+  shareFileOutput,
+  TOOL_PRESENTATION,
+  type FetchPeerFileArguments,
+  type ShareFileArguments,
+} from './schemas.js';
 import { shareFile } from './share-file.js';
 
 export { fetchPeerFile, shareFile };
 
-export interface ToolDefinition {
-  name: ToolName;
-  description: string;
-  inputSchema: { type: 'object'; properties: Record<string, unknown>; required: string[]; additionalProperties: false };
+/** Every tool this server has, declared or not. */
+export const TOOL_NAMES: readonly ToolName[] = Object.freeze(['share-file', 'fetch-peer-file']);
+
+export function isToolName(name: unknown): name is ToolName {
+  return typeof name === 'string' && (TOOL_NAMES as readonly string[]).includes(name);
 }
 
-export function toolDefinitions(session: Session): ToolDefinition[] {
-  const defs: ToolDefinition[] = [];
+/** One tool's contract: zod schemas for its input and output, and what a host is told about it. */
+export interface ToolSpec {
+  name: ToolName;
+  title: string;
+  description: string;
+  input: z.ZodObject;
+  output: z.ZodObject;
+  annotations: (typeof TOOL_PRESENTATION)[ToolName]['annotations'];
+  /** Whether the manifest declares it: only declared tools are offered. */
+  declared: boolean;
+}
+
+/** A tool definition as JSON, the shape an MCP `tools/list` entry has. */
+export interface ToolDefinition {
+  name: ToolName;
+  title: string;
+  description: string;
+  inputSchema: { type: 'object'; properties: Record<string, unknown>; required: string[]; additionalProperties: false };
+  outputSchema: { type: 'object'; properties: Record<string, unknown>; required: string[] };
+  annotations: ToolSpec['annotations'];
+}
+
+/** Every tool's contract for this session, in a fixed order; descriptions name the declared grants. */
+export function toolSpecs(session: Session): ToolSpec[] {
   const peer = session.manifest.peerFiles;
-  if (peer) {
-    defs.push({
+  const declared = session.toolsDeclared();
+  return [
+    {
       name: 'share-file',
-      description:
-        `Hand one file to one named peer capsule. \`path\` is relative to exports.peer_files.root ('${peer.root}'). ` +
-        'Returns an opaque handle that only that peer can redeem, until it expires: put the handle in your message to the peer. ' +
-        `\`ttl\` may only narrow the handle's lifetime (at most ${peer.effectiveMaxTtlSecs}s).`,
-      inputSchema: {
-        type: 'object',
-        properties: {
-          path: { type: 'string', description: `file path relative to exports.peer_files.root ('${peer.root}')` },
-          peer: { type: 'string', description: "the peer capsule's address: host:port or an http(s) URL" },
-          ttl: { type: 'string', description: 'optional lifetime such as 90s, 10m, 1h; clamped to max_ttl' },
-        },
-        required: ['path', 'peer'],
-        additionalProperties: false,
-      },
-    });
-  }
-  if (session.manifest.peerFetchAllow) {
-    defs.push({
+      ...TOOL_PRESENTATION['share-file'],
+      description: peer
+        ? `Hand one file to one named peer capsule. \`path\` is relative to exports.peer_files.root ('${peer.root}'). ` +
+          'Returns an opaque handle that only that peer can redeem, until it expires: put the handle in your message to the peer. ' +
+          `\`ttl\` may only narrow the handle's lifetime (at most ${peer.effectiveMaxTtlSecs}s).`
+        : 'Hand one file to one named peer capsule (this capsule declares no exports.peer_files block).',
+      input: shareFileInput(peer ? peer.root : null),
+      output: shareFileOutput,
+      declared: declared.includes('share-file'),
+    },
+    {
       name: 'fetch-peer-file',
+      ...TOOL_PRESENTATION['fetch-peer-file'],
       description:
         'Fetch a file a peer capsule handed you. The bytes are stored as a file under peer-in/ in your workdir; ' +
         'the result is the stored path, its size and SHA-256, never the contents. Read the file if you decide to.',
-      inputSchema: {
-        type: 'object',
-        properties: {
-          peer: { type: 'string', description: "the peer capsule's address: host:port or an http(s) URL" },
-          handle: { type: 'string', description: 'the mh1 handle the peer sent you' },
-        },
-        required: ['peer', 'handle'],
-        additionalProperties: false,
-      },
-    });
-  }
-  return defs;
+      input: fetchPeerFileInput(),
+      output: fetchPeerFileOutput,
+      declared: declared.includes('fetch-peer-file'),
+    },
+  ];
 }
 
-function stringArgs(args: unknown, required: string[], optional: string[]): Record<string, string> {
-  if (typeof args !== 'object' || args === null || Array.isArray(args)) {
-    throw new Refusal('invalid_argument', 'the arguments must be an object');
+/** The declared tools' definitions as JSON Schema (draft-07, as the MCP SDK renders them). */
+export function toolDefinitions(session: Session): ToolDefinition[] {
+  return toolSpecs(session)
+    .filter((spec) => spec.declared)
+    .map((spec) => {
+      const { $schema: _in, ...inputSchema } = z.toJSONSchema(spec.input, { target: 'draft-7', io: 'input' });
+      const { $schema: _out, ...outputSchema } = z.toJSONSchema(spec.output, { target: 'draft-7', io: 'output' });
+      return {
+        name: spec.name,
+        title: spec.title,
+        description: spec.description,
+        inputSchema: inputSchema as ToolDefinition['inputSchema'],
+        outputSchema: outputSchema as ToolDefinition['outputSchema'],
+        annotations: spec.annotations,
+      };
+    });
+}
+
+/** Shown of a call's unknown argument names before the rest are only counted. */
+const NAMES_SHOWN = 5;
+
+/** One clause per schema violation, quoting argument names (never values). */
+function clause(issue: z.core.$ZodIssue): string {
+  const key = issue.path.length > 0 ? issue.path.map(String).join('.') : null;
+  if (issue.code === 'unrecognized_keys') {
+    const shown = issue.keys.slice(0, NAMES_SHOWN).map((k) => `'${k}'`).join(', ');
+    const more = issue.keys.length > NAMES_SHOWN ? ` and ${issue.keys.length - NAMES_SHOWN} more` : '';
+    return `unknown argument${issue.keys.length > 1 ? 's' : ''} ${shown}${more}`;
   }
-  const out: Record<string, string> = {};
-  for (const [key, value] of Object.entries(args)) {
-    if (!required.includes(key) && !optional.includes(key)) throw new Refusal('invalid_argument', `unknown argument '${key}'`);
-    if (typeof value !== 'string') throw new Refusal('invalid_argument', `argument '${key}' must be a string`);
-    out[key] = value;
-  }
-  for (const key of required) {
-    if (!(key in out)) throw new Refusal('invalid_argument', `missing required argument '${key}'`);
-  }
-  return out;
+  if (key === null) return 'the arguments must be an object';
+  if (issue.code === 'invalid_type' && issue.input === undefined) return `missing required argument '${key}'`;
+  if (issue.code === 'invalid_type') return `argument '${key}' must be a ${issue.expected}`;
+  return `argument '${key}' is invalid: ${issue.message}`;
+}
+
+/**
+ * The sentence an agent reads for arguments that do not match the schema: every violation, so one
+ * retry can fix them all. The caller passes it through the redaction boundary (an argument name
+ * can be a pasted token).
+ */
+function violation(error: z.ZodError): string {
+  const clauses = error.issues.map(clause);
+  return clauses.length > 0 ? clauses.join('; ') : 'the arguments do not match the tool input schema';
+}
+
+/**
+ * Checks a call's arguments against the tool's input schema. Throws `invalid_argument` (its
+ * message redacted) when they do not match; absent arguments are an empty object, as in MCP.
+ */
+export function parseToolArguments(spec: Pick<ToolSpec, 'input'>, args: unknown): Record<string, unknown> {
+  const parsed = spec.input.safeParse(args ?? {}, { reportInput: true });
+  if (!parsed.success) throw new Refusal('invalid_argument', redactHandles(violation(parsed.error)));
+  return parsed.data;
 }
 
 /**
  * Runs one tool by name. Refusals are a Refusal whose detail is the sentence for the agent; an
- * unknown tool name is `unknown_tool`. Every
+ * unknown tool name is `unknown_tool` (over MCP it never gets here: it is a JSON-RPC error). Every
  * refusal message passes the redaction boundary here, whoever built it: messages quote caller text
  * (a peer, a path, an argument name), and a token pasted into any of them must not come back out.
  */
@@ -91,13 +152,11 @@ export async function callTool(session: Session, name: string, args: unknown): P
 }
 
 async function runTool(session: Session, name: string, args: unknown): Promise<Record<string, unknown>> {
-  if (name === 'share-file') {
-    const a = stringArgs(args, ['path', 'peer'], ['ttl']);
-    return { ...(await shareFile(session, { path: a.path!, peer: a.peer!, ttl: a.ttl })) };
-  }
-  if (name === 'fetch-peer-file') {
-    const a = stringArgs(args, ['peer', 'handle'], []);
-    return { ...(await fetchPeerFile(session, { peer: a.peer!, handle: a.handle! })) };
-  }
-  throw new Refusal('unknown_tool', `no tool named '${name}' exists here`);
+  const spec = isToolName(name) ? toolSpecs(session).find((s) => s.name === name) : undefined;
+  if (!spec) throw new Refusal('unknown_tool', `no tool named '${name}' exists here`);
+  // Validated before anything else, declared or not: a malformed call costs no file, socket or
+  // trace line. An undeclared tool's well-formed call is refused by the tool itself, traced.
+  const input = parseToolArguments(spec, args);
+  if (spec.name === 'share-file') return { ...(await shareFile(session, input as ShareFileArguments)) };
+  return { ...(await fetchPeerFile(session, input as FetchPeerFileArguments)) };
 }
