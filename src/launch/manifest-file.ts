@@ -14,6 +14,8 @@ export const MANIFEST_MAX_BYTES = 1024 * 1024;
 export const DEFAULT_MANIFEST_NAME = 'murmur.yaml';
 
 const HINT = 'pass --manifest FILE, or put murmur.yaml at the workdir root';
+/** For a path the operator gave: suggesting --manifest again would not help. */
+const GIVEN_HINT = 'check the path given to --manifest: it must name a readable regular file';
 const OUTSIDE_HINT =
   'keep the manifest outside the workdir and pass --manifest FILE (a capsule can rewrite a manifest in its own workdir)';
 
@@ -35,7 +37,7 @@ export async function readManifestBeneath(workdirFd: number, resolver: native.Re
     if (code === 'TOO_LARGE') throw unreadable(shown, `it is larger than ${MANIFEST_MAX_BYTES} bytes`);
     throw unreadable(shown, error instanceof native.NativeError ? error.detail || error.code : 'unknown error');
   }
-  return parseManifest(bytes.toString('utf8'));
+  return parseManifest(bytes.toString('utf8'), shown);
 }
 
 /** An explicit manifest path: non-blocking, regular files only, capped. */
@@ -44,15 +46,15 @@ export function loadManifest(path: string): Manifest {
   try {
     // Checked before the open, so a FIFO or a device is never opened; the open never blocks and
     // the descriptor is checked again, since the path may have changed in between.
-    if (!statSync(path).isFile()) throw unreadable(path, 'it is not a regular file');
+    if (!statSync(path).isFile()) throw unreadable(path, 'it is not a regular file', GIVEN_HINT);
     fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY);
   } catch (error) {
     if (error instanceof ManifestError) throw error;
-    throw unreadable(path, (error as NodeJS.ErrnoException).code ?? 'unknown error');
+    throw unreadable(path, (error as NodeJS.ErrnoException).code ?? 'unknown error', GIVEN_HINT);
   }
   try {
     const st = fstatSync(fd);
-    if (!st.isFile()) throw unreadable(path, 'it is not a regular file');
+    if (!st.isFile()) throw unreadable(path, 'it is not a regular file', GIVEN_HINT);
     const buf = Buffer.alloc(MANIFEST_MAX_BYTES + 1);
     let n = 0;
     while (n < buf.length) {
@@ -60,11 +62,11 @@ export function loadManifest(path: string): Manifest {
       if (got === 0) break;
       n += got;
     }
-    if (n > MANIFEST_MAX_BYTES) throw unreadable(path, `it is larger than ${MANIFEST_MAX_BYTES} bytes`);
-    return parseManifest(buf.subarray(0, n).toString('utf8'));
+    if (n > MANIFEST_MAX_BYTES) throw unreadable(path, `it is larger than ${MANIFEST_MAX_BYTES} bytes`, GIVEN_HINT);
+    return parseManifest(buf.subarray(0, n).toString('utf8'), path);
   } catch (error) {
     if (error instanceof ManifestError) throw error;
-    throw unreadable(path, (error as NodeJS.ErrnoException).code ?? 'unknown error');
+    throw unreadable(path, (error as NodeJS.ErrnoException).code ?? 'unknown error', GIVEN_HINT);
   } finally {
     closeSync(fd);
   }

@@ -142,7 +142,7 @@ class ManifestView {
   }
 }
 
-function loadDocument(text: string): ManifestView {
+function loadDocument(text: string, shown: string): ManifestView {
   const lineCounter = new LineCounter();
   const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true, strict: true });
   const first = doc.errors[0];
@@ -159,9 +159,9 @@ function loadDocument(text: string): ManifestView {
       hint = 'each key may appear once per mapping; remove or merge the repeated key';
     } else if (first.code === 'MULTIPLE_DOCS') {
       what = 'it holds more than one YAML document';
-      hint = 'murmur.yaml holds exactly one YAML document; remove the extra "---" sections';
+      hint = 'a manifest holds exactly one YAML document; remove the extra "---" sections';
     }
-    throw new ManifestError('E-MAN-003', `murmur.yaml is not valid YAML: ${what} (line ${line}, column ${col})`, hint);
+    throw new ManifestError('E-MAN-003', `${shown} is not valid YAML: ${what} (line ${line}, column ${col})`, hint);
   }
   let data: unknown;
   try {
@@ -169,14 +169,14 @@ function loadDocument(text: string): ManifestView {
   } catch (err) {
     throw new ManifestError(
       'E-MAN-003',
-      `murmur.yaml could not be read: ${(err as Error).message}`,
+      `${shown} could not be read: ${(err as Error).message}`,
       `keep YAML anchors and aliases few and shallow (at most ${MAX_ALIAS_COUNT} alias expansions)`,
     );
   }
   if (!isRecord(data)) {
     throw new ManifestError(
       'E-MAN-003',
-      `murmur.yaml must be a mapping at the top level (got ${data == null ? 'an empty document' : describe(data)})`,
+      `${shown} must be a mapping at the top level (got ${data == null ? 'an empty document' : describe(data)})`,
       'start from a mapping with at least `name: <capsule name>` and `version: <version>`',
     );
   }
@@ -285,12 +285,14 @@ function deepFreeze<T>(value: T): T {
 }
 
 /**
- * Parses and validates `murmur.yaml`. Pure: no filesystem access. Throws the first ManifestError
+ * Parses and validates `murmur.yaml`; `source`, when given, is the path the text was read from,
+ * named by the diagnostics about the file as a whole. Pure: no filesystem access. Throws the first ManifestError
  * met, checking fields in document order (identity, exports, capabilities, lifecycle) and the
  * cross-field E-CAP-008 rule last, once every field it depends on is known to be well-formed.
  */
-export function parseManifest(text: string): Manifest {
-  const view = loadDocument(text);
+export function parseManifest(text: string, source?: string): Manifest {
+  // Whole-file diagnostics name the file that was read; field diagnostics name the field.
+  const view = loadDocument(text, source === undefined ? 'murmur.yaml' : `the manifest '${source}'`);
 
   const name = requiredString(view, 'name',
     'give the capsule a top-level name, e.g. `name: reporter`; it names the capsule in its agent card and audience');
