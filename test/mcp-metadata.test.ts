@@ -62,8 +62,8 @@ function byName(tools: Tool[], name: string): Tool {
   return tool!;
 }
 
-function errorBody(result: { content?: unknown }): { error: string; message: string } {
-  return JSON.parse((result.content as Array<{ text: string }>)[0]!.text);
+function errorBody(result: object): { error: string; message: string } {
+  return JSON.parse((result as { content: Array<{ text: string }> }).content[0]!.text);
 }
 
 describe('what a host reads', () => {
