@@ -1,19 +1,34 @@
 #!/usr/bin/env node
 // The `resource-plane` command: argv → a session (serve), the grants a launch would have
 // (explain-scope), the two-capsule demo, and small operator client verbs. Diagnostics from the
-// manifest print as `error[CODE]: …` / `  hint: …` and exit 2; other launch failures exit 1.
-import { dirname, resolve } from 'node:path';
+// manifest print as `error[CODE]: …` / `  hint: …` and exit 2; a usage mistake prints one line
+// pointing at the command's --help and exits 2; other failures exit 1.
+import { existsSync, realpathSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 import { Command, CommanderError, Option } from 'commander';
+import { pino } from 'pino';
 import { UsageError } from './codes.js';
-import { checkExportRootsAt } from './launch/checks.js';
+import { checkExportRoots, checkExportRootsAt } from './launch/checks.js';
 import { launch, stderrLogger } from './launch/launch.js';
+import { DEFAULT_MANIFEST_NAME, loadManifest, readManifestBeneath } from './launch/manifest-file.js';
+import { parseContainment } from './launch/options.js';
+import { ManifestError } from './manifest/diagnostics.js';
+import { parseByteCount, parseDuration } from './manifest/grammars.js';
+import type { Manifest } from './manifest/model.js';
+import * as native from './native.js';
+import { effectiveGrants, renderExplainScope } from './scope.js';
 import { DRAIN_TIMEOUT_MS } from './server.js';
+import { packageVersion } from './version.js';
+
+const PROGRAM = 'resource-plane';
 
 /** Everything in flight is given this long to end after SIGINT, SIGTERM or the control channel closing. */
 const SHUTDOWN_BOUND_MS = DRAIN_TIMEOUT_MS + 5_000;
-import { loadManifest } from './launch/manifest-file.js';
-import { parseContainment } from './launch/options.js';
-import { parseByteCount, parseDuration } from './manifest/grammars.js';
+
+/** `(see resource-plane serve --help)`: where a usage error sends the reader. */
+function helpPointer(command: string | null): string {
+  return `(see ${PROGRAM}${command ? ` ${command}` : ''} --help)`;
+}
 
 function parseBudgetBytes(value: string): number {
   const n = parseByteCount(value);
@@ -26,10 +41,9 @@ function parseBudgetSeconds(value: string): number {
   if (n === null || n > 2_000_000) throw new UsageError(`--listing-budget must be a duration such as 30s (got '${value}')`);
   return n;
 }
-import { ManifestError } from './manifest/diagnostics.js';
-import { effectiveGrants, renderExplainScope } from './scope.js';
 
-function fail(error: unknown): never {
+/** Prints what went wrong and exits; `command` is the subcommand a usage error points to. */
+function fail(error: unknown, command: string | null = null): never {
   if ((error as Error)?.name === 'ClientError') {
     process.stderr.write(`error: ${(error as Error).message}\n`);
     process.exit(1);
@@ -39,12 +53,39 @@ function fail(error: unknown): never {
     process.exit(2);
   }
   if (error instanceof UsageError) {
-    process.stderr.write(`error: ${error.message}\n`);
+    process.stderr.write(`error: ${error.message} ${helpPointer(command)}\n`);
     process.exit(2);
   }
   process.stderr.write(`error: ${(error as Error)?.message ?? String(error)}\n`);
   process.exit(1);
 }
+
+// ── Environment ─────────────────────────────────────────────────────────────────────────────────
+
+const LOG_LEVELS = [...Object.keys(pino.levels.values), 'silent'];
+
+/** Checked before a logger exists: pino's own message for a bad level speaks to a programmer. */
+function checkLogLevel(): void {
+  const level = process.env.RESOURCE_PLANE_LOG_LEVEL;
+  if (level !== undefined && !LOG_LEVELS.includes(level)) {
+    throw new UsageError(`RESOURCE_PLANE_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')} (got '${level}')`);
+  }
+}
+
+function checkResolverChoice(): void {
+  const forced = process.env.RESOURCE_PLANE_RESOLVER;
+  if (forced !== undefined && forced !== '' && forced !== 'openat2' && forced !== 'walk') {
+    throw new UsageError(`RESOURCE_PLANE_RESOLVER must be openat2 or walk (got '${forced}')`);
+  }
+}
+
+const ENVIRONMENT = `
+Environment:
+  RESOURCE_PLANE_LOG_LEVEL    ${LOG_LEVELS.join('|')} (default info)
+  RESOURCE_PLANE_RECORDS_DIR  where traces go by default (default ~/.murmur/records)
+  RESOURCE_PLANE_RESOLVER     openat2|walk: force the path resolver (default openat2 if available)`;
+
+// ── serve ───────────────────────────────────────────────────────────────────────────────────────
 
 interface ServeFlags {
   workdir: string;
@@ -62,6 +103,8 @@ interface ServeFlags {
 }
 
 async function serveCommand(flags: ServeFlags): Promise<void> {
+  checkLogLevel();
+  checkResolverChoice();
   const root = stderrLogger();
   const { manifest, trace, control: _control, memoryBudget, listingBudget, ...rest } = flags;
   const launched = await launch({
@@ -111,26 +154,85 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   logger.info(ready, 'serving');
 }
 
-async function explainScopeCommand(flags: { manifest: string; workdir?: string; json?: boolean; containment?: string }): Promise<void> {
-  const manifest = loadManifest(flags.manifest);
+// ── explain-scope ───────────────────────────────────────────────────────────────────────────────
+
+/**
+ * `DIR/murmur.yaml` read as serve reads it (beneath the workdir descriptor, no symlink, no FIFO,
+ * capped), then the export-root checks through the same descriptor. A workdir that does not exist
+ * has no manifest, as for serve.
+ */
+async function workdirManifest(workdir: string): Promise<Manifest> {
+  const requested = resolve(workdir);
+  const shown = join(requested, DEFAULT_MANIFEST_NAME);
+  if (!existsSync(requested)) {
+    throw new ManifestError('E-MAN-003', `cannot read the manifest '${shown}': ENOENT`, 'pass --manifest FILE, or put murmur.yaml at the workdir root');
+  }
+  const real = realpathSync(requested);
+  const resolver = native.chooseResolver();
+  const fd = await native.openDirectory(real);
+  try {
+    const manifest = await readManifestBeneath(fd, resolver, shown);
+    await checkExportRoots(manifest, real, fd, resolver);
+    return manifest;
+  } finally {
+    native.closeFd(fd);
+  }
+}
+
+async function explainScopeCommand(flags: { manifest?: string; workdir?: string; json?: boolean; containment?: string }): Promise<void> {
+  checkResolverChoice();
+  if (flags.manifest === undefined && flags.workdir === undefined) {
+    throw new UsageError('explain-scope needs --workdir DIR (reads DIR/murmur.yaml) or --manifest FILE');
+  }
   const containment = parseContainment(flags.containment);
-  // The same root checks a launch makes (E-CAP-007), against the workdir the manifest sits in
-  // unless told otherwise; nothing is created, and a workdir that does not exist yet passes.
-  await checkExportRootsAt(manifest, flags.workdir ?? dirname(resolve(flags.manifest)));
+  let manifest: Manifest;
+  if (flags.manifest === undefined) {
+    manifest = await workdirManifest(flags.workdir!);
+  } else {
+    manifest = loadManifest(flags.manifest);
+    // The same root checks a launch makes (E-CAP-007), against the workdir the manifest sits in
+    // unless told otherwise; nothing is created, and a workdir that does not exist yet passes.
+    await checkExportRootsAt(manifest, flags.workdir ?? dirname(resolve(flags.manifest)));
+  }
   if (flags.json) process.stdout.write(`${JSON.stringify(effectiveGrants(manifest, containment))}\n`);
   else process.stdout.write(renderExplainScope(manifest, containment));
 }
 
-export function program(): Command {
-  const cmd = new Command('resource-plane')
-    .description('The hardened file server of a capsule: operator plane, peer plane, audit trace.')
-    .showHelpAfterError()
-    .exitOverride();
+// ── the program ─────────────────────────────────────────────────────────────────────────────────
 
-  cmd
+/** A usage error from commander: one line, and where the help is. */
+function shortErrors(cmd: Command, name: string | null): Command {
+  return cmd.configureOutput({
+    // Commander may add a second line ("(Did you mean --workdir?)"): kept on the one line.
+    outputError: (text, print) => print(`${text.trim().replace(/\s*\n\s*/g, ' ')} ${helpPointer(name)}\n`),
+  });
+}
+
+export function program(): Command {
+  const cmd = new Command(PROGRAM)
+    .description('The hardened file server of a capsule: operator plane, peer plane, audit trace.')
+    .version(packageVersion(), '-V, --version', 'print the version and exit')
+    .showHelpAfterError(false)
+    .exitOverride();
+  shortErrors(cmd, null);
+  cmd.addHelpText(
+    'after',
+    `
+Examples:
+  ${PROGRAM} serve --workdir ./cap                  serve ./cap with ./cap/murmur.yaml
+  ${PROGRAM} serve --workdir ./cap --control stdio  the same, as an MCP server on stdio
+  ${PROGRAM} explain-scope --workdir ./cap          what that launch would grant
+  ${PROGRAM} ls http://127.0.0.1:41234              list the operator plane
+  ${PROGRAM} get http://127.0.0.1:41234 report.md   download one file, etag verified
+${ENVIRONMENT}
+
+Run '${PROGRAM} <command> --help' for a command's options.`,
+  );
+
+  const serve = cmd
     .command('serve')
     .description('launch one session over a workdir')
-    .requiredOption('--workdir <dir>', 'the capsule workdir')
+    .requiredOption('--workdir <dir>', 'the capsule workdir (required); created if missing, once every check passed')
     .option('--manifest <file>', 'the manifest (default: <workdir>/murmur.yaml)')
     .option('--listen <host:port>', 'where to listen', '127.0.0.1:0')
     .option('--advertise <url>', 'the URL the agent card and audience say (default: http://localhost:<bound port>)')
@@ -141,47 +243,100 @@ export function program(): Command {
     .option('--memory-budget <bytes>', 'bytes reads and redeems in flight may hold, e.g. 256Mi (default 256Mi)')
     .option('--listing-budget <duration>', 'how long one listing may run, e.g. 30s (default 30s)')
     .option('--operator-listen <addr>', 'serve the operator plane on its own listener, HOST:PORT or unix:PATH (a unix socket outside the workdir, created 0600, is recommended); the main listener then serves only the peer plane and the card')
-    .addOption(new Option('--control <channel>', 'the control channel').choices(['stdio', 'none']).default('none'))
-    .action((flags: ServeFlags) => serveCommand(flags).catch(fail));
+    .addOption(new Option('--control <channel>', 'the control channel: stdio speaks MCP').choices(['stdio', 'none']).default('none'))
+    .addHelpText(
+      'after',
+      `
+--workdir is required. With --control none, stdout carries exactly one line of JSON once the
+listener is bound ({"event":"listening","url":…}); logs go to stderr. SIGINT/SIGTERM end the session.
 
-  cmd
+Examples:
+  ${PROGRAM} serve --workdir ./cap
+  ${PROGRAM} serve --workdir ./cap --listen 127.0.0.1:8080 --containment sealed
+  ${PROGRAM} serve --workdir ./cap --manifest /etc/caps/cap.yaml
+  ${PROGRAM} serve --workdir ./cap --operator-listen unix:/run/cap/operator.sock
+  ${PROGRAM} serve --workdir ./cap --control stdio    (how an MCP host starts it)
+${ENVIRONMENT}`,
+    )
+    .action((flags: ServeFlags) => serveCommand(flags).catch((error) => fail(error, 'serve')));
+  shortErrors(serve, 'serve');
+
+  const explain = cmd
     .command('explain-scope')
-    .description('what a launch of this manifest would grant, before any session exists')
-    .requiredOption('--manifest <file>', 'the manifest to explain')
-    .option('--workdir <dir>', 'the workdir a launch would use, for the export-root checks (default: the manifest\'s directory)')
-    .option('--json', 'print the effective grants as one line of JSON')
+    .description('what a launch would grant, before any session exists (creates nothing)')
+    .option('--workdir <dir>', 'the workdir a launch would use: its murmur.yaml is read as serve reads it, and the export roots are checked against it')
+    .option('--manifest <file>', 'the manifest to explain instead of <workdir>/murmur.yaml (the workdir then defaults to the manifest\'s directory)')
+    .option('--json', 'print the effective grants as one line of JSON (session_start.effective_grants)')
     .addOption(new Option('--containment <class>', 'the containment class to assume').choices(['advisory', 'scoped', 'sealed']).default('advisory'))
-    .action((flags) => explainScopeCommand(flags).catch(fail));
+    .addHelpText(
+      'after',
+      `
+Give --workdir, --manifest, or both, as for serve.
 
-  cmd
+Examples:
+  ${PROGRAM} explain-scope --workdir ./cap
+  ${PROGRAM} explain-scope --manifest ./murmur.yaml --json
+  ${PROGRAM} explain-scope --manifest ./murmur.yaml --workdir ./cap --containment sealed`,
+    )
+    .action((flags) => explainScopeCommand(flags).catch((error) => fail(error, 'explain-scope')));
+  shortErrors(explain, 'explain-scope');
+
+  const demo = cmd
     .command('demo')
     .description('start the example capsules and show the planes at work (what npm start runs)')
     .action(async () => {
+      try {
+        checkLogLevel();
+        checkResolverChoice();
+      } catch (error) {
+        fail(error, 'demo');
+      }
       const { runDemo } = await import('./demo.js');
-      await runDemo().catch(fail);
+      await runDemo().catch((error) => fail(error, 'demo'));
     });
+  shortErrors(demo, 'demo');
 
-  cmd
+  const ls = cmd
     .command('ls')
-    .description("list a capsule's operator plane as a table")
-    .argument('<url>', 'the capsule URL, e.g. http://127.0.0.1:41234')
+    .description("list a capsule's operator plane")
+    .argument('<url>', 'the capsule URL, e.g. http://127.0.0.1:41234, or unix:/path/to/operator.sock')
+    .addHelpText(
+      'after',
+      `
+Examples:
+  ${PROGRAM} ls http://127.0.0.1:41234
+  ${PROGRAM} ls unix:/run/cap/operator.sock`,
+    )
     .action(async (url: string) => {
       const { list } = await import('./client.js');
-      process.stdout.write(await list(url).catch(fail));
+      process.stdout.write(await list(url).catch((error) => fail(error, 'ls')));
     });
+  shortErrors(ls, 'ls');
 
-  cmd
+  const get = cmd
     .command('get')
     .description('download one file, verifying its etag against the bytes before saving')
-    .argument('<url>', 'the capsule URL')
+    .argument('<url>', 'the capsule URL, or unix:/path/to/operator.sock')
     .argument('<path>', 'the path relative to the export root')
     .option('-o, --output <file>', "where to save it ('-' for stdout; default: its basename here)")
     .option('--force', 'replace an existing file')
+    .addHelpText(
+      'after',
+      `
+The file is written to a temporary name and moved into place only once its SHA-256 matches the
+etag; an existing target is never replaced without --force.
+
+Examples:
+  ${PROGRAM} get http://127.0.0.1:41234 report.md
+  ${PROGRAM} get http://127.0.0.1:41234 'sub dir/data.csv' -o data.csv --force
+  ${PROGRAM} get unix:/run/cap/operator.sock report.md -o - | less`,
+    )
     .action(async (url: string, path: string, flags: { output?: string; force?: boolean }) => {
-      const { get } = await import('./client.js');
-      const r = await get(url, path, flags).catch(fail);
+      const { get: download } = await import('./client.js');
+      const r = await download(url, path, flags).catch((error) => fail(error, 'get'));
       if (r.savedTo) process.stderr.write(`saved ${r.bytes} bytes to ${r.savedTo} (sha256 ${r.sha256}, etag verified)\n`);
     });
+  shortErrors(get, 'get');
 
   return cmd;
 }
