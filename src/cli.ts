@@ -5,8 +5,10 @@
 // pointing at the command's --help and exits 2; other failures exit 1.
 import { existsSync, realpathSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
+import { Presets, SingleBar } from 'cli-progress';
 import { Command, CommanderError, Option } from 'commander';
 import { pino } from 'pino';
+import type { Progress } from './client.js';
 import { UsageError } from './codes.js';
 import { checkExportRoots, checkExportRootsAt } from './launch/checks.js';
 import { launch, stderrLogger } from './launch/launch.js';
@@ -198,6 +200,47 @@ async function explainScopeCommand(flags: { manifest?: string; workdir?: string;
   else process.stdout.write(renderExplainScope(manifest, containment));
 }
 
+// ── get's progress bar ──────────────────────────────────────────────────────────────────────────
+
+function humanBytes(n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let v = n;
+  let u = 0;
+  while (v >= 1024 && u < units.length - 1) {
+    v /= 1024;
+    u += 1;
+  }
+  return u === 0 ? `${v} B` : `${v.toFixed(1)} ${units[u]}`;
+}
+
+/** A progress bar on stderr, only when stderr is a terminal: never in a pipe, a log or a test. */
+function terminalProgress(stream: NodeJS.WriteStream = process.stderr): Progress | null {
+  if (!stream.isTTY) return null;
+  let bar: SingleBar | null = null;
+  return {
+    start(total) {
+      bar = new SingleBar(
+        {
+          stream,
+          format: total === null ? '{received} received' : '{bar} {percentage}% | {received} of {size} | eta {eta_formatted}',
+          hideCursor: true,
+          clearOnComplete: true,
+          barsize: 30,
+          fps: 10,
+        },
+        Presets.shades_classic,
+      );
+      bar.start(total ?? 0, 0, { received: humanBytes(0), size: humanBytes(total ?? 0) });
+    },
+    update(received) {
+      bar?.update(received, { received: humanBytes(received) });
+    },
+    stop() {
+      bar?.stop();
+    },
+  };
+}
+
 // ── the program ─────────────────────────────────────────────────────────────────────────────────
 
 /** A usage error from commander: one line, and where the help is. */
@@ -300,16 +343,17 @@ Examples:
     .command('ls')
     .description("list a capsule's operator plane")
     .argument('<url>', 'the capsule URL, e.g. http://127.0.0.1:41234, or unix:/path/to/operator.sock')
+    .option('--json', 'print the listing as the server sent it, as one line of JSON')
     .addHelpText(
       'after',
       `
 Examples:
   ${PROGRAM} ls http://127.0.0.1:41234
-  ${PROGRAM} ls unix:/run/cap/operator.sock`,
+  ${PROGRAM} ls unix:/run/cap/operator.sock --json`,
     )
-    .action(async (url: string) => {
+    .action(async (url: string, flags: { json?: boolean }) => {
       const { list } = await import('./client.js');
-      process.stdout.write(await list(url).catch((error) => fail(error, 'ls')));
+      process.stdout.write(await list(url, { json: flags.json === true }).catch((error) => fail(error, 'ls')));
     });
   shortErrors(ls, 'ls');
 
@@ -323,8 +367,9 @@ Examples:
     .addHelpText(
       'after',
       `
-The file is written to a temporary name and moved into place only once its SHA-256 matches the
-etag; an existing target is never replaced without --force.
+The body streams into a temporary file beside the target and is moved into place only once its
+SHA-256 matches the etag; an existing target is refused before anything is downloaded. A progress
+bar is drawn on stderr when stderr is a terminal.
 
 Examples:
   ${PROGRAM} get http://127.0.0.1:41234 report.md
@@ -333,7 +378,20 @@ Examples:
     )
     .action(async (url: string, path: string, flags: { output?: string; force?: boolean }) => {
       const { get: download } = await import('./client.js');
-      const r = await download(url, path, flags).catch((error) => fail(error, 'get'));
+      // An interrupt stops the download and removes what it wrote, then exits as interrupted.
+      const abort = new AbortController();
+      const onSignal = () => abort.abort();
+      process.once('SIGINT', onSignal);
+      process.once('SIGTERM', onSignal);
+      const r = await download(url, path, { ...flags, progress: terminalProgress(), signal: abort.signal }).catch((error) => {
+        if (abort.signal.aborted) {
+          process.stderr.write('error: interrupted; nothing was saved\n');
+          process.exit(130);
+        }
+        return fail(error, 'get');
+      });
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
       if (r.savedTo) process.stderr.write(`saved ${r.bytes} bytes to ${r.savedTo} (sha256 ${r.sha256}, etag verified)\n`);
     });
   shortErrors(get, 'get');
@@ -342,8 +400,17 @@ Examples:
 }
 
 async function main(): Promise<void> {
+  // A command whose work is still pending when nothing is left to run has stalled: it must not end
+  // with status 0 as if it had succeeded.
+  let finished = false;
+  process.once('beforeExit', () => {
+    if (finished) return;
+    process.stderr.write('error: the command stopped before it finished (an internal error); nothing was completed\n');
+    process.exit(1);
+  });
   try {
     await program().parseAsync(process.argv);
+    finished = true;
   } catch (error) {
     if (error instanceof CommanderError) process.exit(error.exitCode === 0 ? 0 : 2);
     fail(error);

@@ -1,9 +1,15 @@
 // The operator's client verbs: `resource-plane ls <url>` and `resource-plane get <url> <path>`.
-// `get` verifies the etag against the bytes it received and refuses to save anything that does
-// not match; a file is written to a temporary name first and renamed into place.
+// `get` streams the body into an exclusive temporary file beside the target while hashing it,
+// verifies the etag against those bytes, and only then moves the file into place: nothing is ever
+// buffered whole, and a refusal, a mismatch, a dropped connection or an interrupt leaves nothing
+// behind. An existing target is refused before anything is downloaded.
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, existsSync, fsyncSync, openSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import * as fs from 'node:fs';
+import { linkSync, lstatSync, renameSync, unlinkSync } from 'node:fs';
+import type { FileHandle } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
+import type { Readable } from 'node:stream';
 import { Client } from 'undici';
 
 export class ClientError extends Error {
@@ -15,20 +21,51 @@ export class ClientError extends Error {
 
 const TIMEOUTS = { headersTimeout: 30_000, bodyTimeout: 60_000 };
 
+/** A refusal body is one short JSON object; past this only the status is reported. */
+const ERROR_BODY_MAX_BYTES = 64 * 1024;
+
+/** Reads a body up to `max` bytes; the rest is discarded. */
+async function readCapped(body: Readable, max: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let n = 0;
+  for await (const chunk of body as AsyncIterable<Buffer>) {
+    if (n >= max) continue;
+    chunks.push(chunk);
+    n += chunk.length;
+  }
+  return Buffer.concat(chunks).subarray(0, max);
+}
+
 /**
  * One GET with the request target sent exactly as given: a URL object would resolve dot segments
- * (even `%2E%2E`) before the server ever saw them.
+ * (even `%2E%2E`) before the server ever saw them. The body is left unread for the caller; `done`
+ * closes the connection.
  */
-async function getRaw(origin: Origin, path: string) {
+async function request(origin: Origin, path: string, signal?: AbortSignal) {
   const client = new Client(origin.origin, { connectTimeout: 10_000, ...(origin.socketPath ? { socketPath: origin.socketPath } : {}) });
+  // Destroyed, not closed: a body left unread (a refusal, a bad etag) would hold a graceful close
+  // open forever, and with nothing else pending the process would end silently.
+  const done = () => client.destroy().catch(() => undefined);
   try {
-    const res = await client.request({ method: 'GET', path, ...TIMEOUTS });
-    const body = Buffer.from(await res.body.arrayBuffer());
+    const res = await client.request({ method: 'GET', path, ...TIMEOUTS, ...(signal ? { signal } : {}) });
+    return { statusCode: res.statusCode, headers: res.headers, body: res.body as Readable, done };
+  } catch (error) {
+    await done();
+    if (signal?.aborted) throw new ClientError('interrupted; nothing was saved');
+    throw new ClientError(`cannot reach ${origin.shown}: ${(error as Error).message}`);
+  }
+}
+
+/** A whole (small) response: the listing, or a refusal. */
+async function getRaw(origin: Origin, path: string) {
+  const res = await request(origin, path);
+  try {
+    const body = res.statusCode === 200 ? Buffer.from(await (res.body as Readable & { arrayBuffer(): Promise<ArrayBuffer> }).arrayBuffer()) : await readCapped(res.body, ERROR_BODY_MAX_BYTES);
     return { statusCode: res.statusCode, headers: res.headers, body };
   } catch (error) {
     throw new ClientError(`cannot reach ${origin.shown}: ${(error as Error).message}`);
   } finally {
-    await client.close().catch(() => undefined);
+    await res.done();
   }
 }
 
@@ -95,11 +132,22 @@ export function shownTime(ms: number): string {
   return Number.isFinite(ms) && !Number.isNaN(d.getTime()) ? d.toISOString() : String(ms);
 }
 
-export async function list(url: string): Promise<string> {
+/**
+ * The operator plane's listing: a table for a person, or with `json` the listing object as the
+ * server sent it, on one line (re-serialised only so that it is exactly one line).
+ */
+export async function list(url: string, opts: { json?: boolean } = {}): Promise<string> {
   const u = base(url);
   const res = await getRaw(u, '/resources/files');
   if (res.statusCode !== 200) throw refusal(res.statusCode, res.body);
-  const listing = JSON.parse(res.body.toString('utf8')) as Listing;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(res.body.toString('utf8'));
+  } catch {
+    throw new ClientError(`${u.shown} answered 200 with a listing that is not JSON`);
+  }
+  if (opts.json) return `${JSON.stringify(parsed)}\n`;
+  const listing = parsed as Listing;
   const rows = listing.entries.map((e) => [String(e.size_bytes), shownTime(e.mtime_ms), printable(e.sha256.slice(0, 16)), printable(e.path)]);
   const widths = [0, 1, 2].map((i) => Math.max(['SIZE', 'MODIFIED', 'SHA256', 'PATH'][i]!.length, ...rows.map((r) => r[i]!.length)));
   const line = (r: string[]) => `${r[0]!.padStart(widths[0]!)}  ${r[1]!.padEnd(widths[1]!)}  ${r[2]!.padEnd(widths[2]!)}  ${r[3]}`;
@@ -119,40 +167,172 @@ export interface GetResult {
   savedTo: string | null;
 }
 
+/** Told how a download advances; the CLI draws a progress bar with it on a terminal. */
+export interface Progress {
+  /** `total` is the content-length, or null when the server did not say. */
+  start(total: number | null): void;
+  update(received: number): void;
+  /** Called once after start, whether the download finished or failed. */
+  stop(): void;
+}
+
+export interface GetOptions {
+  /** Where to save: a path, `-` for stdout; default the path's basename in the current directory. */
+  output?: string;
+  /** Replace an existing file. */
+  force?: boolean;
+  stdout?: NodeJS.WritableStream;
+  progress?: Progress | null;
+  /** Aborting it stops the download; nothing is left behind. */
+  signal?: AbortSignal;
+}
+
+const ETAG = /^"sha256:([0-9a-f]{64})"$/;
+/** How much of the stdout spool is read back at once. */
+const COPY_CHUNK = 1024 * 1024;
+
+/** Appends all of `chunk` (a write may take only part of it). */
+async function writeAll(file: FileHandle, chunk: Buffer): Promise<void> {
+  let off = 0;
+  while (off < chunk.length) {
+    try {
+      off += (await file.write(chunk, off, chunk.length - off)).bytesWritten;
+    } catch (error) {
+      throw new ClientError(`cannot save the download: ${errnoOf(error)}; nothing was saved`);
+    }
+  }
+}
+
+/** The verified spool to stdout, a chunk at a time, waiting whenever stdout is full. */
+async function copyOut(file: FileHandle, length: number, out: NodeJS.WritableStream): Promise<void> {
+  const buf = Buffer.alloc(Math.min(COPY_CHUNK, Math.max(length, 1)));
+  let pos = 0;
+  while (pos < length) {
+    const { bytesRead } = await file.read(buf, 0, Math.min(buf.length, length - pos), pos);
+    if (bytesRead === 0) throw new ClientError('the spooled download shrank; stdout is incomplete');
+    pos += bytesRead;
+    // A copy: the buffer is reused for the next read while stdout may still hold this one.
+    if (!out.write(Buffer.from(buf.subarray(0, bytesRead)))) await new Promise<void>((r) => out.once('drain', () => r()));
+  }
+}
+
+/** Anything at all at `path`, a dangling symlink included. */
+function occupied(path: string): boolean {
+  return lstatSync(path, { throwIfNoEntry: false }) !== undefined;
+}
+
+function errnoOf(error: unknown): string {
+  return (error as NodeJS.ErrnoException)?.code ?? (error as Error)?.message ?? String(error);
+}
+
+/** Removes one of this client's own temporary names; one already gone is fine. */
+function discard(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch {
+    // already gone (renamed into place, or never fully made)
+  }
+}
+
+/**
+ * Gives the verified temporary file the name `target`. Without `force` it is linked, which fails if
+ * anything appeared at `target` since the check before the download (never replaced silently);
+ * the temporary name is discarded by the caller either way.
+ */
+function place(temp: string, target: string, force: boolean): void {
+  if (!force) {
+    try {
+      linkSync(temp, target);
+      return;
+    } catch (error) {
+      const code = errnoOf(error);
+      if (code === 'EEXIST') throw new ClientError(`'${target}' exists; pass --force to replace it`);
+      // A filesystem without hard links: the check before the download stands.
+      if (code !== 'EPERM' && code !== 'ENOTSUP' && code !== 'EOPNOTSUPP') throw error;
+      if (occupied(target)) throw new ClientError(`'${target}' exists; pass --force to replace it`);
+    }
+  }
+  renameSync(temp, target);
+}
+
 /**
  * Downloads one file. The relpath's components are percent-encoded so the server sees exactly the
- * name asked for; the server still judges it. Refuses to save when the etag and bytes disagree.
+ * name asked for; the server still judges it. The body streams into a temporary file, created
+ * exclusively beside the target (or, for `-o -`, in the system temp directory and unlinked at once,
+ * so stdout only ever receives verified bytes), and is hashed as it arrives; it is moved into place
+ * only when the etag names exactly those bytes.
  */
-export async function get(url: string, relpath: string, opts: { output?: string; force?: boolean; stdout?: NodeJS.WritableStream } = {}): Promise<GetResult> {
+export async function get(url: string, relpath: string, opts: GetOptions = {}): Promise<GetResult> {
   const u = base(url);
+  const toStdout = opts.output === '-';
+  const target = toStdout ? null : resolve(opts.output ?? basename(relpath));
+  // Before a byte is downloaded.
+  if (target !== null && !opts.force && occupied(target)) throw new ClientError(`'${target}' exists; pass --force to replace it`);
   // Sent as typed (components percent-encoded, dot segments kept): the server is the judge.
   const encoded = relpath.split('/').map(encodeURIComponent).join('/');
-  const res = await getRaw(u, `/resources/files/${encoded}`);
-  if (res.statusCode !== 200) throw refusal(res.statusCode, res.body);
-  const body = res.body;
-  const sha256 = createHash('sha256').update(body).digest('hex');
-  const etag = res.headers.etag;
-  if (etag !== `"sha256:${sha256}"`) {
-    throw new ClientError(`etag mismatch: the server said ${String(etag)} but the bytes hash to sha256:${sha256}; nothing was saved`);
-  }
-  if (opts.output === '-') {
-    (opts.stdout ?? process.stdout).write(body);
-    return { bytes: body.length, sha256, savedTo: null };
-  }
-  const target = resolve(opts.output ?? basename(relpath));
-  if (existsSync(target) && !opts.force) throw new ClientError(`'${target}' exists; pass --force to replace it`);
-  const temp = join(dirname(target), `.${basename(target)}.${randomBytes(6).toString('hex')}.part`);
-  const fd = openSync(temp, 'wx', 0o644);
+  const res = await request(u, `/resources/files/${encoded}`, opts.signal);
+  let temp: string | null = null;
+  let file: FileHandle | null = null;
+  let progress: Progress | null = null;
   try {
-    let off = 0;
-    while (off < body.length) off += writeSync(fd, body, off);
-    fsyncSync(fd);
-  } catch (error) {
-    closeSync(fd);
-    unlinkSync(temp);
-    throw error;
+    if (res.statusCode !== 200) throw refusal(res.statusCode, await readCapped(res.body, ERROR_BODY_MAX_BYTES));
+    const etag = res.headers.etag;
+    const expected = typeof etag === 'string' ? ETAG.exec(etag)?.[1] : undefined;
+    if (expected === undefined) {
+      throw new ClientError(`etag mismatch: the server said ${String(etag)}, which names no sha256 digest; nothing was saved`);
+    }
+
+    temp = join(target === null ? tmpdir() : dirname(target), `.${target === null ? 'resource-plane-get' : basename(target)}.${randomBytes(6).toString('hex')}.part`);
+    try {
+      // O_CREAT|O_EXCL: never an existing file, never through a symlink.
+      file = await fs.promises.open(temp, target === null ? 'wx+' : 'wx', target === null ? 0o600 : 0o644);
+    } catch (error) {
+      temp = null;
+      throw new ClientError(`cannot save to '${target ?? tmpdir()}': ${errnoOf(error)}`);
+    }
+    if (target === null) {
+      // The spool for stdout needs no name: gone even if this process is killed.
+      discard(temp);
+      temp = null;
+    }
+
+    const length = Number(res.headers['content-length']);
+    const hash = createHash('sha256');
+    let received = 0;
+    progress = opts.progress ?? null;
+    progress?.start(Number.isSafeInteger(length) && length >= 0 ? length : null);
+    try {
+      for await (const chunk of res.body as AsyncIterable<Buffer>) {
+        hash.update(chunk);
+        await writeAll(file, chunk);
+        received += chunk.length;
+        progress?.update(received);
+      }
+    } catch (error) {
+      if (opts.signal?.aborted) throw new ClientError('interrupted; nothing was saved');
+      if (error instanceof ClientError) throw error;
+      throw new ClientError(`the download from ${u.shown} broke off: ${(error as Error).message}; nothing was saved`);
+    }
+    const sha256 = hash.digest('hex');
+    if (sha256 !== expected) {
+      throw new ClientError(`etag mismatch: the server said ${etag} but the bytes hash to sha256:${sha256}; nothing was saved`);
+    }
+
+    if (target === null) {
+      await copyOut(file, received, opts.stdout ?? process.stdout);
+      return { bytes: received, sha256, savedTo: null };
+    }
+    await file.sync();
+    await file.close();
+    file = null;
+    place(temp!, target, opts.force === true);
+    return { bytes: received, sha256, savedTo: target };
+  } finally {
+    progress?.stop();
+    await file?.close().catch(() => undefined);
+    // Whatever happened, the temporary name goes: after a link it is a second name of the saved
+    // file, after a rename it is already gone, after a failure it is all there was.
+    if (temp !== null) discard(temp);
+    await res.done();
   }
-  closeSync(fd);
-  renameSync(temp, target);
-  return { bytes: body.length, sha256, savedTo: target };
 }

@@ -38,10 +38,10 @@ const EXEMPT: Exemption[] = [
   { file: 'src/demo.ts', call: 'mkdtempSync', match: 'mkdtempSync(join(tmpdir()', reason: 'the demo makes a scratch directory in the system temp dir to hold its example workdirs' },
   { file: 'src/demo.ts', call: 'cpSync', match: 'cpSync(join(examples, name)', reason: 'the demo copies an example capsule to become a workdir before any session starts' },
   { file: 'src/demo.ts', call: 'rmSync', match: 'rmSync(scratch, { recursive: true, force: true })', reason: 'the demo removes the scratch directory it made in the system temp dir, on every way out' },
-  { file: 'src/client.ts', call: 'openSync', match: 'openSync(temp', reason: 'the operator client saves a download where the operator asked (-o), on the operator side' },
-  { file: 'src/client.ts', call: 'writeSync', match: 'writeSync(fd, body', reason: 'the operator client writing its own download' },
-  { file: 'src/client.ts', call: 'unlinkSync', match: 'unlinkSync(temp)', reason: 'the operator client removing its own partial download' },
-  { file: 'src/client.ts', call: 'renameSync', match: 'renameSync(temp, target)', reason: 'the operator client moving its own download into place' },
+  { file: 'src/client.ts', call: 'open', match: 'open(temp, target === null', reason: 'the operator client streams a download into its own exclusive temporary file beside where the operator asked (-o), or a spool in the system temp dir for -o -, on the operator side; its writes go through this handle' },
+  { file: 'src/client.ts', call: 'linkSync', match: 'linkSync(temp, target)', reason: 'the operator client giving its own verified download its name without replacing anything' },
+  { file: 'src/client.ts', call: 'renameSync', match: 'renameSync(temp, target)', reason: 'the operator client moving its own verified download into place (--force)' },
+  { file: 'src/client.ts', call: 'unlinkSync', match: 'unlinkSync(path)', reason: 'the operator client discarding its own temporary download name' },
   // The landing mechanism itself, reachable only through native.Landing.open, whose call sites are
   // held to the declared rows: each of its writes by name.
   { file: 'native/write.cc', call: 'mkdirat', match: 'mkdirat(workdir_fd, inbox.c_str(), 0755)', reason: 'the landing creates peer-in beneath the workdir descriptor when it is missing: the peer-in row' },
