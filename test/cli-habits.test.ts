@@ -103,6 +103,13 @@ describe('help', () => {
     for (const v of ['RESOURCE_PLANE_LOG_LEVEL', 'RESOURCE_PLANE_RECORDS_DIR', 'RESOURCE_PLANE_RESOLVER']) expect(r.stdout).toContain(`\n  ${v} `);
   });
 
+  it('the README shows the help exactly as the command prints it', () => {
+    const readme = readFileSync(README, 'utf8');
+    const shown = /`resource-plane --help` \(and [^\n]*\n\n```\n([\s\S]*?)```\n/.exec(readme);
+    expect(shown, 'the README has the help block').not.toBeNull();
+    expect(shown![1]).toBe(runCli(['--help']).stdout);
+  });
+
   it('serve --help says --workdir is required, with examples and the environment', () => {
     const r = runCli(['serve', '--help']);
     expect(r.status).toBe(0);
