@@ -11,8 +11,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { launch, type Launched } from '../src/launch/launch.js';
 import { parseManifest } from '../src/manifest/model.js';
+import { reap } from './helpers/cleanup.js';
 import { CLI, runCliAsync as runCli } from './helpers/cli.js';
-import { makeTree, removeTree, tempDir } from './helpers/tree.js';
+import { makeTree, removeTree, scratch, tempDir } from './helpers/tree.js';
 
 const BODY = randomBytes(3 * 1024 * 1024 + 17);
 const ETAG = `"sha256:${createHash('sha256').update(BODY).digest('hex')}"`;
@@ -53,15 +54,8 @@ afterAll(async () => {
   removeTree(records);
 });
 
-const outDirs: string[] = [];
-afterAll(() => {
-  for (const d of outDirs) removeTree(d);
-});
-
 function outDir(): string {
-  const d = tempDir('rp-cli-get-out-');
-  outDirs.push(d);
-  return d;
+  return scratch([], 'rp-cli-get-out-');
 }
 
 /** Headers of a good answer for BODY. */
@@ -199,7 +193,7 @@ describe('get', () => {
     const target = join(d, 'int.bin');
     const release = deferred();
     handler = stalled(release.promise);
-    const child = spawn(process.execPath, [CLI, 'get', fakeUrl, 'int.bin', '-o', target]);
+    const child = reap(spawn(process.execPath, [CLI, 'get', fakeUrl, 'int.bin', '-o', target]));
     let stderr = '';
     child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
     const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
@@ -229,7 +223,7 @@ describe('get', () => {
       res.end(BODY);
     };
     // Spawned without blocking: the server answering is in this process.
-    const child = spawn(process.execPath, [CLI, 'get', fakeUrl, 'x.bin', '-o', '-']);
+    const child = reap(spawn(process.execPath, [CLI, 'get', fakeUrl, 'x.bin', '-o', '-']));
     const out: Buffer[] = [];
     let err = '';
     child.stdout.on('data', (c: Buffer) => out.push(c));
@@ -259,7 +253,7 @@ describe('the progress bar', () => {
     handler = stalled(release.promise);
     const quote = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
     const command = [process.execPath, CLI, 'get', fakeUrl, 'tty.bin', '-o', target].map(quote).join(' ');
-    const child = spawn('script', ['-qfec', command, '/dev/null']);
+    const child = reap(spawn('script', ['-qfec', command, '/dev/null']));
     let screen = '';
     child.stdout.on('data', (c: Buffer) => (screen += c.toString()));
     const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));

@@ -5,25 +5,14 @@
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, existsSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parseManifest } from '../src/manifest/model.js';
 import { runCli } from './helpers/cli.js';
-import { makeTree, removeTree, tempDir } from './helpers/tree.js';
+import { makeTree, removeTree, scratch } from './helpers/tree.js';
 
 const README = new URL('../README.md', import.meta.url);
 const PACKAGE = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
 const MANIFEST = 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n';
-
-const dirs: string[] = [];
-afterAll(() => {
-  for (const d of dirs) removeTree(d);
-});
-
-function scratch(): string {
-  const d = tempDir('rp-cli-habits-');
-  dirs.push(d);
-  return d;
-}
 
 describe('manifest diagnostics name the file that was read', () => {
   it('--manifest README.md names README.md, not murmur.yaml (explain-scope and serve)', () => {

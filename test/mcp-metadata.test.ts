@@ -10,19 +10,15 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { defer, reap } from './helpers/cleanup.js';
 import { CLI } from './helpers/cli.js';
-import { makeTree, removeTree, tempDir } from './helpers/tree.js';
+import { scratch } from './helpers/tree.js';
 
 const PACKAGE = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { name: string; version: string };
 const LISTENING = 'notifications/resource_plane/listening';
 const ListeningSchema = z.object({ method: z.literal(LISTENING), params: z.object({ url: z.string(), advertised_url: z.string(), trace: z.string() }) });
-
-const cleanups: Array<() => void | Promise<void>> = [];
-afterEach(async () => {
-  while (cleanups.length) await cleanups.pop()!();
-});
 
 interface Capsule {
   client: Client;
@@ -32,12 +28,9 @@ interface Capsule {
 }
 
 async function launch(manifest: string, tree: string[] = []): Promise<Capsule> {
-  const workdir = tempDir();
-  cleanups.push(() => removeTree(workdir));
-  makeTree(workdir, tree);
+  const workdir = scratch(tree);
   writeFileSync(join(workdir, 'murmur.yaml'), manifest);
-  const traceDir = tempDir();
-  cleanups.push(() => removeTree(traceDir));
+  const traceDir = scratch();
   const transport = new StdioClientTransport({
     command: process.execPath,
     args: [CLI, 'serve', '--workdir', workdir, '--control', 'stdio', '--trace', join(traceDir, 'trace.jsonl')],
@@ -48,7 +41,7 @@ async function launch(manifest: string, tree: string[] = []): Promise<Capsule> {
     client.setNotificationHandler(ListeningSchema, (n) => resolve(n.params));
   });
   await client.connect(transport);
-  cleanups.push(() => client.close());
+  defer(() => client.close());
   const ready = await listening;
   return { client, advertised: ready.advertised_url, trace: ready.trace, workdir };
 }
@@ -143,13 +136,10 @@ describe('what a host gets back', () => {
 
 describe('an unknown tool on the wire', () => {
   it('is a JSON-RPC error -32602 with no result, and a long name is not echoed whole', async () => {
-    const workdir = tempDir();
-    cleanups.push(() => removeTree(workdir));
+    const workdir = scratch();
     writeFileSync(join(workdir, 'murmur.yaml'), `name: a\n${FETCH_ONLY}`);
-    const traceDir = tempDir();
-    cleanups.push(() => removeTree(traceDir));
-    const child = spawn(process.execPath, [CLI, 'serve', '--workdir', workdir, '--control', 'stdio', '--trace', join(traceDir, 't.jsonl')]);
-    cleanups.push(() => void child.kill('SIGKILL'));
+    const traceDir = scratch();
+    const child = reap(spawn(process.execPath, [CLI, 'serve', '--workdir', workdir, '--control', 'stdio', '--trace', join(traceDir, 't.jsonl')]));
     const longName = `x${'y'.repeat(5000)}`;
     let out = '';
     const replies = new Promise<string[]>((resolve) => {
