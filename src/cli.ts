@@ -5,8 +5,10 @@
 import { dirname, resolve } from 'node:path';
 import { Command, CommanderError, Option } from 'commander';
 import { UsageError } from './codes.js';
+import { notConfined } from './confinement.js';
 import { checkExportRootsAt } from './launch/checks.js';
-import { launch, stderrLogger } from './launch/launch.js';
+import { confineAndReexec, landlockMode, takeHandoff } from './launch/confine.js';
+import { launch, stderrLogger, type LaunchOptions } from './launch/launch.js';
 import { DRAIN_TIMEOUT_MS } from './server.js';
 
 /** Everything in flight is given this long to end after SIGINT, SIGTERM or the control channel closing. */
@@ -42,12 +44,29 @@ interface ServeFlags {
   containment: string;
   trace?: string;
   control: 'stdio' | 'none';
+  /** false with --no-landlock. */
+  landlock: boolean;
 }
 
 async function serveCommand(flags: ServeFlags): Promise<void> {
   const logger = stderrLogger();
-  const { manifest, trace, control: _control, ...rest } = flags;
-  const launched = await launch({ ...rest, manifestPath: manifest, tracePath: trace, logger });
+  const { manifest, trace, control: _control, landlock, ...rest } = flags;
+  let opts: LaunchOptions = { ...rest, manifestPath: manifest, tracePath: trace, logger };
+  // Confinement (src/launch/confine.ts): either this is the re-executed, already confined image,
+  // which takes the launch its first phase settled, or this is the first phase, which confines and
+  // re-executes (not returning) unless Landlock is off or unavailable here.
+  let confinement;
+  const handoff = takeHandoff();
+  if (handoff) {
+    const { confinement: applied, ...settled } = handoff;
+    opts = { ...opts, ...settled, manifestPath: undefined };
+    confinement = applied;
+  } else {
+    const { mode, why } = landlockMode(landlock);
+    confinement = mode === 'off' ? notConfined(why ?? 'disabled') : await confineAndReexec(opts, (msg) => logger.debug(msg));
+  }
+  if (!confinement.applied) logger.info({ reason: confinement.reason }, 'serving without Landlock confinement');
+  const launched = await launch({ ...opts, confinement });
   const { session, server } = launched;
   const ready = {
     event: 'listening',
@@ -110,6 +129,7 @@ export function program(): Command {
     .addOption(new Option('--containment <class>', 'the containment class the sandbox achieved').choices(['advisory', 'scoped', 'sealed']).default('advisory'))
     .option('--trace <file>', 'the trace file (default: in the records directory, outside the workdir)')
     .addOption(new Option('--control <channel>', 'the control channel').choices(['stdio', 'none']).default('none'))
+    .option('--no-landlock', 'serve without confining the process with Landlock (also RESOURCE_PLANE_LANDLOCK=off)')
     .action((flags: ServeFlags) => serveCommand(flags).catch(fail));
 
   cmd
