@@ -9,6 +9,7 @@ import { notConfined } from './confinement.js';
 import { checkExportRootsAt } from './launch/checks.js';
 import { confineAndReexec, landlockMode, takeHandoff } from './launch/confine.js';
 import { launch, stderrLogger, type LaunchOptions } from './launch/launch.js';
+import { runTestHooks } from './launch/test-hooks.js';
 import { DRAIN_TIMEOUT_MS } from './server.js';
 
 /** Everything in flight is given this long to end after SIGINT, SIGTERM or the control channel closing. */
@@ -67,6 +68,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   }
   if (!confinement.applied) logger.info({ reason: confinement.reason }, 'serving without Landlock confinement');
   const launched = await launch({ ...opts, confinement });
+  await runTestHooks();
   const { session, server } = launched;
   const ready = {
     event: 'listening',
