@@ -3,10 +3,10 @@
 // whole design rests on: restricting the main thread in place leaves libuv's pool threads, which
 // already exist and do every asynchronous open, outside the domain.
 import { spawnSync } from 'node:child_process';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
-import { elfInterpreter, planConfinement } from '../src/launch/confine.js';
+import { elfInterpreter, planConfinement, preloadFiles } from '../src/launch/confine.js';
 import { parseManifest } from '../src/manifest/model.js';
 import * as native from '../src/native.js';
 import { makeTree, removeTree, tempDir } from './helpers/tree.js';
@@ -172,6 +172,14 @@ describe('the plan', () => {
     const interp = elfInterpreter(process.execPath);
     expect(plan.rules.filter((r) => r.role === 'execute').length).toBe(interp === null ? 1 : 2);
     expect(plan.rules.every((r) => r.role === 'execute' || !r.access.includes('execute'))).toBe(true);
+  });
+
+  it("reads the files node's own command line preloads: the re-executed image loads them again", () => {
+    expect(preloadFiles(['--import', '/a/pre.mjs', '--require=./b.cjs', '--enable-source-maps', '-r', 'some-package'],
+      '--import file:///c/d.mjs --max-old-space-size=100')).toEqual(['/a/pre.mjs', resolve('b.cjs'), '/c/d.mjs']);
+    const dir = scratch(['pre.mjs: ']);
+    const plan = planConfinement({ ...base, manifest: manifest(''), execArgv: ['--import', join(dir, 'pre.mjs')] });
+    expect(plan.rules).toContainEqual({ path: join(dir, 'pre.mjs'), access: ['read_file'], directory: false, optional: false, role: 'read' });
   });
 
   it('reads no shared directory just because a non-library file is mapped from it', () => {

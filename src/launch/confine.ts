@@ -23,7 +23,7 @@
 // Nothing here runs for a library launch (launch()): confining the caller's process would be a
 // surprise, so those sessions record that they are not confined.
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, realpathSync, statSync } from 'node:fs';
-import { dirname, join, sep } from 'node:path';
+import { dirname, join, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { UsageError } from '../codes.js';
 import { notConfined, type Confinement } from '../confinement.js';
@@ -80,6 +80,7 @@ export interface PlanInput {
   execPath?: string;
   env?: NodeJS.ProcessEnv;
   mappedFiles?: string[];
+  execArgv?: string[];
 }
 
 type Role = 'read' | 'execute' | 'write';
@@ -160,6 +161,37 @@ export function elfInterpreter(path: string): string | null {
   }
 }
 
+/** Flags with which node itself loads a file before the entry point (a preload, a loader). */
+const PRELOAD_FLAGS = new Set(['--import', '--require', '-r', '--loader', '--experimental-loader']);
+
+/**
+ * The files node's own command line (its options and NODE_OPTIONS) makes it load at startup: the
+ * re-executed image loads them again, inside the domain. Paths and file: URLs only; a bare
+ * specifier resolves through node_modules, which the plan reads already.
+ */
+export function preloadFiles(execArgv: readonly string[], nodeOptions = ''): string[] {
+  const words = [...execArgv, ...nodeOptions.split(/\s+/).filter(Boolean)];
+  const files: string[] = [];
+  for (let i = 0; i < words.length; i++) {
+    const word = words[i]!;
+    const eq = word.indexOf('=');
+    const flag = eq > 0 ? word.slice(0, eq) : word;
+    if (!PRELOAD_FLAGS.has(flag)) continue;
+    const value = eq > 0 ? word.slice(eq + 1) : words[++i];
+    if (value === undefined) break;
+    if (value.startsWith('file:')) {
+      try {
+        files.push(fileURLToPath(value));
+      } catch {
+        // not a path
+      }
+    } else if (value.startsWith('/') || value.startsWith('.')) {
+      files.push(resolve(value));
+    }
+  }
+  return files;
+}
+
 /** Every directory named node_modules above the package root: where its dependencies may be hoisted. */
 function ancestorNodeModules(packageRoot: string): string[] {
   const found: string[] = [];
@@ -217,6 +249,8 @@ export function planConfinement(input: PlanInput): Plan {
     if (r === null || r === execPath || !/\.so(\.[0-9.]+)?$/.test(r) || isDirectory(r)) continue;
     readDir(dirname(r));
   }
+
+  for (const file of preloadFiles(input.execArgv ?? process.execArgv, env.NODE_OPTIONS)) readFile(file);
 
   for (const dir of SYSTEM_READ_DIRS) readDir(dir);
   for (const file of SYSTEM_READ_FILES) readFile(file);
