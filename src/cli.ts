@@ -66,8 +66,10 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     const { mode, why } = landlockMode(landlock);
     confinement = mode === 'off' ? notConfined(why ?? 'disabled') : await confineAndReexec(opts, (msg) => logger.debug(msg));
   }
-  if (!confinement.applied) logger.info({ reason: confinement.reason }, 'serving without Landlock confinement');
   const launched = await launch({ ...opts, confinement });
+  // After the launch, so that a launch that fails prints its error and nothing else.
+  if (confinement.applied) logger.info({ landlock_abi: confinement.landlock_abi }, 'confined with Landlock');
+  else logger.info({ reason: confinement.reason }, 'serving without Landlock confinement');
   await runTestHooks();
   const { session, server } = launched;
   const ready = {
