@@ -1,4 +1,5 @@
 // The export table and nothing else.
+#include <malloc.h>
 #include <napi.h>
 
 #include "codes.h"
@@ -7,7 +8,14 @@
 
 namespace {
 
+// Read buffers are up to max_bytes each and are freed when Node collects them. glibc's dynamic mmap
+// threshold rises to the size of the first large block freed, after which such buffers come from
+// the thread-pool threads' heap arenas and their memory is kept by the process after clients leave.
+// A fixed threshold keeps every buffer of 1 MiB or more in its own mapping, returned on free.
+constexpr int kMmapThresholdBytes = 1024 * 1024;
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
   rp::InitWorkers(env, exports);
   exports.Set("openDirectory", Napi::Function::New(env, rp::OpenDirectory, "openDirectory"));
   exports.Set("closeFd", Napi::Function::New(env, rp::CloseFd, "closeFd"));

@@ -16,6 +16,7 @@ enum class Code {
   UnsafeInbox,       // the landing directory is a symlink or not a directory
   Cancelled,         // the caller's cancel token was set (client gone, shutdown) before it finished
   TimeBudget,        // the operation ran past the monotonic deadline its caller gave it
+  OverBudget,        // the file is larger than the memory the caller can hold for it right now
   IoError,           // anything else; `detail` says what. Keep last: addon.cc iterates up to it.
 };
 

@@ -84,6 +84,12 @@ ReadResult read_export_file(const ExportRequest& req) {
     result.failure.set(Code::TooLarge);
     return result;
   }
+  // The memory budget is checked against the fstat size before a byte is allocated, so a crowd
+  // of large reads waits (in JS) instead of filling memory with buffers that would be refused.
+  if (req.budget_bytes != 0 && st.size > req.budget_bytes) {
+    result.failure.set(Code::OverBudget);
+    return result;
+  }
   // Start at the fstat size plus one byte to notice growth; grow up to max_bytes + 1, which is
   // the most that is ever read: one byte past the ceiling proves the file grew past it.
   const uint64_t limit = req.max_bytes + 1;

@@ -19,6 +19,9 @@ struct ExportRequest {
   SymlinkPolicy policy = SymlinkPolicy::Follow;
   Resolver resolver = Resolver::Openat2;
   uint64_t max_bytes = 0;  // read's ceiling; stat and list ignore it (a listing hashes whole files)
+  // read only: memory the caller can hold for this file now; 0 means no limit. A larger file is
+  // refused (OverBudget) after the fstat and before any buffer is allocated.
+  uint64_t budget_bytes = 0;
   StopSignal stop;         // cancel token and deadline, asked between chunks (read, list)
 };
 

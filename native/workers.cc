@@ -188,7 +188,10 @@ ExportRequest request_from(const Napi::Object& o, Wants wants) {
   req.workdir_fd = fd_field(o, "workdirFd");
   req.root = string_field(o, "root");
   if (wants != Wants::Root) req.rel = string_field(o, "relpath");
-  if (wants == Wants::FileWithCeiling) req.max_bytes = byte_count_field(o, "maxBytes");
+  if (wants == Wants::FileWithCeiling) {
+    req.max_bytes = byte_count_field(o, "maxBytes");
+    if (!field(o, "budgetBytes").IsUndefined()) req.budget_bytes = byte_count_field(o, "budgetBytes");
+  }
   req.policy = bool_field(o, "refuseSymlinks") ? SymlinkPolicy::Refuse : SymlinkPolicy::Follow;
   req.resolver = resolver_field(o);
   return req;
@@ -221,10 +224,19 @@ class ReadWorker final : public PromiseWorker {
     Napi::Object out = Napi::Object::New(env);
     const size_t length = result_.bytes.size();
     // Ownership moves to the Buffer's finalizer: no copy (NewOrCopy copies, and frees ours at
-    // once, only where the runtime forbids external buffers).
+    // once, only where the runtime forbids external buffers). The allocation is reported to V8 as
+    // external memory, so that buffers nobody holds any more are collected while clients come and
+    // go, not only when the JS heap happens to grow.
+    const int64_t held = static_cast<int64_t>(result_.bytes.capacity());
+    Napi::MemoryManagement::AdjustExternalMemory(env, held);
     out.Set("bytes", Napi::Buffer<unsigned char>::NewOrCopy(
                          env, result_.bytes.release(), length,
-                         [](Napi::Env, unsigned char* p) { OwnedBuffer::free_released(p); }));
+                         [](Napi::Env e, unsigned char* p, int64_t* size) {
+                           OwnedBuffer::free_released(p);
+                           Napi::MemoryManagement::AdjustExternalMemory(e, -*size);
+                           delete size;
+                         },
+                         new int64_t(held)));
     out.Set("mtimeMs", Napi::Number::New(env, static_cast<double>(result_.mtime_ms)));
     out.Set("sha256", Napi::String::New(env, hex(result_.sha256, 32)));
     return out;

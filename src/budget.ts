@@ -1,16 +1,25 @@
 // The memory budget of reads in flight: bytes a read or a redeem holds from the moment its buffer
-// is read until its response closes (sent, cut or abandoned). A request that cannot get its share
-// within a short wait is refused (503 over_capacity) instead of queueing without bound, so a crowd
-// of clients that never drain cannot pin more than the budget (plus the reads the thread pool is
-// running at that moment, each at most max_bytes).
+// is read until its response closes (sent, cut or abandoned). A file larger than what is left is not
+// read at all (the addon refuses it after the fstat, before allocating); a read that raced others to
+// the last of the budget drops its buffer instead of waiting while holding it. Either waits for a
+// release, and past a short wait is refused (503 over_capacity). So a crowd of clients that never
+// drain cannot pin more than the budget, plus at most one max_bytes buffer per pool thread.
 
 export const DEFAULT_MEMORY_BUDGET_BYTES = 256 * 1024 * 1024;
 /** How long a read waits for its share before it is refused. */
 export const DEFAULT_BUDGET_WAIT_MS = 2_000;
+/** Bodies at most this large are not counted: the connection cap bounds them (1024 × 64 KiB). */
+export const SMALL_READ_BYTES = 64 * 1024;
+
+export interface Reservation {
+  budgetBytes: number;
+  cancel(): void;
+  settle(size: number): () => void;
+}
 
 export class ByteBudget {
   private held = 0;
-  private waiters: Array<{ bytes: number; grant: (ok: boolean) => void }> = [];
+  private releaseWaiters: Array<() => void> = [];
 
   constructor(readonly limit: number = DEFAULT_MEMORY_BUDGET_BYTES, readonly waitMs: number = DEFAULT_BUDGET_WAIT_MS) {}
 
@@ -19,51 +28,63 @@ export class ByteBudget {
   }
 
   /**
-   * Takes `bytes` of the budget; resolves with a release function, or null if the share did not
-   * become free within the wait. A request larger than the whole budget is given it when nothing
-   * else holds any, so one large file is never refused forever.
+   * Reserves room for one read of at most `maxBytes`, before it allocates anything. `budgetBytes` is
+   * what the addon may allocate for it (0: no limit, for one file larger than the whole budget when
+   * nothing else is held). With less than a small read's room left, nothing is reserved and only a
+   * small file may be read. `settle` then keeps what the file really took (nothing for a small one)
+   * and returns its release; `cancel` gives the reservation back (the file did not fit).
    */
-  async acquire(bytes: number): Promise<(() => void) | null> {
-    if (this.fits(bytes) && this.waiters.length === 0) return this.take(bytes);
-    const ok = await new Promise<boolean>((resolve) => {
-      const waiter = {
-        bytes,
-        grant: (granted: boolean) => {
-          clearTimeout(timer);
-          resolve(granted);
-        },
-      };
-      const timer = setTimeout(() => {
-        this.waiters = this.waiters.filter((w) => w !== waiter);
-        resolve(false);
-        this.wake();
-      }, this.waitMs);
-      this.waiters.push(waiter);
-    });
-    return ok ? this.take(bytes, true) : null;
-  }
-
-  private fits(bytes: number): boolean {
-    return this.held + bytes <= this.limit || this.held === 0;
-  }
-
-  private take(bytes: number, reserved = false): () => void {
-    if (!reserved) this.held += bytes;
-    let released = false;
-    return () => {
-      if (released) return;
-      released = true;
-      this.held -= bytes;
-      this.wake();
+  reserve(maxBytes: number): Reservation {
+    const room = this.limit - this.held;
+    let reserved: number;
+    let budgetBytes: number;
+    if (this.held === 0 && maxBytes > this.limit) {
+      reserved = maxBytes;
+      budgetBytes = 0;
+    } else if (Math.min(maxBytes, room) >= SMALL_READ_BYTES) {
+      reserved = Math.min(maxBytes, room);
+      budgetBytes = reserved;
+    } else {
+      reserved = 0;
+      budgetBytes = SMALL_READ_BYTES;
+    }
+    this.held += reserved;
+    return {
+      budgetBytes,
+      cancel: () => this.give(reserved),
+      settle: (size: number) => {
+        const keep = size <= SMALL_READ_BYTES ? 0 : size;
+        this.held += keep - reserved;
+        if (keep < reserved) this.notify();
+        let released = keep === 0;
+        return () => {
+          if (released) return;
+          released = true;
+          this.give(keep);
+        };
+      },
     };
   }
 
-  /** Grants waiters in order while they fit (first come, first served: no starvation of large reads). */
-  private wake(): void {
-    while (this.waiters.length > 0 && this.fits(this.waiters[0]!.bytes)) {
-      const w = this.waiters.shift()!;
-      this.held += w.bytes;
-      w.grant(true);
-    }
+  private give(bytes: number): void {
+    this.held -= bytes;
+    this.notify();
+  }
+
+  private notify(): void {
+    for (const w of this.releaseWaiters.splice(0)) w();
+  }
+
+  /** Resolves at the next release, or after `ms`. */
+  released(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.releaseWaiters = this.releaseWaiters.filter((w) => w !== done);
+        resolve();
+      };
+      const timer = setTimeout(done, Math.max(0, ms));
+      this.releaseWaiters.push(done);
+    });
   }
 }

@@ -16,6 +16,19 @@ import { DRAIN_TIMEOUT_MS } from './server.js';
 const SHUTDOWN_BOUND_MS = DRAIN_TIMEOUT_MS + 5_000;
 import { loadManifest } from './launch/manifest-file.js';
 import { parseContainment } from './launch/options.js';
+import { parseByteCount, parseDuration } from './manifest/grammars.js';
+
+function parseBudgetBytes(value: string): number {
+  const n = parseByteCount(value);
+  if (n === null) throw new UsageError(`--memory-budget must be a byte count such as 256Mi (got '${value}')`);
+  return n;
+}
+
+function parseBudgetSeconds(value: string): number {
+  const n = parseDuration(value);
+  if (n === null || n > 2_000_000) throw new UsageError(`--listing-budget must be a duration such as 30s (got '${value}')`);
+  return n;
+}
 import { ManifestError } from './manifest/diagnostics.js';
 import { effectiveGrants, renderExplainScope } from './scope.js';
 
@@ -44,15 +57,25 @@ interface ServeFlags {
   sessionId?: string;
   containment: string;
   trace?: string;
+  operatorListen?: string;
+  memoryBudget?: string;
+  listingBudget?: string;
   control: 'stdio' | 'none';
   /** false with --no-landlock. */
   landlock: boolean;
 }
 
 async function serveCommand(flags: ServeFlags): Promise<void> {
-  const logger = stderrLogger();
-  const { manifest, trace, control: _control, landlock, ...rest } = flags;
-  let opts: LaunchOptions = { ...rest, manifestPath: manifest, tracePath: trace, logger };
+  const root = stderrLogger();
+  const { manifest, trace, control: _control, memoryBudget, listingBudget, landlock, ...rest } = flags;
+  let opts: LaunchOptions = {
+    ...rest,
+    manifestPath: manifest,
+    tracePath: trace,
+    logger: root,
+    ...(memoryBudget !== undefined ? { memoryBudgetBytes: parseBudgetBytes(memoryBudget) } : {}),
+    ...(listingBudget !== undefined ? { listingBudgetMs: parseBudgetSeconds(listingBudget) * 1000 } : {}),
+  };
   // Confinement (src/launch/confine.ts): either this is the re-executed, already confined image,
   // which takes the launch its first phase settled, or this is the first phase, which confines and
   // re-executes (not returning) unless Landlock is off or unavailable here.
@@ -64,20 +87,24 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     confinement = applied;
   } else {
     const { mode, why } = landlockMode(landlock);
-    confinement = mode === 'off' ? notConfined(why ?? 'disabled') : await confineAndReexec(opts, (msg) => logger.debug(msg));
+    confinement = mode === 'off' ? notConfined(why ?? 'disabled') : await confineAndReexec(opts, (msg) => root.debug(msg));
   }
   const launched = await launch({ ...opts, confinement });
+  const { session, server } = launched;
+  // From here on every line carries the session id (launch binds the request logs the same way).
+  const logger = root.child({ session_id: session.sessionId });
   // After the launch, so that a launch that fails prints its error and nothing else.
   if (confinement.applied) logger.info({ landlock_abi: confinement.landlock_abi }, 'confined with Landlock');
   else logger.info({ reason: confinement.reason }, 'serving without Landlock confinement');
   await runTestHooks();
-  const { session, server } = launched;
   const ready = {
     event: 'listening',
     url: server.url,
     advertised_url: server.advertisedUrl,
     session_id: session.sessionId,
     trace: session.trace.path,
+    // Where the operator plane is, when it has its own listener (`unix:<path>` or a URL).
+    ...(launched.operator ? { operator_url: launched.operator.url } : {}),
   };
   let shuttingDown = false;
   const shutdown = async (why: string) => {
@@ -132,6 +159,9 @@ export function program(): Command {
     .option('--session-id <id>', 'the session id (default: a fresh ses_<32 hex>)')
     .addOption(new Option('--containment <class>', 'the containment class the sandbox achieved').choices(['advisory', 'scoped', 'sealed']).default('advisory'))
     .option('--trace <file>', 'the trace file (default: in the records directory, outside the workdir)')
+    .option('--memory-budget <bytes>', 'bytes reads and redeems in flight may hold, e.g. 256Mi (default 256Mi)')
+    .option('--listing-budget <duration>', 'how long one listing may run, e.g. 30s (default 30s)')
+    .option('--operator-listen <addr>', 'serve the operator plane on its own listener, HOST:PORT or unix:PATH (a unix socket outside the workdir, created 0600, is recommended); the main listener then serves only the peer plane and the card')
     .addOption(new Option('--control <channel>', 'the control channel').choices(['stdio', 'none']).default('none'))
     .option('--no-landlock', 'serve without confining the process with Landlock (also RESOURCE_PLANE_LANDLOCK=off)')
     .action((flags: ServeFlags) => serveCommand(flags).catch(fail));

@@ -19,28 +19,40 @@ const TIMEOUTS = { headersTimeout: 30_000, bodyTimeout: 60_000 };
  * One GET with the request target sent exactly as given: a URL object would resolve dot segments
  * (even `%2E%2E`) before the server ever saw them.
  */
-async function getRaw(origin: URL, path: string) {
-  const client = new Client(origin.origin, { connectTimeout: 10_000 });
+async function getRaw(origin: Origin, path: string) {
+  const client = new Client(origin.origin, { connectTimeout: 10_000, ...(origin.socketPath ? { socketPath: origin.socketPath } : {}) });
   try {
     const res = await client.request({ method: 'GET', path, ...TIMEOUTS });
     const body = Buffer.from(await res.body.arrayBuffer());
     return { statusCode: res.statusCode, headers: res.headers, body };
   } catch (error) {
-    throw new ClientError(`cannot reach ${origin.origin}: ${(error as Error).message}`);
+    throw new ClientError(`cannot reach ${origin.shown}: ${(error as Error).message}`);
   } finally {
     await client.close().catch(() => undefined);
   }
 }
 
-function base(url: string): URL {
+/** Where requests go: an http(s) origin, or a unix socket (`unix:/path`, an operator listener). */
+interface Origin {
+  origin: string;
+  socketPath?: string;
+  shown: string;
+}
+
+function base(url: string): Origin {
+  if (url.startsWith('unix:')) {
+    const socketPath = url.slice('unix:'.length);
+    if (!socketPath.startsWith('/')) throw new ClientError(`'${url}' needs an absolute socket path (unix:/path)`);
+    return { origin: 'http://localhost', socketPath, shown: url };
+  }
   let u: URL;
   try {
     u = new URL(url);
   } catch {
-    throw new ClientError(`'${url}' is not a URL (expected http://host:port)`);
+    throw new ClientError(`'${url}' is not a URL (expected http://host:port or unix:/path)`);
   }
   if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new ClientError(`'${url}' is not an http(s) URL`);
-  return u;
+  return { origin: u.origin, shown: u.origin };
 }
 
 /** A refusal from the server, in its own words. */

@@ -22,10 +22,11 @@ export type PlaneCode =
   | 'missing_audience'
   | 'handle_not_valid'
   | 'handle_expired'
+  | 'over_capacity'
   | 'io_error';
 
 /** The server's own answers, outside either plane's vocabulary. */
-export type ServerCode = 'bad_request' | 'shutting_down' | 'over_capacity';
+export type ServerCode = 'bad_request' | 'shutting_down';
 
 /** Refusals only the tools (share-file, fetch-peer-file) give. */
 export type ToolCode =
@@ -184,6 +185,7 @@ export const NATIVE_TO_CODE: Readonly<Record<NativeCode, PlaneCode>> = Object.fr
   // "the listing exceeded its time budget of N ms") and becomes the io_error message.
   CANCELLED: 'io_error',
   TIME_BUDGET: 'io_error',
+  OVER_BUDGET: 'over_capacity',
   IO_ERROR: 'io_error',
 });
 

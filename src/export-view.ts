@@ -2,6 +2,8 @@
 // use, so a path is judged by exactly one piece of code whichever door it came through. It lowers
 // the path (src/paths.ts), calls the native resolver/reader, and turns every native failure into a
 // neutral Refusal (src/codes.ts); the edge that answers renders it.
+import { SMALL_READ_BYTES, type ByteBudget } from './budget.js';
+import { noteReleased } from './reclaim.js';
 import { NATIVE_TO_CODE, Refusal } from './codes.js';
 import * as native from './native.js';
 import { lowerRelpath } from './paths.js';
@@ -60,12 +62,48 @@ export class ExportView {
     return lowered.relpath;
   }
 
-  /** Reads one file: at most max_bytes, hashed over exactly the bytes returned. */
-  async read(relpath: string): Promise<native.ReadResult> {
-    try {
-      return await native.readFile(this.opts.workdirFd(), this.opts.root, relpath, this.opts.maxBytes, this.resolveOpts);
-    } catch (error) {
-      throw refusalFromNative(error);
+  /**
+   * Reads one file: at most max_bytes, hashed over exactly the bytes returned. With a memory
+   * `budget`, the bytes are held against it until the caller calls `release` (the response is
+   * done): a file larger than what the budget allows is not read at all (nothing is allocated), and
+   * a read that raced others to the last of the budget drops its buffer rather than wait holding it;
+   * either way it waits for memory to be released and tries again, until the budget's wait is over
+   * (over_capacity). Bodies of at most SMALL_READ_BYTES are not counted.
+   */
+  async read(relpath: string, budget?: ByteBudget): Promise<native.ReadResult & { release: () => void }> {
+    if (!budget) {
+      try {
+        return { ...(await native.readFile(this.opts.workdirFd(), this.opts.root, relpath, this.opts.maxBytes, this.resolveOpts)), release: () => undefined };
+      } catch (error) {
+        throw refusalFromNative(error);
+      }
+    }
+    const deadline = Date.now() + budget.waitMs;
+    for (;;) {
+      const reservation = budget.reserve(this.opts.maxBytes);
+      let result: native.ReadResult;
+      try {
+        result = await native.readFile(this.opts.workdirFd(), this.opts.root, relpath, this.opts.maxBytes, {
+          ...this.resolveOpts,
+          ...(reservation.budgetBytes ? { budgetBytes: reservation.budgetBytes } : {}),
+        });
+      } catch (error) {
+        reservation.cancel();
+        if (!(error instanceof native.NativeError) || error.code !== 'OVER_BUDGET') throw refusalFromNative(error);
+        const left = deadline - Date.now();
+        if (left <= 0) throw new Refusal('over_capacity');
+        await budget.released(left);
+        continue;
+      }
+      const size = result.bytes.length;
+      const hold = reservation.settle(size);
+      return {
+        ...result,
+        release: () => {
+          hold();
+          if (size > SMALL_READ_BYTES) noteReleased(size);
+        },
+      };
     }
   }
 

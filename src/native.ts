@@ -20,6 +20,7 @@ export type NativeCode =
   | 'UNSAFE_INBOX'
   | 'CANCELLED'
   | 'TIME_BUDGET'
+  | 'OVER_BUDGET'
   | 'IO_ERROR';
 
 /** The codes as the addon itself lists them (read from its code table, not restated here). */
@@ -45,6 +46,11 @@ export interface CancelToken {
 
 export interface ReadOptions extends ResolveOptions {
   cancel?: CancelToken;
+  /**
+   * Bytes the caller can hold for this file now (its memory budget); a larger file is refused with
+   * OVER_BUDGET after the fstat, before any buffer is allocated. Absent: no limit.
+   */
+  budgetBytes?: number;
 }
 
 export interface ListOptions extends ResolveOptions {
@@ -204,7 +210,10 @@ export function cancelToken(signal?: AbortSignal): CancelToken {
 }
 
 export function readFile(workdirFd: number, root: string, relpath: string, maxBytes: number, opts: ReadOptions): Promise<ReadResult> {
-  return call(binding.read({ workdirFd, root, relpath, maxBytes, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel }));
+  return call(binding.read({
+    workdirFd, root, relpath, maxBytes, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel,
+    ...(opts.budgetBytes !== undefined ? { budgetBytes: opts.budgetBytes } : {}),
+  }));
 }
 
 export function statFile(workdirFd: number, root: string, relpath: string, opts: ResolveOptions): Promise<StatResult> {

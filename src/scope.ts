@@ -49,7 +49,8 @@ export const RUNTIME_WRITES: readonly RuntimeWrite[] = Object.freeze([
 export interface EffectiveGrants {
   exports_files: { root: string; mode: 'read-only'; max_bytes: number } | null;
   peer_files: { root: string; max_ttl_secs: number; max_bytes: number } | null;
-  peer_fetch_allow: string[] | null;
+  /** `[]` when `capabilities.peer_fetch` is absent (no fetch tool), as in the public reference. */
+  peer_fetch_allow: string[];
   network_allow: string[];
   achieved_containment: Containment;
   runtime_writes: RuntimeWrite[];
@@ -67,7 +68,7 @@ export function effectiveGrants(m: Manifest, containment: Containment): Effectiv
       m.peerFiles === null
         ? null
         : { root: m.peerFiles.root, max_ttl_secs: m.peerFiles.effectiveMaxTtlSecs, max_bytes: m.peerFiles.maxBytes },
-    peer_fetch_allow: m.peerFetchAllow === null ? null : m.peerFetchAllow.map((d) => d.raw),
+    peer_fetch_allow: m.peerFetchAllow === null ? [] : m.peerFetchAllow.map((d) => d.raw),
     network_allow: m.networkAllow.map((d) => d.raw),
     achieved_containment: containment,
     runtime_writes: RUNTIME_WRITES.map(({ path, kind, scope, condition }) => ({ path, kind, scope, condition })),
@@ -118,7 +119,7 @@ export function renderExplainScope(m: Manifest, containment: Containment): strin
       `  max bytes: ${g.peer_files.max_bytes} per file`,
     );
   }
-  if (g.peer_fetch_allow === null) {
+  if (m.peerFetchAllow === null) {
     out.push('  fetch-peer-file: not declared: no capabilities.peer_fetch block, so nothing can be fetched');
   } else {
     out.push(...listLines('peer_fetch allow', g.peer_fetch_allow));

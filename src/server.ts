@@ -8,10 +8,13 @@ import type { AddressInfo } from 'node:net';
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import type { Logger } from 'pino';
 import { Refusal, renderHttp } from './codes.js';
-import { dispatch, InFlight, isPlaneTarget, resourcePlanes, sendServerError } from './planes/plugin.js';
+import { ALL_PLANES, InFlight, planesFrameworkErrors, resourcePlanes, sendServerError, type PlaneSet } from './planes/plugin.js';
 import { redactHandles } from './redact.js';
 import type { Session } from './session.js';
 import { HEADER } from './wire.js';
+
+/** The readiness route of the server's own app. */
+export const HEALTH_PATH = '/healthz';
 
 /** How long shutdown lets responses being sent finish; then every connection is cut. */
 export const DRAIN_TIMEOUT_MS = 10_000;
@@ -38,14 +41,17 @@ export const LIMITS = Object.freeze({
 
 export interface Listener {
   server: Server;
-  /** The URL the listener is bound to. */
+  /** The URL the listener is bound to (`unix:<path>` for a unix socket). */
   url: string;
   /** `http://localhost:<bound port>`: what a capsule advertises unless told otherwise. */
   defaultAdvertisedUrl: string;
 }
 
+/** Where to listen: a TCP address, or a unix socket path (created 0600). */
+export type ListenAddress = { host: string; port: number } | { path: string };
+
 /** Binds an HTTP listener; no request is answered until `serve` attaches an app to it. */
-export async function bind(host = '127.0.0.1', port = 0): Promise<Listener> {
+export async function bind(address: ListenAddress = { host: '127.0.0.1', port: 0 }): Promise<Listener> {
   const server = createServer({
     requestTimeout: LIMITS.requestTimeoutMs,
     headersTimeout: LIMITS.headersTimeoutMs,
@@ -55,16 +61,24 @@ export async function bind(host = '127.0.0.1', port = 0): Promise<Listener> {
   server.maxConnections = LIMITS.maxConnections;
   // Inactivity on the socket, reading or writing: a response that is not drained frees its memory.
   server.setTimeout(LIMITS.idleTimeoutMs, (socket) => socket.destroy());
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen({ host, port }, () => {
-      server.off('error', reject);
-      resolve();
+  // A unix socket is created with no permission for anyone but this user: the umask is narrowed for
+  // the listen alone (the process is single-threaded here), so there is no window before a chmod.
+  const previousUmask = 'path' in address ? process.umask(0o177) : null;
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen('path' in address ? { path: address.path } : { host: address.host, port: address.port }, () => {
+        server.off('error', reject);
+        resolve();
+      });
     });
-  });
-  const address = server.address() as AddressInfo;
-  const shown = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-  return { server, url: `http://${shown}:${address.port}`, defaultAdvertisedUrl: `http://localhost:${address.port}` };
+  } finally {
+    if (previousUmask !== null) process.umask(previousUmask);
+  }
+  if ('path' in address) return { server, url: `unix:${address.path}`, defaultAdvertisedUrl: 'http://localhost:0' };
+  const bound = server.address() as AddressInfo;
+  const shown = bound.family === 'IPv6' ? `[${bound.address}]` : bound.address;
+  return { server, url: `http://${shown}:${bound.port}`, defaultAdvertisedUrl: `http://localhost:${bound.port}` };
 }
 
 export interface RunningServer {
@@ -78,7 +92,7 @@ export interface RunningServer {
 }
 
 /** The Fastify options the planes' guarantees need at the app level. */
-export function appOptions(session: Session, logger: Logger | false): FastifyServerOptions {
+export function appOptions(session: Session, logger: Logger | false, planes: PlaneSet = ALL_PLANES): FastifyServerOptions {
   return {
     loggerInstance: logger || undefined,
     logger: logger ? undefined : false,
@@ -104,25 +118,18 @@ export function appOptions(session: Session, logger: Logger | false): FastifySer
     },
     // Malformed percent-encodings are rejected by the router before any handler; under
     // /resources/ they are still answered by the planes, in the spec's shape, from the raw path.
-    frameworkErrors: (_error, req, reply) => {
-      // These replies skip the onSend hooks, so the class header is set here.
-      reply.header(HEADER.containment, session.containment);
-      if (isPlaneTarget(req.raw.url ?? '/')) {
-        dispatch(session, req, reply).catch((err: unknown) => {
-          req.log.error({ err: redactHandles(String(err)) }, 'unhandled error');
-          sendServerError(reply, new Refusal('io_error', 'internal error'));
-        });
-        return;
-      }
-      // Not echoed: the target could carry a token.
-      sendServerError(reply, new Refusal('bad_request'));
-    },
+    frameworkErrors: planesFrameworkErrors(session, planes),
   };
 }
 
 /** A Fastify app serving `session`, its listener not yet bound (tests, and the plugin's own use). */
-export function buildApp(session: Session, logger: Logger | false = false, server?: Server): { app: FastifyInstance; inflight: InFlight } {
-  const options = appOptions(session, logger);
+export function buildApp(
+  session: Session,
+  logger: Logger | false = false,
+  server?: Server,
+  planes: PlaneSet = ALL_PLANES,
+): { app: FastifyInstance; inflight: InFlight } {
+  const options = appOptions(session, logger, planes);
   const inflight = new InFlight();
   if (server) {
     // The gate and the in-flight count sit in front of Fastify, so every request passes them,
@@ -147,16 +154,26 @@ export function buildApp(session: Session, logger: Logger | false = false, serve
       });
   }
   const app = Fastify(options) as unknown as FastifyInstance;
-  app.register(resourcePlanes, { session, inflight });
+  // Everything else on this listener: no route, in the JSON error shape, with the class header.
+  app.setNotFoundHandler((_req, reply) => {
+    reply.header(HEADER.containment, session.containment);
+    sendServerError(reply, new Refusal('not_found'));
+  });
+  // Readiness for an orchestrator: untraced, and says nothing about the capsule. While the server
+  // is stopping it answers 503 like every other request (the gate sits in front).
+  app.get(HEALTH_PATH, { exposeHeadRoute: false }, (_req, reply) => {
+    reply.header('content-type', 'application/json').header('cache-control', 'no-store').send('{"status":"ok"}');
+  });
+  app.register(resourcePlanes, { session, inflight, planes });
   return { app, inflight };
 }
 
-/** Serves `session` on `listener` (see `bind`). */
-export async function serve(session: Session, listener: Listener, logger: Logger | false = false): Promise<RunningServer> {
+/** Serves `session` on `listener` (see `bind`): both planes, or those `planes` names. */
+export async function serve(session: Session, listener: Listener, logger: Logger | false = false, planes: PlaneSet = ALL_PLANES): Promise<RunningServer> {
   // The card and the audience say where this capsule is: a session without that identity cannot serve.
   if (session.advertisedUrl === null) throw new Error('a session is served only with the advertised URL it was opened with');
   const advertisedUrl = session.advertisedUrl;
-  const { app, inflight } = buildApp(session, logger, listener.server);
+  const { app, inflight } = buildApp(session, logger, listener.server, planes);
   await app.ready();
   let closing: Promise<void> | null = null;
   return {

@@ -9,6 +9,7 @@ import { Refusal, UsageError } from './codes.js';
 import { ByteBudget } from './budget.js';
 import type { Confinement } from './confinement.js';
 import { ExportView } from './export-view.js';
+import { RefusalLimiter } from './refusal-limit.js';
 import { InstanceKey } from './handle/key.js';
 import type { Manifest } from './manifest/model.js';
 import * as native from './native.js';
@@ -74,6 +75,8 @@ export class Session {
   readonly advertisedUrl: string | null;
   /** Bytes held by reads and redeems in flight (src/budget.ts). */
   readonly memory: ByteBudget;
+  /** Which refusals are traced one by one, per client (src/refusal-limit.ts). */
+  readonly refusals: RefusalLimiter;
   private workdirFd: number;
   /** Aborted when the session starts stopping: listings in flight are cancelled. */
   private readonly stopping = new AbortController();
@@ -91,6 +94,7 @@ export class Session {
     this.trace = init.trace;
     this.advertisedUrl = init.advertisedUrl;
     this.memory = new ByteBudget(init.memoryBudgetBytes);
+    this.refusals = new RefusalLimiter((fields) => this.trace.append('refusals_suppressed', fields));
     this.grants = effectiveGrants(init.manifest, init.containment);
     const common = { workdirFd: () => this.workdirDescriptor, containment: init.containment, resolver: init.resolver, listingBudgetMs: init.listingBudgetMs };
     const { files, peerFiles } = init.manifest;
@@ -156,6 +160,7 @@ export class Session {
     this.closed = true;
     this.beginStopping();
     this.key?.destroy();
+    await this.refusals.close();
     await this.trace.end({ reason });
     native.closeFd(this.workdirFd);
     this.workdirFd = -1;

@@ -3,7 +3,7 @@
 // while hundreds of connections idle or trickle. No assertion counts work done in a fixed time.
 import { execFileSync } from 'node:child_process';
 import { connect, type Socket } from 'node:net';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TRACE_FIELD_MAX_CHARS } from '../src/trace.js';
@@ -196,5 +196,108 @@ describe('listings that end', () => {
     sock.destroy();
     const lines = readTrace(tracePath);
     expect(lines.at(-1)).toMatchObject({ event_type: 'session_end', reason: 'SIGTERM' });
+  });
+});
+
+describe('refusals past a client allowance', () => {
+  it('are answered but summarised, not traced one by one: the trace grows by a bounded amount', async (ctx) => {
+    const { REFUSAL_BURST } = await import('../src/refusal-limit.js');
+    const srv = await up(['out/a: a']);
+    const notFoundLines = () => readTrace(srv.tracePath).filter((l) => l.event_type === 'resource_read' && l.outcome === 'not_found').length;
+    // Sent until the trace stops keeping up with the refusals (a busy machine refills the bucket
+    // while it sends, so the number needed is not fixed); bounded by a count, skipped loudly past it.
+    let sent = 0;
+    while (sent < 20 * REFUSAL_BURST && (sent < REFUSAL_BURST || notFoundLines() === sent)) {
+      const batch = await Promise.all(Array.from({ length: 100 }, () => rawGet(srv.url, '/resources/files/missing')));
+      for (const r of batch) expect(r.json().error).toBe('not_found');
+      sent += batch.length;
+    }
+    // A read that sends bytes is always traced, even past the allowance.
+    expect((await rawGet(srv.url, '/resources/files/a')).status).toBe(200);
+    await srv.close();
+    const lines = readTrace(srv.tracePath);
+    const refusals = lines.filter((l) => l.event_type === 'resource_read' && l.outcome === 'not_found').length;
+    if (refusals === sent) ctx.skip('the bucket refilled as fast as this machine could send');
+    const summaries = lines.filter((l) => l.event_type === 'refusals_suppressed');
+    expect(refusals).toBeGreaterThanOrEqual(REFUSAL_BURST);
+    expect(refusals).toBeLessThan(sent);
+    const suppressed = summaries.reduce((n, l) => n + (l.suppressed as number), 0);
+    expect(refusals + suppressed).toBe(sent);
+    expect(summaries[0]).toMatchObject({ client: '127.0.0.1', since_ms: expect.any(Number) });
+    expect(lines.some((l) => l.event_type === 'resource_read' && l.outcome === 'ok')).toBe(true);
+    expect(lines.at(-1)!.event_type).toBe('session_end');
+  });
+
+  it('refill at a fixed rate per client, and one client cannot spend another\'s allowance', async () => {
+    const { RefusalLimiter } = await import('../src/refusal-limit.js');
+    let t = 0;
+    const written: Array<{ client: string; suppressed: number }> = [];
+    const limiter = new RefusalLimiter(async (f) => void written.push(f), 3, 2, () => t);
+    expect([1, 2, 3, 4].map(() => limiter.allow('a'))).toEqual([true, true, true, false]);
+    expect(limiter.allow('b')).toBe(true);
+    t += 500; // half a second at 2 per second: one more
+    expect([limiter.allow('a'), limiter.allow('a')]).toEqual([true, false]);
+    await limiter.close();
+    expect(written).toEqual([{ client: 'a', suppressed: 2, since_ms: 0 }]);
+  });
+});
+
+describe('the memory budget holds the peak, not only the steady state', () => {
+  it('32 clients that never read an 8 MiB file raise RSS by about the budget, not by 256 MiB; memory returns when they go', async () => {
+    const workdir = tempDir('rp-load-');
+    dirs.push(workdir);
+    makeTree(workdir, ['out/s: s']);
+    writeFileSync(join(workdir, 'out', 'eight.bin'), Buffer.alloc(8 << 20, 5));
+    writeFileSync(join(workdir, 'murmur.yaml'), filesManifest('out/', 16 << 20));
+    const s = await startServe(['--workdir', workdir, '--trace', join(traceDir, 'peak.jsonl'), '--memory-budget', '32Mi']);
+    const rssMiB = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${s.child.pid}/status`, 'utf8'))![1]) / 1024;
+    try {
+      await rawGet(s.ready.url, '/resources/files/s');
+      const baseline = rssMiB();
+      const holders = await Promise.all(Array.from({ length: 32 }, () => trickle(s.ready.url, 'GET /resources/files/eight.bin HTTP/1.1\r\nhost: x\r\n\r\n')));
+      for (const h of holders) h.pause();
+      let peak = baseline;
+      // Sample until every request was answered (held, or refused after the budget's 2 s wait).
+      for (let i = 0; i < 40; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        peak = Math.max(peak, rssMiB());
+      }
+      // Budget 32 MiB, plus at most one 8 MiB buffer per pool thread, plus slack for the runtime.
+      expect(peak - baseline).toBeLessThan(32 + 4 * 8 + 48);
+      for (const h of holders) h.destroy();
+      let after = rssMiB();
+      for (let i = 0; i < 50 && after - baseline > 48; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        after = rssMiB();
+      }
+      expect(after - baseline).toBeLessThan(48);
+    } finally {
+      s.child.kill('SIGTERM');
+      await s.exited;
+    }
+  });
+
+  it('reserves before reading: a file that does not fit is not read, a small one always is', async () => {
+    const { ByteBudget, SMALL_READ_BYTES } = await import('../src/budget.js');
+    const b = new ByteBudget(10 << 20, 50);
+    const big = b.reserve(8 << 20);
+    expect(big.budgetBytes).toBe(8 << 20);
+    const hold = big.settle(6 << 20); // the file took 6 MiB: 2 MiB of the reservation come back
+    expect(b.inUse).toBe(6 << 20);
+    const next = b.reserve(8 << 20); // 4 MiB of room: the addon may allocate at most that
+    expect(next.budgetBytes).toBe(4 << 20);
+    next.cancel();
+    const filler = b.reserve(4 << 20).settle(4 << 20);
+    const starved = b.reserve(8 << 20); // no room: only a small file may be read, nothing reserved
+    expect([starved.budgetBytes, b.inUse]).toEqual([SMALL_READ_BYTES, 10 << 20]);
+    expect(starved.settle(100)).toBeTypeOf('function');
+    expect(b.inUse).toBe(10 << 20);
+    const wake = b.released(10_000);
+    hold();
+    await wake;
+    filler();
+    expect(b.inUse).toBe(0);
+    // One file larger than the whole budget is still servable when nothing else is held.
+    expect(b.reserve(64 << 20).budgetBytes).toBe(0);
   });
 });

@@ -601,10 +601,10 @@ describe('parseManifest: E-MAN-003', () => {
       refuse(`${HEAD}capabilities:\n  ${block}\n`, 'E-MAN-003', message);
     });
 
-    it('refuses a malformed entry in either list with E-CAP-001, naming the list in the hint', () => {
-      const inFetch = refuse(`${HEAD}capabilities:\n  peer_fetch:\n    allow: [localhost:1, "http://h/x"]\n`, 'E-CAP-001',
-        "invalid network allow entry 'http://h/x': it has a path ('/x'); a URL destination may only end in '/'");
-      expect(inFetch.hint).toMatch(/^in capabilities\.peer_fetch\.allow: /);
+    it('refuses a malformed peer_fetch.allow entry as E-MAN-003 naming the list (the public reference), a network.allow one as E-CAP-001', () => {
+      const inFetch = refuse(`${HEAD}capabilities:\n  peer_fetch:\n    allow: [localhost:1, "http://h/x"]\n`, 'E-MAN-003',
+        "capabilities.peer_fetch.allow must be a non-empty list of network destinations (got 'http://h/x')");
+      expect(inFetch.hint).toContain("it has a path ('/x')");
       const inNetwork = refuse(`${HEAD}capabilities:\n  network:\n    allow: ["ftp://files"]\n`, 'E-CAP-001',
         "invalid network allow entry 'ftp://files': unsupported scheme 'ftp': only http and https URLs are accepted");
       expect(inNetwork.hint).toMatch(/^in capabilities\.network\.allow: /);

@@ -86,7 +86,7 @@ describe('effectiveGrants', () => {
 
   it('for an undeclared capsule: null planes, no destinations, and the runtime writes still declared', () => {
     expect(JSON.stringify(effectiveGrants(MINIMAL, 'advisory'))).toBe(
-      '{"exports_files":null,"peer_files":null,"peer_fetch_allow":null,"network_allow":[],' +
+      '{"exports_files":null,"peer_files":null,"peer_fetch_allow":[],"network_allow":[],' +
         `"achieved_containment":"advisory","runtime_writes":[${PEER_IN_ROW}]}`,
     );
   });
@@ -107,11 +107,12 @@ describe('effectiveGrants', () => {
     expect(effectiveGrants(m, 'advisory').peer_files).toEqual({ root: 'share', max_ttl_secs: 3600, max_bytes: 10485760 });
   });
 
-  it('distinguishes an absent peer_fetch block (null) from no network destinations ([])', () => {
+  it('reports an absent peer_fetch block as [] (the public reference); the human text still says the tool is not declared', () => {
     const m = parseManifest('name: a\nversion: "1"\ncapabilities:\n  network:\n    allow: [localhost]\n');
     const g = effectiveGrants(m, 'advisory');
-    expect(g.peer_fetch_allow).toBeNull();
+    expect(g.peer_fetch_allow).toEqual([]);
     expect(g.network_allow).toEqual(['localhost']);
+    expect(renderExplainScope(m, 'advisory')).toContain('fetch-peer-file: not declared');
   });
 
   it('reports the containment it is given', () => {

@@ -3,22 +3,31 @@
 // down cleanly. Shared by `serve`, `demo`, the public API and the tests.
 import { pino, type Logger } from 'pino';
 import { redactHandles } from '../redact.js';
-import { bind, serve, type RunningServer } from '../server.js';
+import { ALL_PLANES } from '../planes/plugin.js';
+import { bind, serve, type Listener, type RunningServer } from '../server.js';
 import type { Session } from '../session.js';
 import { prepareSession, type SessionOptions } from './open-session.js';
-import { parseAdvertise, parseListen } from './options.js';
+import { parseAdvertise, parseListen, parseOperatorListen } from './options.js';
 
 export interface LaunchOptions extends Omit<SessionOptions, 'advertisedUrl'> {
   /** `HOST:PORT`; default `127.0.0.1:0`. */
   listen?: string;
   /** What the agent card and the audience say; default `http://localhost:<bound port>`. */
   advertise?: string;
+  /**
+   * `HOST:PORT` or `unix:PATH`: serve the operator plane on its own listener (a unix socket outside
+   * the workdir, created 0600, is the recommended deployment); the main listener then serves the
+   * peer plane and the card only. Absent: one listener serves both, as in the reference.
+   */
+  operatorListen?: string;
   logger?: Logger | false;
 }
 
 export interface Launched {
   session: Session;
   server: RunningServer;
+  /** The operator plane's own listener, when `operatorListen` was given. */
+  operator: RunningServer | null;
   /**
    * Stops the listener (in-flight requests finish, bounded), then zeroes the key, writes
    * `session_end` with `reason` and flushes the trace.
@@ -47,26 +56,31 @@ export function stderrLogger(): Logger {
 export async function launch(opts: LaunchOptions): Promise<Launched> {
   const listen = parseListen(opts.listen ?? '127.0.0.1:0');
   const advertise = parseAdvertise(opts.advertise);
+  const operatorAddress = opts.operatorListen === undefined ? null : parseOperatorListen(opts.operatorListen, opts.workdir);
   const prepared = await prepareSession(opts);
-  let listener;
-  try {
-    listener = await bind(listen.host, listen.port);
-  } catch (error) {
-    prepared.abandon();
-    throw error;
-  }
+  const listeners: Listener[] = [];
+  const unbind = () => {
+    for (const l of listeners) l.server.close();
+  };
   let session: Session;
   try {
-    session = prepared.open(advertise ?? listener.defaultAdvertisedUrl);
+    listeners.push(await bind(listen));
+    if (operatorAddress) listeners.push(await bind(operatorAddress));
+    session = prepared.open(advertise ?? listeners[0]!.defaultAdvertisedUrl);
   } catch (error) {
-    listener.server.close();
+    prepared.abandon();
+    unbind();
     throw error;
   }
+  // Every log line of this session carries its id.
+  const logger = opts.logger ? opts.logger.child({ session_id: session.sessionId }) : false;
   let server: RunningServer;
+  let operator: RunningServer | null = null;
   try {
-    server = await serve(session, listener, opts.logger ?? false);
+    server = await serve(session, listeners[0]!, logger, operatorAddress ? { files: false, peer: true } : ALL_PLANES);
+    if (operatorAddress) operator = await serve(session, listeners[1]!, logger, { files: true, peer: false });
   } catch (error) {
-    listener.server.close();
+    unbind();
     await session.close();
     throw error;
   }
@@ -74,12 +88,13 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
   return {
     session,
     server,
+    operator,
     stop: (reason = 'stopped') =>
       (stopping ??= (async () => {
         // Listings hashing are cancelled first; responses being sent get the drain.
         session.beginStopping();
         try {
-          await server.close();
+          await Promise.all([server.close(), operator?.close()]);
         } finally {
           await session.close(reason);
         }

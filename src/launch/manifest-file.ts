@@ -1,20 +1,71 @@
-// Reading the manifest file. Every launch diagnostic about the file itself (missing, unreadable) is
-// an E-MAN-003 naming the file that was given.
-import { readFileSync } from 'node:fs';
+// Reading the manifest like a served file. The default `<workdir>/murmur.yaml` lives where the
+// capsule writes, so it is opened beneath the workdir descriptor by the same resolver as a read:
+// no symlink followed anywhere, a FIFO or device never opened for real, regular files only, at most
+// MANIFEST_MAX_BYTES. An explicit `--manifest` is the operator's own path (symlinks followed) but is
+// likewise opened without blocking, regular-only and capped. A diagnostic echoes only what was read
+// from the manifest itself, and names the file that was given.
+import { closeSync, constants, fstatSync, openSync, readSync, statSync } from 'node:fs';
 import { ManifestError } from '../manifest/diagnostics.js';
 import { parseManifest, type Manifest } from '../manifest/model.js';
+import * as native from '../native.js';
 
-/** Reads and validates a manifest file; a missing or unreadable file is an E-MAN-003 diagnostic. */
-export function loadManifest(path: string): Manifest {
-  let text: string;
+/** A manifest is a few KiB; anything near this is not one. */
+export const MANIFEST_MAX_BYTES = 1024 * 1024;
+export const DEFAULT_MANIFEST_NAME = 'murmur.yaml';
+
+const HINT = 'pass --manifest FILE, or put murmur.yaml at the workdir root';
+const OUTSIDE_HINT =
+  'keep the manifest outside the workdir and pass --manifest FILE (a capsule can rewrite a manifest in its own workdir)';
+
+function unreadable(shown: string, why: string, hint = HINT): ManifestError {
+  return new ManifestError('E-MAN-003', `cannot read the manifest '${shown}': ${why}`, hint);
+}
+
+/** `murmur.yaml` beneath the workdir descriptor; `shown` is the path a diagnostic names. */
+export async function readManifestBeneath(workdirFd: number, resolver: native.ResolverKind, shown: string): Promise<Manifest> {
+  let bytes: Buffer;
   try {
-    text = readFileSync(path, 'utf8');
+    // The workdir itself is the root; scoped policy: the first symlink is refused.
+    bytes = (await native.readFile(workdirFd, '.', DEFAULT_MANIFEST_NAME, MANIFEST_MAX_BYTES, { refuseSymlinks: true, resolver })).bytes;
   } catch (error) {
-    throw new ManifestError(
-      'E-MAN-003',
-      `cannot read the manifest '${path}': ${(error as NodeJS.ErrnoException).code ?? 'unknown error'}`,
-      'pass --manifest FILE, or put murmur.yaml at the workdir root',
-    );
+    const code = error instanceof native.NativeError ? error.code : 'IO_ERROR';
+    if (code === 'NOT_FOUND') throw unreadable(shown, 'ENOENT');
+    if (code === 'SYMLINK_REFUSED') throw unreadable(shown, 'it is a symlink, which is never followed inside the workdir', OUTSIDE_HINT);
+    if (code === 'NOT_A_REGULAR_FILE') throw unreadable(shown, 'it is not a regular file', OUTSIDE_HINT);
+    if (code === 'TOO_LARGE') throw unreadable(shown, `it is larger than ${MANIFEST_MAX_BYTES} bytes`);
+    throw unreadable(shown, error instanceof native.NativeError ? error.detail || error.code : 'unknown error');
   }
-  return parseManifest(text);
+  return parseManifest(bytes.toString('utf8'));
+}
+
+/** An explicit manifest path: non-blocking, regular files only, capped. */
+export function loadManifest(path: string): Manifest {
+  let fd: number;
+  try {
+    // Checked before the open, so a FIFO or a device is never opened; the open never blocks and
+    // the descriptor is checked again, since the path may have changed in between.
+    if (!statSync(path).isFile()) throw unreadable(path, 'it is not a regular file');
+    fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY);
+  } catch (error) {
+    if (error instanceof ManifestError) throw error;
+    throw unreadable(path, (error as NodeJS.ErrnoException).code ?? 'unknown error');
+  }
+  try {
+    const st = fstatSync(fd);
+    if (!st.isFile()) throw unreadable(path, 'it is not a regular file');
+    const buf = Buffer.alloc(MANIFEST_MAX_BYTES + 1);
+    let n = 0;
+    while (n < buf.length) {
+      const got = readSync(fd, buf, n, buf.length - n, null);
+      if (got === 0) break;
+      n += got;
+    }
+    if (n > MANIFEST_MAX_BYTES) throw unreadable(path, `it is larger than ${MANIFEST_MAX_BYTES} bytes`);
+    return parseManifest(buf.subarray(0, n).toString('utf8'));
+  } catch (error) {
+    if (error instanceof ManifestError) throw error;
+    throw unreadable(path, (error as NodeJS.ErrnoException).code ?? 'unknown error');
+  } finally {
+    closeSync(fd);
+  }
 }

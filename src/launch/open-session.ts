@@ -4,13 +4,14 @@
 import { existsSync, mkdirSync, realpathSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { IN_PROCESS_LAUNCH, type Confinement } from '../confinement.js';
+import { ManifestError } from '../manifest/diagnostics.js';
 import type { Manifest } from '../manifest/model.js';
 import * as native from '../native.js';
 import { defaultTracePath, parseSessionId, Session } from '../session.js';
 import { Trace } from '../trace.js';
 import type { Containment } from '../wire.js';
 import { checkExportRoots } from './checks.js';
-import { loadManifest } from './manifest-file.js';
+import { DEFAULT_MANIFEST_NAME, loadManifest, readManifestBeneath } from './manifest-file.js';
 import { parseContainment } from './options.js';
 
 export interface SessionOptions {
@@ -52,25 +53,30 @@ export async function prepareSession(opts: SessionOptions): Promise<PreparedSess
   const containment = parseContainment(opts.containment);
   const sessionId = parseSessionId(opts.sessionId);
   const requested = resolve(opts.workdir);
-  const manifest = opts.manifest ?? loadManifest(opts.manifestPath ?? join(requested, 'murmur.yaml'));
   const resolver = opts.resolver ?? native.chooseResolver();
-  // A workdir that does not exist yet has no roots to escape; it is created only after every
-  // check passed, so a refused launch leaves nothing behind.
+  const defaultManifest = join(requested, DEFAULT_MANIFEST_NAME);
+  let manifest = opts.manifest ?? (opts.manifestPath !== undefined ? loadManifest(opts.manifestPath) : null);
+  // A workdir that does not exist yet has no roots to escape (nor a manifest); it is created only
+  // after every check passed, so a refused launch leaves nothing behind.
   const existed = existsSync(requested);
+  if (!existed && manifest === null) throw new ManifestError('E-MAN-003', `cannot read the manifest '${defaultManifest}': ENOENT`, 'pass --manifest FILE, or put murmur.yaml at the workdir root');
   if (!existed) mkdirSync(requested, { recursive: true, mode: 0o755 });
   const workdir = realpathSync(requested);
   const workdirFd = await native.openDirectory(workdir);
   try {
+    // The default manifest is read beneath the descriptor the session will hold, like a served file.
+    manifest ??= await readManifestBeneath(workdirFd, resolver, defaultManifest);
     if (existed) await checkExportRoots(manifest, workdir, workdirFd, resolver);
   } catch (error) {
     native.closeFd(workdirFd);
     throw error;
   }
+  const grants: Manifest = manifest;
   const tracePath = opts.tracePath ? resolve(opts.tracePath) : defaultTracePath(workdir, sessionId);
   let settled = false;
   return {
     workdir,
-    manifest,
+    manifest: grants,
     sessionId,
     tracePath,
     open: (advertisedUrl) => {
@@ -79,7 +85,7 @@ export async function prepareSession(opts: SessionOptions): Promise<PreparedSess
       let trace: Trace | null = null;
       try {
         trace = Trace.open(tracePath, sessionId);
-        return new Session({ manifest, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl, memoryBudgetBytes: opts.memoryBudgetBytes, listingBudgetMs: opts.listingBudgetMs, confinement: opts.confinement ?? IN_PROCESS_LAUNCH });
+        return new Session({ manifest: grants, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl, memoryBudgetBytes: opts.memoryBudgetBytes, listingBudgetMs: opts.listingBudgetMs, confinement: opts.confinement ?? IN_PROCESS_LAUNCH });
       } catch (error) {
         void trace?.close();
         native.closeFd(workdirFd);

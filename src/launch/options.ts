@@ -1,5 +1,7 @@
 // Launch options as typed on a command line, each validated in one place: the listen address, the
 // advertised URL and the containment class. (The session id's one validation is in src/session.ts.)
+import { existsSync, realpathSync } from 'node:fs';
+import { basename, dirname, isAbsolute, resolve } from 'node:path';
 import { UsageError } from '../codes.js';
 import { CONTAINMENT_CLASSES, isContainment, type Containment } from '../wire.js';
 
@@ -9,6 +11,36 @@ export function parseListen(value: string): { host: string; port: number } {
   const port = m ? Number(m[3]) : NaN;
   if (!m || port > 65535) throw new UsageError(`--listen must be HOST:PORT (got '${value}')`);
   return { host: (m[1] ?? m[2])!, port };
+}
+
+/**
+ * `--operator-listen`: `HOST:PORT`, or `unix:PATH` with an absolute path that does not exist yet
+ * and is not inside the workdir (a capsule must not reach the operator plane through its own tree).
+ */
+export function parseOperatorListen(value: string, workdir: string): { host: string; port: number } | { path: string } {
+  if (!value.startsWith('unix:')) {
+    try {
+      return parseListen(value);
+    } catch {
+      throw new UsageError(`--operator-listen must be HOST:PORT or unix:PATH (got '${value}')`);
+    }
+  }
+  const path = value.slice('unix:'.length);
+  if (!isAbsolute(path)) throw new UsageError(`--operator-listen unix:PATH needs an absolute path (got '${value}')`);
+  const real = (p: string) => {
+    try {
+      return realpathSync(p);
+    } catch {
+      return resolve(p);
+    }
+  };
+  const dir = real(dirname(path));
+  const wd = real(workdir);
+  if (dir === wd || dir.startsWith(`${wd}/`)) {
+    throw new UsageError(`--operator-listen unix:PATH must be outside the workdir (got '${value}')`);
+  }
+  if (existsSync(path)) throw new UsageError(`--operator-listen unix:PATH must not exist yet (got '${value}')`);
+  return { path: resolve(dir, basename(path)) };
 }
 
 export function parseContainment(value: string | undefined): Containment {

@@ -267,8 +267,10 @@ function destinationList(view: ManifestView, keys: Key[], field: string, require
     try {
       return parseDestination(entry);
     } catch (err) {
-      // Same code and message as a bare parse; the hint adds which list the entry sits in.
       const e = err as ManifestError;
+      // peer_fetch.allow, as in the public reference: a field-level E-MAN-003 naming the list.
+      if (requireNonEmpty) throw malformed(field, expectation, `'${entry}'`, `${hint}; ${e.message}`);
+      // network.allow: the entry's own E-CAP-001; the hint adds which list the entry sits in.
       throw new ManifestError(e.code, e.message, `in ${field}: ${e.hint}`);
     }
   });

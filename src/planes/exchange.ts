@@ -3,7 +3,6 @@
 // a trace that cannot be written fails the request closed (500 io_error, no file bytes). The trace
 // is the only account of what left the capsule, so nothing leaves unrecorded.
 import type { FastifyReply } from 'fastify';
-import type { ByteBudget } from '../budget.js';
 import { Refusal, renderHttp, type Rendered } from '../codes.js';
 import { sendError, type HeaderList } from './reply.js';
 
@@ -14,6 +13,8 @@ export interface Exchange {
   refusalHeaders: HeaderList;
   /** The ceiling a too_large message names. */
   maxBytes?: number;
+  /** Decides whether this refusal is traced one by one (false: it is counted in a summary). */
+  traceRefusal?: () => boolean;
 }
 
 /**
@@ -33,19 +34,23 @@ export async function traced(x: Exchange, appendEvent: () => Promise<void>): Pro
 /** Renders `refusal`, records it (no bytes, no hash) and, once it is recorded, sends it. */
 export async function refuse(x: Exchange, refusal: Refusal, record: (outcome: string, reason: string) => Promise<void>): Promise<void> {
   const rendered: Rendered = renderHttp(x.context, refusal, { maxBytes: x.maxBytes });
+  // A refusal carries no file bytes; past the client's allowance it is counted, not traced.
+  if (x.traceRefusal && !x.traceRefusal()) {
+    sendError(x.reply, rendered, x.refusalHeaders);
+    return;
+  }
   if (await traced(x, () => record(rendered.code, rendered.message))) sendError(x.reply, rendered, x.refusalHeaders);
 }
 
-/**
- * Holds `bytes` of the session's memory budget until the response closes (sent, cut or abandoned).
- * False when the share did not free up in time: the caller refuses with over_capacity.
- */
-export async function holdMemory(x: Exchange, budget: ByteBudget, bytes: number): Promise<boolean> {
-  const release = await budget.acquire(bytes);
-  if (release === null) return false;
+/** Gives a read's share of the memory budget back once its response closes (sent, cut or abandoned). */
+export function releaseOnClose(x: Exchange, release: () => void): void {
   if (x.reply.raw.closed || x.reply.raw.destroyed) release();
   else x.reply.raw.once('close', release);
-  return true;
+}
+
+/** The client a refusal is counted against: its address (`unix` on a unix socket). */
+export function clientOf(reply: FastifyReply): string {
+  return reply.request.socket.remoteAddress ?? 'unix';
 }
 
 /** Anything a plane caught: a Refusal as it is, anything else an io_error that echoes nothing. */

@@ -7,7 +7,7 @@ import type { ListEntry, ReadResult } from '../native.js';
 import { lowerRelpath } from '../paths.js';
 import type { Session } from '../session.js';
 import { FILES_PREFIX, HEADER } from '../wire.js';
-import { asRefusal, holdMemory, refuse, traced, type Exchange } from './exchange.js';
+import { asRefusal, clientOf, releaseOnClose, refuse, traced, type Exchange } from './exchange.js';
 import { headerSafe, readHeaders, send } from './reply.js';
 
 export async function handleFiles(session: Session, method: string, path: string, reply: FastifyReply): Promise<void> {
@@ -17,6 +17,7 @@ export async function handleFiles(session: Session, method: string, path: string
     context: 'files',
     refusalHeaders: [[HEADER.generation, String(generation)]],
     maxBytes: session.files?.opts.maxBytes,
+    traceRefusal: () => session.refusals.allow(clientOf(reply)),
   };
   const isList = path === FILES_PREFIX || path === `${FILES_PREFIX}/`;
   if (isList) return handleList(session, x, method, generation);
@@ -89,13 +90,13 @@ async function handleRead(session: Session, x: Exchange, method: string, raw: st
   if (method !== 'GET') return refused(new Refusal('method_not_allowed'));
   if (!view) return refused(new Refusal('no_resource_plane'));
   if (!lowered.ok) return refused(new Refusal('outside_root'));
-  let result: ReadResult;
+  let result: ReadResult & { release: () => void };
   try {
-    result = await view.read(lowered.relpath);
+    result = await view.read(lowered.relpath, session.memory);
   } catch (error) {
     return refused(asRefusal(error));
   }
-  if (!(await holdMemory(x, session.memory, result.bytes.length))) return refused(new Refusal('over_capacity'));
+  releaseOnClose(x, result.release);
   if (!(await traced(x, () => record('ok', null, result.bytes.length, result.sha256)))) return;
   send(x.reply, 200, [...readHeaders(result, generation, session.containment), [HEADER.exportRoot, headerSafe(view.opts.root)]], result.bytes);
 }

@@ -1,8 +1,11 @@
-// Both planes and the agent card as one Fastify plugin. Routing works on the raw request target (no
-// router decoding or normalising decides anything), every method reaches the planes (so a write
-// verb is a 405, not a 404), bodies are never parsed, and every response passes one shutdown gate
-// and one in-flight count. The app-level options these guarantees also need (frameworkErrors,
-// clientErrorHandler, no HEAD routes) come from `appOptions` in src/server.ts.
+// Both planes and the agent card as one Fastify plugin, registrable into any Fastify 5 app.
+// Routing works on the raw request target (no router decoding or normalising decides anything),
+// every method reaches the planes (so a write verb, HEAD included, is a 405, not a 404), bodies are
+// never parsed, every request is traced as the spec says, and every response passes one shutdown
+// gate and one in-flight count. The plugin is encapsulated: its hooks, body parsing and error
+// handling apply to its own routes only, never to the host app's. One guarantee needs the app's
+// constructor: a target the router cannot decode (`/resources/files/x%ZZ`) never reaches a route,
+// so pass `frameworkErrors: planesFrameworkErrors(session)` (src/server.ts's app does).
 import { METHODS } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Refusal, renderHttp } from '../codes.js';
@@ -20,10 +23,26 @@ export function sendServerError(reply: FastifyReply, refusal: Refusal): FastifyR
   return sendError(reply, renderHttp('server', refusal));
 }
 
+/**
+ * Which planes a listener serves. With a separate operator listener, the peer listener serves the
+ * peer plane and the card only, and the operator listener the operator plane only.
+ */
+export interface PlaneSet {
+  files: boolean;
+  peer: boolean;
+}
+
+export const ALL_PLANES: Readonly<PlaneSet> = Object.freeze({ files: true, peer: true });
+
 /** Routes one request under /resources by its raw path; the planes do the rest. */
-export async function dispatch(session: Session, req: FastifyRequest, reply: FastifyReply): Promise<void> {
+export async function dispatch(session: Session, req: FastifyRequest, reply: FastifyReply, planes: PlaneSet = ALL_PLANES): Promise<void> {
   const path = requestPath(req.raw.url ?? '/');
   const method = req.raw.method ?? 'GET';
+  // A plane this listener does not serve is not there at all: no route, no trace.
+  if ((isFilesPath(path) && !planes.files) || (isPeerPath(path) && !planes.peer)) {
+    sendServerError(reply, new Refusal('not_found'));
+    return;
+  }
   if (isFilesPath(path)) return handleFiles(session, method, path, reply);
   if (isPeerPath(path)) {
     const audience = req.headers[HEADER.audience];
@@ -74,13 +93,17 @@ export class InFlight {
 
 export interface PlanesOptions {
   session: Session;
-  /** The gate and count every response passes; shared with whoever closes the listener. */
-  inflight: InFlight;
+  /** The gate and count every response passes; give one to stop the planes gracefully (`inflight.closing = true`). */
+  inflight?: InFlight;
+  /** Default: both planes (and the card, which goes with the peer plane). */
+  planes?: PlaneSet;
 }
 
 /** Registers both planes and the agent card. */
 export async function resourcePlanes(app: FastifyInstance, opts: PlanesOptions): Promise<void> {
-  const { session, inflight } = opts;
+  const { session } = opts;
+  const inflight = opts.inflight ?? new InFlight();
+  const planes = opts.planes ?? ALL_PLANES;
   // Every method Node parses must reach the planes (a PROPFIND is a 405, not a 404), so the ones
   // Fastify does not know are registered. QUERY is re-registered as bodiless: as a body method
   // Fastify refuses it with a 500 before any handler when it carries no content-type.
@@ -114,21 +137,39 @@ export async function resourcePlanes(app: FastifyInstance, opts: PlanesOptions):
     // trace is the record of every request; this is a diagnostic echo of it.
     req.log.debug({ method: req.raw.method, url: redactHandles(req.raw.url ?? ''), status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request');
   });
-  app.setNotFoundHandler((_req, reply) => {
-    sendServerError(reply, new Refusal('not_found'));
-  });
   app.setErrorHandler((error, req, reply) => {
     req.log.error({ err: redactHandles(String(error)) }, 'unhandled error');
     sendServerError(reply, new Refusal('io_error', 'internal error'));
   });
 
-  app.all(RESOURCES_PREFIX, (req, reply) => dispatch(session, req, reply));
-  app.all(`${RESOURCES_PREFIX}/*`, (req, reply) => dispatch(session, req, reply));
-  app.get(CARD_PATH, (_req, reply) => {
-    send(reply, 200, [['content-type', 'application/json']], Buffer.from(JSON.stringify(agentCard(session))));
-  });
+  // exposeHeadRoute off: HEAD is a method like any other here, answered 405 by the planes.
+  const route = { exposeHeadRoute: false };
+  app.all(RESOURCES_PREFIX, route, (req, reply) => dispatch(session, req, reply, planes));
+  app.all(`${RESOURCES_PREFIX}/*`, route, (req, reply) => dispatch(session, req, reply, planes));
+  // The card is how peers find this capsule's identity: it belongs with the peer plane's listener.
+  if (planes.peer) {
+    app.get(CARD_PATH, route, (_req, reply) => {
+      send(reply, 200, [['content-type', 'application/json']], Buffer.from(JSON.stringify(agentCard(session))));
+    });
+  }
 }
 
-// Registered without encapsulation (what fastify-plugin does): the hooks, the not-found and error
-// handlers and the methods apply to the app the planes are registered into.
-(resourcePlanes as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
+/**
+ * The `frameworkErrors` option the planes need from the app's constructor: a request whose target
+ * the router cannot decode is still answered by the planes from its raw path (under /resources),
+ * or as a JSON 400 that echoes nothing (a target can carry a token).
+ */
+export function planesFrameworkErrors(session: Session, planes: PlaneSet = ALL_PLANES, log?: { error(o: object, m: string): void }) {
+  return (_error: unknown, req: FastifyRequest, reply: FastifyReply): void => {
+    // These replies skip the onSend hooks, so the class header is set here.
+    reply.header(HEADER.containment, session.containment);
+    if (isPlaneTarget(req.raw.url ?? '/')) {
+      dispatch(session, req, reply, planes).catch((err: unknown) => {
+        (log ?? req.log).error({ err: redactHandles(String(err)) }, 'unhandled error');
+        sendServerError(reply, new Refusal('io_error', 'internal error'));
+      });
+      return;
+    }
+    sendServerError(reply, new Refusal('bad_request'));
+  };
+}

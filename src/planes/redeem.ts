@@ -9,7 +9,7 @@ import { canonicalRelpath } from '../paths.js';
 import { handleId } from '../redact.js';
 import type { Session } from '../session.js';
 import { HEADER, PEER_PREFIX } from '../wire.js';
-import { asRefusal, holdMemory, refuse, traced, type Exchange } from './exchange.js';
+import { asRefusal, clientOf, releaseOnClose, refuse, traced, type Exchange } from './exchange.js';
 import { readHeaders, send, sendError, type HeaderList } from './reply.js';
 
 export async function handleRedeem(
@@ -43,6 +43,7 @@ export async function handleRedeem(
     context: 'peer',
     refusalHeaders: [[HEADER.generation, String(generation)], [HEADER.handleId, hid]],
     maxBytes: view?.opts.maxBytes,
+    traceRefusal: () => session.refusals.allow(clientOf(reply)),
   };
   let verifiedPath: string | null = null;
   const record = (outcome: string, reason: string | null, bytes: number | null, sha256: string | null) =>
@@ -73,13 +74,13 @@ export async function handleRedeem(
   // The payload is ours (the MAC proved it), but it is judged again rather than trusted.
   const relpath = canonicalRelpath(verdict.payload.p);
   if (relpath === null) return refused(new Refusal('outside_root'));
-  let result: ReadResult;
+  let result: ReadResult & { release: () => void };
   try {
-    result = await view.read(relpath);
+    result = await view.read(relpath, session.memory);
   } catch (error) {
     return refused(asRefusal(error));
   }
-  if (!(await holdMemory(x, session.memory, result.bytes.length))) return refused(new Refusal('over_capacity'));
+  releaseOnClose(x, result.release);
   if (!(await traced(x, () => record('ok', null, result.bytes.length, result.sha256)))) return;
   // Never x-murmur-export-root: the peer plane discloses no path structure.
   send(reply, 200, [...readHeaders(result, generation, session.containment), [HEADER.handleId, hid]], result.bytes);

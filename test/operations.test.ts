@@ -1,0 +1,41 @@
+// Operating a served capsule: a readiness route that says nothing about the capsule and is not
+// traced, and log lines that each carry the session id.
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { startServe } from './helpers/cli.js';
+import { filesManifest, rawGet, readTrace } from './helpers/http.js';
+import { makeTree, removeTree, tempDir } from './helpers/tree.js';
+
+const dirs: string[] = [];
+afterAll(() => {
+  for (const d of dirs) removeTree(d);
+});
+
+describe('serve, operated', () => {
+  it('answers GET /healthz untraced with nothing about the capsule, and binds every log line to the session', async () => {
+    const base = tempDir('rp-ops-');
+    dirs.push(base);
+    const workdir = join(base, 'work');
+    makeTree(workdir, ['out/a: a']);
+    writeFileSync(join(workdir, 'murmur.yaml'), filesManifest('out/'));
+    const tracePath = join(base, 'trace.jsonl');
+    const s = await startServe(['--workdir', workdir, '--trace', tracePath, '--session-id', 'ses_ops'], { RESOURCE_PLANE_LOG_LEVEL: 'debug' });
+    try {
+      const before = readTrace(tracePath).length;
+      const health = await rawGet(s.ready.url, '/healthz');
+      expect(health.status).toBe(200);
+      expect(health.json()).toEqual({ status: 'ok' });
+      expect(health.body.toString()).not.toMatch(/ses_ops|plane-test|out\//);
+      expect(readTrace(tracePath).length).toBe(before);
+      await rawGet(s.ready.url, '/resources/files/a');
+    } finally {
+      s.child.kill('SIGTERM');
+      await s.exited;
+    }
+    const lines = s.stderr().trim().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+    expect(lines.length).toBeGreaterThan(2);
+    for (const line of lines) expect(line.session_id, JSON.stringify(line)).toBe('ses_ops');
+    expect(lines.some((l) => l.msg === 'request')).toBe(true);
+  });
+});
