@@ -69,7 +69,16 @@ function noNewPrivs(status: string): string {
 
 /** no_new_privs of every thread of `pid`, read from outside: set only with the domain, inherited by new threads. */
 function threadFlags(pid: number): string[] {
-  return readdirSync(`/proc/${pid}/task`).map((tid) => noNewPrivs(readFileSync(`/proc/${pid}/task/${tid}/status`, 'utf8')));
+  const flags: string[] = [];
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      flags.push(noNewPrivs(readFileSync(`/proc/${pid}/task/${tid}/status`, 'utf8')));
+    } catch (error) {
+      // A thread that ended between the listing and the read (the hook's worker thread, say).
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+    }
+  }
+  return flags;
 }
 
 const LISTENING = 'notifications/resource_plane/listening';
@@ -162,6 +171,40 @@ describe.skipIf(ABI === 0)('a confined serve', () => {
     const types = readTrace(trace).map((e) => e.event_type);
     expect(types).toEqual(['session_start', 'resource_read', 'peer_file_fetch', 'session_end']);
     expect(readTrace(trace)[2]).toMatchObject({ outcome: 'ok', peer: peerAddr });
+  });
+
+  it('with --operator-listen unix:PATH may make that socket (and remove it at exit) in its directory, nothing else there', async () => {
+    const workdir = scratch();
+    makeTree(workdir, ['out/a.txt: a']);
+    writeFileSync(join(workdir, 'murmur.yaml'), 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n');
+    const sockDir = scratch();
+    const sock = join(sockDir, 'operator.sock');
+    const trace = join(scratch(), 'trace.jsonl');
+    const s = await startServe(['--workdir', workdir, '--trace', trace, '--operator-listen', `unix:${sock}`]);
+    cleanups.push(() => void s.child.kill('SIGKILL'));
+    const confinement = readTrace(trace)[0]!.confinement as Confinement;
+    expect(confinement).toMatchObject({ applied: true, write: [trace, sockDir] });
+    expect(readdirSync(sockDir)).toEqual(['operator.sock']);
+    s.child.kill('SIGTERM');
+    expect(await s.exited).toEqual({ code: 0, signal: null });
+    expect(readdirSync(sockDir)).toEqual([]);
+  });
+
+  it('binds a TCP operator listener on its own port rule', async () => {
+    const workdir = scratch();
+    writeFileSync(join(workdir, 'murmur.yaml'), 'name: cap\nversion: "1"\n');
+    const trace = join(scratch(), 'trace.jsonl');
+    // A port free a moment ago (a tiny race with other processes, harmless here).
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+    const port = (probe.address() as { port: number }).port;
+    await new Promise<void>((resolve) => probe.close(() => resolve()));
+    const s = await startServe(['--workdir', workdir, '--trace', trace, '--operator-listen', `127.0.0.1:${port}`]);
+    cleanups.push(() => void s.child.kill('SIGKILL'));
+    const confinement = readTrace(trace)[0]!.confinement as Confinement;
+    expect(confinement.applied).toBe(true);
+    if (ABI >= 4) expect(confinement.bind_ports).toEqual([0, port]);
+    expect((s.ready as Record<string, unknown>).operator_url).toBe(`http://127.0.0.1:${port}`);
   });
 
   it('believes no handed-over report: a forged handoff claiming a domain records that none is in force', async () => {

@@ -32,7 +32,7 @@ import * as native from '../native.js';
 import { PEER_INBOX_DIR } from '../scope.js';
 import { Trace } from '../trace.js';
 import { prepareSession, type SessionOptions } from './open-session.js';
-import { parseAdvertise, parseListen } from './options.js';
+import { parseAdvertise, parseListen, parseOperatorListen } from './options.js';
 
 /** Carries a confined launch's settled state across the execve (phase 1 → phase 2). */
 export const HANDOFF_ENV = 'RESOURCE_PLANE_CONFINED_LAUNCH';
@@ -56,6 +56,8 @@ const EXECUTE: native.LandlockFsRight[] = ['read_file', 'execute'];
 const APPEND: native.LandlockFsRight[] = ['write_file'];
 /** The landing (native/write.cc): a temp file created, written, renamed in place or removed. */
 const LANDING: native.LandlockFsRight[] = ['read_file', 'read_dir', 'write_file', 'make_reg', 'remove_file'];
+/** The operator plane's unix socket: bound (made) in its directory, unlinked by libuv on close. */
+const SOCKET_DIR: native.LandlockFsRight[] = ['make_sock', 'remove_file'];
 
 export type LandlockMode = 'auto' | 'off';
 
@@ -75,6 +77,8 @@ export interface PlanInput {
   tracePath: string;
   manifest: Manifest;
   listenPort: number;
+  /** `--operator-listen`, parsed: its TCP port is bound too, or its unix socket made (and removed at close). */
+  operatorListen?: { host: string; port: number } | { path: string } | null;
   /** Defaults: this package's root, process.execPath, process.env, /proc/self/maps. */
   packageRoot?: string;
   execPath?: string;
@@ -262,11 +266,13 @@ export function planConfinement(input: PlanInput): Plan {
   // capsule that replaced it with a link or a file loses the landing, never the confinement.
   add(input.tracePath, APPEND, false, 'write');
   if (input.manifest.peerFetchAllow !== null) add(join(input.workdir, PEER_INBOX_DIR), LANDING, true, 'write', true);
+  const operator = input.operatorListen ?? null;
+  if (operator !== null && 'path' in operator) add(real(dirname(operator.path)), SOCKET_DIR, true, 'write');
 
   // Ports: the listener's own (0 is the ephemeral range), and those of the allow lists the server
   // itself connects through: peer_fetch.allow (fetch-peer-file: the issuer's card, the redeem) and,
   // with a peer plane, network.allow (share-file reads the recipient's card).
-  const bindPorts = [input.listenPort];
+  const bindPorts = [input.listenPort, ...(operator !== null && 'port' in operator ? [operator.port] : [])];
   const outbound: [string, readonly Destination[]][] = [];
   if (input.manifest.peerFetchAllow !== null) outbound.push(['capabilities.peer_fetch.allow', input.manifest.peerFetchAllow]);
   if (input.manifest.peerFiles !== null) outbound.push(['capabilities.network.allow', input.manifest.networkAllow]);
@@ -281,7 +287,7 @@ export function planConfinement(input: PlanInput): Plan {
     connectPorts.push(...entries.map((d) => d.port as number));
   }
   if (connectPorts !== null) connectPorts = [...new Set(connectPorts)].sort((a, b) => a - b);
-  return { rules, bindPorts, connectPorts, notes };
+  return { rules, bindPorts: [...new Set(bindPorts)], connectPorts, notes };
 }
 
 // ── Applying it ─────────────────────────────────────────────────────────────────────────────────
@@ -320,6 +326,7 @@ function report(plan: Plan, applied: native.LandlockApplied): Confinement {
 export interface ConfineOptions extends Omit<SessionOptions, 'advertisedUrl' | 'confinement'> {
   listen?: string;
   advertise?: string;
+  operatorListen?: string;
 }
 
 /**
@@ -330,6 +337,7 @@ export interface ConfineOptions extends Omit<SessionOptions, 'advertisedUrl' | '
 export async function confineAndReexec(opts: ConfineOptions, log: (msg: string) => void): Promise<Confinement> {
   const listen = parseListen(opts.listen ?? '127.0.0.1:0');
   parseAdvertise(opts.advertise);
+  const operatorListen = opts.operatorListen === undefined ? null : parseOperatorListen(opts.operatorListen, opts.workdir);
   // Every check a launch makes, with the same diagnostics; the workdir is created if missing.
   const prepared = await prepareSession(opts);
   prepared.abandon();
@@ -349,7 +357,7 @@ export async function confineAndReexec(opts: ConfineOptions, log: (msg: string) 
     }
   }
 
-  const plan = planConfinement({ workdir, tracePath, manifest, listenPort: listen.port });
+  const plan = planConfinement({ workdir, tracePath, manifest, listenPort: listen.port, operatorListen });
   if (plan.rules.some((r) => r.role === 'read' && r.path === '/')) {
     return notConfined("a read rule would cover the whole filesystem ('/')", abi.abi);
   }
