@@ -87,7 +87,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     confinement = applied;
   } else {
     const { mode, why } = landlockMode(landlock);
-    confinement = mode === 'off' ? notConfined(why ?? 'disabled') : await confineAndReexec(opts, (msg) => root.debug(msg));
+    confinement = mode === 'off' ? notConfined(why ?? 'disabled') : await confineAndReexec(opts, (fields, msg) => root.debug(fields, msg));
   }
   const launched = await launch({ ...opts, confinement });
   const { session, server } = launched;

@@ -334,7 +334,7 @@ export interface ConfineOptions extends Omit<SessionOptions, 'advertisedUrl' | '
  * same command inside the domain: on success it does not return. It returns only a report of why
  * nothing was applied, and the caller then serves in this process, unconfined.
  */
-export async function confineAndReexec(opts: ConfineOptions, log: (msg: string) => void): Promise<Confinement> {
+export async function confineAndReexec(opts: ConfineOptions, log: (fields: { session_id: string }, msg: string) => void): Promise<Confinement> {
   const listen = parseListen(opts.listen ?? '127.0.0.1:0');
   parseAdvertise(opts.advertise);
   const operatorListen = opts.operatorListen === undefined ? null : parseOperatorListen(opts.operatorListen, opts.workdir);
@@ -378,7 +378,7 @@ export async function confineAndReexec(opts: ConfineOptions, log: (msg: string) 
   const env = Object.entries({ ...process.env, [HANDOFF_ENV]: JSON.stringify(handoff) })
     .filter((e): e is [string, string] => e[1] !== undefined)
     .map(([k, v]) => `${k}=${v}`);
-  log('confined: re-executing inside the Landlock domain');
+  log({ session_id: sessionId }, 'confined: re-executing inside the Landlock domain');
   const argv = [process.execPath, ...process.execArgv, ...process.argv.slice(1)];
   const failed = native.replaceProcessImage(process.execPath, argv, env);
   // Still here: the main thread is confined for good, the threads already running are not. Serve
