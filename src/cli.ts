@@ -59,6 +59,7 @@ interface ServeFlags {
   trace?: string;
   operatorListen?: string;
   memoryBudget?: string;
+  metrics?: boolean;
   listingBudget?: string;
   control: 'stdio' | 'none';
   /** false with --no-landlock. */
@@ -159,6 +160,7 @@ export function program(): Command {
     .option('--session-id <id>', 'the session id (default: a fresh ses_<32 hex>)')
     .addOption(new Option('--containment <class>', 'the containment class the sandbox achieved').choices(['advisory', 'scoped', 'sealed']).default('advisory'))
     .option('--trace <file>', 'the trace file (default: in the records directory, outside the workdir)')
+    .option('--metrics', 'count answers and serve Prometheus metrics at GET /metrics (on the --operator-listen listener when there is one)')
     .option('--memory-budget <bytes>', 'bytes reads and redeems in flight may hold, e.g. 256Mi (default 256Mi)')
     .option('--listing-budget <duration>', 'how long one listing may run, e.g. 30s (default 30s)')
     .option('--operator-listen <addr>', 'serve the operator plane on its own listener, HOST:PORT or unix:PATH (a unix socket outside the workdir, created 0600, is recommended); the main listener then serves only the peer plane and the card')

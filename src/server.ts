@@ -10,11 +10,14 @@ import type { Logger } from 'pino';
 import { Refusal, renderHttp } from './codes.js';
 import { ALL_PLANES, InFlight, planesFrameworkErrors, resourcePlanes, sendServerError, type PlaneSet } from './planes/plugin.js';
 import { redactHandles } from './redact.js';
+import type { Metrics } from './metrics.js';
 import type { Session } from './session.js';
 import { HEADER } from './wire.js';
 
 /** The readiness route of the server's own app. */
 export const HEALTH_PATH = '/healthz';
+/** Prometheus metrics, when enabled. */
+export const METRICS_PATH = '/metrics';
 
 /** How long shutdown lets responses being sent finish; then every connection is cut. */
 export const DRAIN_TIMEOUT_MS = 10_000;
@@ -123,11 +126,18 @@ export function appOptions(session: Session, logger: Logger | false, planes: Pla
 }
 
 /** A Fastify app serving `session`, its listener not yet bound (tests, and the plugin's own use). */
+export interface AppExtras {
+  /** Counted on this app's planes; `GET /metrics` is served here when `serveMetrics`. */
+  metrics?: Metrics;
+  serveMetrics?: boolean;
+}
+
 export function buildApp(
   session: Session,
   logger: Logger | false = false,
   server?: Server,
   planes: PlaneSet = ALL_PLANES,
+  extras: AppExtras = {},
 ): { app: FastifyInstance; inflight: InFlight } {
   const options = appOptions(session, logger, planes);
   const inflight = new InFlight();
@@ -164,16 +174,29 @@ export function buildApp(
   app.get(HEALTH_PATH, { exposeHeadRoute: false }, (_req, reply) => {
     reply.header('content-type', 'application/json').header('cache-control', 'no-store').send('{"status":"ok"}');
   });
-  app.register(resourcePlanes, { session, inflight, planes });
+  if (extras.metrics && extras.serveMetrics) {
+    const registry = extras.metrics.registry;
+    // Untraced, like /healthz; counts only, never a path, a handle or an audience.
+    app.get(METRICS_PATH, { exposeHeadRoute: false }, async (_req, reply) => {
+      reply.header('content-type', registry.contentType).header('cache-control', 'no-store').send(await registry.metrics());
+    });
+  }
+  app.register(resourcePlanes, { session, inflight, planes, metrics: extras.metrics });
   return { app, inflight };
 }
 
 /** Serves `session` on `listener` (see `bind`): both planes, or those `planes` names. */
-export async function serve(session: Session, listener: Listener, logger: Logger | false = false, planes: PlaneSet = ALL_PLANES): Promise<RunningServer> {
+export async function serve(
+  session: Session,
+  listener: Listener,
+  logger: Logger | false = false,
+  planes: PlaneSet = ALL_PLANES,
+  extras: AppExtras = {},
+): Promise<RunningServer> {
   // The card and the audience say where this capsule is: a session without that identity cannot serve.
   if (session.advertisedUrl === null) throw new Error('a session is served only with the advertised URL it was opened with');
   const advertisedUrl = session.advertisedUrl;
-  const { app, inflight } = buildApp(session, logger, listener.server, planes);
+  const { app, inflight } = buildApp(session, logger, listener.server, planes, extras);
   await app.ready();
   let closing: Promise<void> | null = null;
   return {

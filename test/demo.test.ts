@@ -1,6 +1,7 @@
 // `npm start` runs `resource-plane demo`: two capsules, a handoff printed step by step, both left
 // serving until SIGINT. This runs it as a user would and checks what it claims.
 import { spawn } from 'node:child_process';
+import { request } from 'node:http';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -26,8 +27,18 @@ describe('resource-plane demo', () => {
       const reporterUrl = /reporter capsule serving (http:\/\/\S+)/.exec(out)![1]!;
       const readerWorkdir = /reader capsule serving\s+\S+\s+\(workdir (\S+)\)/.exec(out)![1]!;
       expect(existsSync(join(readerWorkdir, `peer-in/${handleId}-report.md`))).toBe(true);
-      const listing = await (await fetch(`${reporterUrl}/resources/files`)).json();
-      expect(listing.entries.map((e: { path: string }) => e.path)).toEqual(['notes/findings.txt', 'report.md']);
+      // The reporter's operator plane is on its own unix socket; its peer listener no longer lists.
+      const operatorSock = /reporter operator plane\s+unix:(\S+)/.exec(out)![1]!;
+      const listing = await new Promise<{ entries: Array<{ path: string }> }>((resolve, reject) => {
+        request({ socketPath: operatorSock, path: '/resources/files' }, (res) => {
+          let body = '';
+          res.on('data', (d: Buffer) => (body += d.toString()));
+          res.on('end', () => resolve(JSON.parse(body)));
+        }).on('error', reject).end();
+      });
+      expect(listing.entries.map((e) => e.path)).toEqual(['notes/findings.txt', 'report.md']);
+      expect((await fetch(`${reporterUrl}/resources/files`)).status).toBe(404);
+      const scratchDir = /scratch: (\S+)/.exec(out)![1]!;
       const traces = /traces: (\S+)\n\s+(\S+)/.exec(out)!;
       for (const t of [traces[1]!, traces[2]!]) {
         const text = readFileSync(t, 'utf8');
@@ -38,6 +49,8 @@ describe('resource-plane demo', () => {
       const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
       child.kill('SIGINT');
       expect(await exited).toBe(0);
+      // The demo removes its scratch directory on the way out.
+      expect(existsSync(scratchDir)).toBe(false);
       rmSync(dirname(readerWorkdir), { recursive: true, force: true });
     } finally {
       child.kill('SIGKILL');

@@ -39,3 +39,38 @@ describe('serve, operated', () => {
     expect(lines.some((l) => l.msg === 'request')).toBe(true);
   });
 });
+
+describe('Prometheus metrics behind --metrics', () => {
+  it('counts answers by plane, kind and outcome, with bytes sent, and names no path; absent without the flag', async () => {
+    const base = tempDir('rp-metrics-');
+    dirs.push(base);
+    const workdir = join(base, 'work');
+    makeTree(workdir, ['out/secret-name.txt: twelve bytes']);
+    writeFileSync(join(workdir, 'murmur.yaml'), filesManifest('out/'));
+    const s = await startServe(['--workdir', workdir, '--trace', join(base, 't.jsonl'), '--metrics']);
+    try {
+      await rawGet(s.ready.url, '/resources/files/secret-name.txt');
+      await rawGet(s.ready.url, '/resources/files/missing-name.txt');
+      await rawGet(s.ready.url, '/resources/files');
+      const m = await rawGet(s.ready.url, '/metrics');
+      expect(m.status).toBe(200);
+      const text = m.body.toString();
+      expect(text).toContain('resource_plane_requests_total{plane="files",kind="read",outcome="ok"} 1');
+      expect(text).toContain('resource_plane_requests_total{plane="files",kind="read",outcome="not_found"} 1');
+      expect(text).toContain('resource_plane_requests_total{plane="files",kind="list",outcome="ok"} 1');
+      expect(text).toContain('resource_plane_sent_bytes_total{plane="files"} 12');
+      expect(text).toContain('resource_plane_memory_budget_in_use_bytes');
+      expect(text).not.toMatch(/secret-name|missing-name/);
+    } finally {
+      s.child.kill('SIGTERM');
+      await s.exited;
+    }
+    const plain = await startServe(['--workdir', workdir, '--trace', join(base, 't2.jsonl')]);
+    try {
+      expect((await rawGet(plain.ready.url, '/metrics')).status).toBe(404);
+    } finally {
+      plain.child.kill('SIGTERM');
+      await plain.exited;
+    }
+  });
+});

@@ -3,6 +3,7 @@
 // down cleanly. Shared by `serve`, `demo`, the public API and the tests.
 import { pino, type Logger } from 'pino';
 import { redactHandles } from '../redact.js';
+import { createMetrics } from '../metrics.js';
 import { ALL_PLANES } from '../planes/plugin.js';
 import { bind, serve, type Listener, type RunningServer } from '../server.js';
 import type { Session } from '../session.js';
@@ -20,6 +21,8 @@ export interface LaunchOptions extends Omit<SessionOptions, 'advertisedUrl'> {
    * peer plane and the card only. Absent: one listener serves both, as in the reference.
    */
   operatorListen?: string;
+  /** Count answers and serve Prometheus metrics at /metrics (on the operator listener when there is one). */
+  metrics?: boolean;
   logger?: Logger | false;
 }
 
@@ -77,8 +80,12 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
   let server: RunningServer;
   let operator: RunningServer | null = null;
   try {
-    server = await serve(session, listeners[0]!, logger, operatorAddress ? { files: false, peer: true } : ALL_PLANES);
-    if (operatorAddress) operator = await serve(session, listeners[1]!, logger, { files: true, peer: false });
+    const metrics = opts.metrics ? await createMetrics({ memoryInUse: () => session.memory.inUse }) : undefined;
+    server = await serve(session, listeners[0]!, logger, operatorAddress ? { files: false, peer: true } : ALL_PLANES, {
+      metrics,
+      serveMetrics: !operatorAddress,
+    });
+    if (operatorAddress) operator = await serve(session, listeners[1]!, logger, { files: true, peer: false }, { metrics, serveMetrics: true });
   } catch (error) {
     unbind();
     await session.close();

@@ -15,6 +15,8 @@ export interface Exchange {
   maxBytes?: number;
   /** Decides whether this refusal is traced one by one (false: it is counted in a summary). */
   traceRefusal?: () => boolean;
+  /** Told the outcome of the exchange (metrics), once it is decided. */
+  observe?: (outcome: string, bytes: number) => void;
 }
 
 /**
@@ -34,6 +36,7 @@ export async function traced(x: Exchange, appendEvent: () => Promise<void>): Pro
 /** Renders `refusal`, records it (no bytes, no hash) and, once it is recorded, sends it. */
 export async function refuse(x: Exchange, refusal: Refusal, record: (outcome: string, reason: string) => Promise<void>): Promise<void> {
   const rendered: Rendered = renderHttp(x.context, refusal, { maxBytes: x.maxBytes });
+  x.observe?.(rendered.code, 0);
   // A refusal carries no file bytes; past the client's allowance it is counted, not traced.
   if (x.traceRefusal && !x.traceRefusal()) {
     sendError(x.reply, rendered, x.refusalHeaders);

@@ -5,21 +5,23 @@ import type { FastifyReply } from 'fastify';
 import { Refusal } from '../codes.js';
 import type { ListEntry, ReadResult } from '../native.js';
 import { lowerRelpath } from '../paths.js';
+import type { Metrics } from '../metrics.js';
 import type { Session } from '../session.js';
 import { FILES_PREFIX, HEADER } from '../wire.js';
 import { asRefusal, clientOf, releaseOnClose, refuse, traced, type Exchange } from './exchange.js';
 import { headerSafe, readHeaders, send } from './reply.js';
 
-export async function handleFiles(session: Session, method: string, path: string, reply: FastifyReply): Promise<void> {
+export async function handleFiles(session: Session, method: string, path: string, reply: FastifyReply, metrics?: Metrics): Promise<void> {
   const generation = session.generation; // read once: every header and trace field agrees
+  const isList = path === FILES_PREFIX || path === `${FILES_PREFIX}/`;
   const x: Exchange = {
     reply,
     context: 'files',
     refusalHeaders: [[HEADER.generation, String(generation)]],
     maxBytes: session.files?.opts.maxBytes,
     traceRefusal: () => session.refusals.allow(clientOf(reply)),
+    observe: metrics ? (outcome, bytes) => metrics.answered('files', isList ? 'list' : 'read', outcome, bytes) : undefined,
   };
-  const isList = path === FILES_PREFIX || path === `${FILES_PREFIX}/`;
   if (isList) return handleList(session, x, method, generation);
   return handleRead(session, x, method, path.slice(FILES_PREFIX.length + 1), generation);
 }
@@ -55,6 +57,7 @@ async function handleList(session: Session, x: Exchange, method: string, generat
   }
   const total = entries.reduce((sum, e) => sum + e.size, 0);
   if (!(await traced(x, () => record('ok', null, entries.length, total)))) return;
+  x.observe?.('ok', 0);
   const body = Buffer.from(
     JSON.stringify({
       root: view.opts.root,
@@ -98,5 +101,6 @@ async function handleRead(session: Session, x: Exchange, method: string, raw: st
   }
   releaseOnClose(x, result.release);
   if (!(await traced(x, () => record('ok', null, result.bytes.length, result.sha256)))) return;
+  x.observe?.('ok', result.bytes.length);
   send(x.reply, 200, [...readHeaders(result, generation, session.containment), [HEADER.exportRoot, headerSafe(view.opts.root)]], result.bytes);
 }

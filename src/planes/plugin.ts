@@ -11,6 +11,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Refusal, renderHttp } from '../codes.js';
 import { requestPath } from '../paths.js';
 import { redactHandles } from '../redact.js';
+import type { Metrics } from '../metrics.js';
 import type { Session } from '../session.js';
 import { CARD_PATH, HEADER, isFilesPath, isPeerPath, RESOURCES_PREFIX } from '../wire.js';
 import { agentCard } from './card.js';
@@ -35,7 +36,7 @@ export interface PlaneSet {
 export const ALL_PLANES: Readonly<PlaneSet> = Object.freeze({ files: true, peer: true });
 
 /** Routes one request under /resources by its raw path; the planes do the rest. */
-export async function dispatch(session: Session, req: FastifyRequest, reply: FastifyReply, planes: PlaneSet = ALL_PLANES): Promise<void> {
+export async function dispatch(session: Session, req: FastifyRequest, reply: FastifyReply, planes: PlaneSet = ALL_PLANES, metrics?: Metrics): Promise<void> {
   const path = requestPath(req.raw.url ?? '/');
   const method = req.raw.method ?? 'GET';
   // A plane this listener does not serve is not there at all: no route, no trace.
@@ -43,10 +44,10 @@ export async function dispatch(session: Session, req: FastifyRequest, reply: Fas
     sendServerError(reply, new Refusal('not_found'));
     return;
   }
-  if (isFilesPath(path)) return handleFiles(session, method, path, reply);
+  if (isFilesPath(path)) return handleFiles(session, method, path, reply, metrics);
   if (isPeerPath(path)) {
     const audience = req.headers[HEADER.audience];
-    return handleRedeem(session, method, path, Array.isArray(audience) ? audience.join(', ') : audience, reply);
+    return handleRedeem(session, method, path, Array.isArray(audience) ? audience.join(', ') : audience, reply, metrics);
   }
   // Anything else under /resources/: no plane, no trace; still no write verb.
   sendError(reply, renderHttp('files', new Refusal(method !== 'GET' ? 'method_not_allowed' : 'not_found')));
@@ -97,6 +98,8 @@ export interface PlanesOptions {
   inflight?: InFlight;
   /** Default: both planes (and the card, which goes with the peer plane). */
   planes?: PlaneSet;
+  /** Counts answers when given (src/metrics.ts). */
+  metrics?: Metrics;
 }
 
 /** Registers both planes and the agent card. */
@@ -144,8 +147,8 @@ export async function resourcePlanes(app: FastifyInstance, opts: PlanesOptions):
 
   // exposeHeadRoute off: HEAD is a method like any other here, answered 405 by the planes.
   const route = { exposeHeadRoute: false };
-  app.all(RESOURCES_PREFIX, route, (req, reply) => dispatch(session, req, reply, planes));
-  app.all(`${RESOURCES_PREFIX}/*`, route, (req, reply) => dispatch(session, req, reply, planes));
+  app.all(RESOURCES_PREFIX, route, (req, reply) => dispatch(session, req, reply, planes, opts.metrics));
+  app.all(`${RESOURCES_PREFIX}/*`, route, (req, reply) => dispatch(session, req, reply, planes, opts.metrics));
   // The card is how peers find this capsule's identity: it belongs with the peer plane's listener.
   if (planes.peer) {
     app.get(CARD_PATH, route, (_req, reply) => {

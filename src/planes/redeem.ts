@@ -7,6 +7,7 @@ import { checkShape, verifyToken } from '../handle/token.js';
 import type { ReadResult } from '../native.js';
 import { canonicalRelpath } from '../paths.js';
 import { handleId } from '../redact.js';
+import type { Metrics } from '../metrics.js';
 import type { Session } from '../session.js';
 import { HEADER, PEER_PREFIX } from '../wire.js';
 import { asRefusal, clientOf, releaseOnClose, refuse, traced, type Exchange } from './exchange.js';
@@ -18,6 +19,7 @@ export async function handleRedeem(
   path: string,
   audienceHeader: string | undefined,
   reply: FastifyReply,
+  metrics?: Metrics,
 ): Promise<void> {
   const token = path.slice(PEER_PREFIX.length + 1);
   // A property of the request alone, settled before anything about this capsule is consulted
@@ -44,6 +46,7 @@ export async function handleRedeem(
     refusalHeaders: [[HEADER.generation, String(generation)], [HEADER.handleId, hid]],
     maxBytes: view?.opts.maxBytes,
     traceRefusal: () => session.refusals.allow(clientOf(reply)),
+    observe: metrics ? (outcome, bytes) => metrics.answered('peer', 'redeem', outcome, bytes) : undefined,
   };
   let verifiedPath: string | null = null;
   const record = (outcome: string, reason: string | null, bytes: number | null, sha256: string | null) =>
@@ -82,6 +85,7 @@ export async function handleRedeem(
   }
   releaseOnClose(x, result.release);
   if (!(await traced(x, () => record('ok', null, result.bytes.length, result.sha256)))) return;
+  x.observe?.('ok', result.bytes.length);
   // Never x-murmur-export-root: the peer plane discloses no path structure.
   send(reply, 200, [...readHeaders(result, generation, session.containment), [HEADER.handleId, hid]], result.bytes);
 }
