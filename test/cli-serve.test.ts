@@ -3,19 +3,13 @@
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { get } from 'node:http';
 import { join } from 'node:path';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
+import { reap } from './helpers/cleanup.js';
 import { runCli, startServe, type Served } from './helpers/cli.js';
-import { makeTree, removeTree, tempDir } from './helpers/tree.js';
-
-const cleanups: Array<() => void | Promise<void>> = [];
-afterEach(async () => {
-  while (cleanups.length) await cleanups.pop()!();
-});
+import { makeTree, removeTree, scratch, tempDir } from './helpers/tree.js';
 
 function workdirWith(manifest: string, lines: string[] = []): string {
-  const dir = tempDir();
-  cleanups.push(() => removeTree(dir));
-  makeTree(dir, lines);
+  const dir = scratch(lines);
   writeFileSync(join(dir, 'murmur.yaml'), manifest);
   return dir;
 }
@@ -23,17 +17,14 @@ function workdirWith(manifest: string, lines: string[] = []): string {
 const MANIFEST = 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n';
 
 function track(s: Served): Served {
-  cleanups.push(() => {
-    s.child.kill('SIGKILL');
-  });
+  reap(s.child);
   return s;
 }
 
 describe('serve', () => {
   it.each(['SIGTERM', 'SIGINT'] as const)('reports its URL on stdout, serves, and on %s exits 0 with the trace flushed', async (signal) => {
     const dir = workdirWith(MANIFEST, ['out/a.txt: hello']);
-    const records = tempDir();
-    cleanups.push(() => removeTree(records));
+    const records = scratch();
     const s = track(await startServe(['--workdir', dir, '--containment', 'sealed', '--session-id', 'ses_test1'], { RESOURCE_PLANE_RECORDS_DIR: records }));
     expect(s.ready.event).toBe('listening');
     expect(s.ready.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
@@ -59,8 +50,7 @@ describe('serve', () => {
     const dir = workdirWith('name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n    max_bytes: 64Mi\n');
     makeTree(dir, ['out/big.bin @ 1k']);
     writeFileSync(join(dir, 'out/big.bin'), Buffer.alloc(32 << 20, 7));
-    const traces = tempDir();
-    cleanups.push(() => removeTree(traces));
+    const traces = scratch();
     for (const signal of ['SIGTERM', 'SIGHUP'] as const) {
       const s = track(await startServe(['--workdir', dir, '--trace', join(traces, `${signal}.jsonl`)]));
       const body = await new Promise<number>((resolve, reject) => {
@@ -101,8 +91,7 @@ describe('serve', () => {
 
   it('honours --listen, --advertise and --trace', async () => {
     const dir = workdirWith(MANIFEST);
-    const traceDir = tempDir();
-    cleanups.push(() => removeTree(traceDir));
+    const traceDir = scratch();
     const trace = join(traceDir, 'nested', 'trace.jsonl');
     const s = track(await startServe(['--workdir', dir, '--listen', '127.0.0.1:0', '--advertise', 'http://reporter.local:9000/', '--trace', trace]));
     expect(s.ready.advertised_url).toBe('http://reporter.local:9000');
@@ -154,8 +143,7 @@ describe('serve', () => {
 
 describe('an export root reached through an absolute symlink', () => {
   it.each(['files', 'peer_files'])('is refused at launch and by explain-scope (E-CAP-007), though on the host it points inside (%s)', (block) => {
-    const base = tempDir();
-    cleanups.push(() => removeTree(base));
+    const base = scratch();
     const workdir = join(base, 'workdir');
     makeTree(workdir, ['real/f.txt: f', `out -> ${join(workdir, 'real')}`]);
     const manifest = block === 'files'
@@ -194,10 +182,8 @@ describe('launch diagnostics create nothing', () => {
   ];
 
   it.each(cases)('%s: %s', (code, manifest, message, tree) => {
-    const base = tempDir();
-    cleanups.push(() => removeTree(base));
-    const records = tempDir();
-    cleanups.push(() => removeTree(records));
+    const base = scratch();
+    const records = scratch();
     const manifestPath = join(base, 'murmur.yaml');
     writeFileSync(manifestPath, manifest);
     const workdir = join(base, 'workdir');

@@ -3,29 +3,22 @@ import { createServer, type Server } from 'node:http';
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseManifest } from '../src/manifest/model.js';
-import { launch, type Launched } from '../src/launch/launch.js';
+import { openCapsule, type Capsule } from './helpers/capsule.js';
 import { runCliAsync as runCli } from './helpers/cli.js';
-import { makeTree, removeTree, tempDir } from './helpers/tree.js';
+import { removeTree, tempDir } from './helpers/tree.js';
 
-let workdir: string;
 let outDir: string;
-let launched: Launched;
-let server: Launched['server'];
+let server: Capsule;
 let liar: Server;
 let liarUrl: string;
 
 beforeAll(async () => {
-  workdir = tempDir();
   outDir = tempDir();
-  makeTree(workdir, ['out/report.md: the report', 'out/sub dir/é.txt: accented', 'out/big.bin @ 2k', 'secret.txt: SECRET']);
-  launched = await launch({
-    workdir,
-    manifest: parseManifest('name: c\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n    max_bytes: 1Ki\n'),
-    tracePath: join(outDir, 'trace.jsonl'),
+  server = await openCapsule({
+    tree: ['out/report.md: the report', 'out/sub dir/é.txt: accented', 'out/big.bin @ 2k', 'secret.txt: SECRET'],
+    yaml: 'name: c\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n    max_bytes: 1Ki\n',
     containment: 'sealed',
   });
-  server = launched.server;
   // A server that answers like the operator plane but whose etag does not describe its body.
   liar = createServer((_req, res) => {
     res.writeHead(200, { 'content-type': 'application/octet-stream', etag: `"sha256:${'0'.repeat(64)}"` });
@@ -36,9 +29,8 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await launched.stop();
+  await server.close();
   await new Promise((r) => liar.close(r));
-  removeTree(workdir);
   removeTree(outDir);
 });
 

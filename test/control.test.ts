@@ -6,10 +6,11 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { defer, reap } from './helpers/cleanup.js';
 import { CLI } from './helpers/cli.js';
-import { makeTree, removeTree, tempDir } from './helpers/tree.js';
+import { scratch } from './helpers/tree.js';
 
 const LISTENING = 'notifications/resource_plane/listening';
 const ListeningSchema = z.object({
@@ -27,18 +28,10 @@ interface Capsule {
   stderr: () => string;
 }
 
-const cleanups: Array<() => void | Promise<void>> = [];
-afterEach(async () => {
-  while (cleanups.length) await cleanups.pop()!();
-});
-
 async function launch(manifest: string, tree: string[] = []): Promise<Capsule> {
-  const workdir = tempDir();
-  cleanups.push(() => removeTree(workdir));
-  makeTree(workdir, tree);
+  const workdir = scratch(tree);
   writeFileSync(join(workdir, 'murmur.yaml'), manifest);
-  const traceDir = tempDir();
-  cleanups.push(() => removeTree(traceDir));
+  const traceDir = scratch();
   const trace = join(traceDir, 'trace.jsonl');
   const transport = new StdioClientTransport({
     command: process.execPath,
@@ -52,7 +45,7 @@ async function launch(manifest: string, tree: string[] = []): Promise<Capsule> {
     client.setNotificationHandler(ListeningSchema, (n) => resolve(n.params));
   });
   await client.connect(transport);
-  cleanups.push(() => client.close());
+  defer(() => client.close());
   const ready = await listening;
   return { client, transport, url: ready.url, advertised: ready.advertised_url, trace: ready.trace, workdir, stderr: () => err };
 }
@@ -160,14 +153,11 @@ describe('a runtime drives a handoff between two spawned capsules', () => {
 
 describe('closing stdin ends the session', () => {
   it('exits 0, flushes the trace and leaves no child behind', async () => {
-    const workdir = tempDir();
-    cleanups.push(() => removeTree(workdir));
+    const workdir = scratch();
     writeFileSync(join(workdir, 'murmur.yaml'), `name: a\n${HEAD}${PEER}`);
-    const traceDir = tempDir();
-    cleanups.push(() => removeTree(traceDir));
+    const traceDir = scratch();
     const trace = join(traceDir, 'trace.jsonl');
-    const child = spawn(process.execPath, [CLI, 'serve', '--workdir', workdir, '--control', 'stdio', '--trace', trace], { stdio: ['pipe', 'pipe', 'pipe'] });
-    cleanups.push(() => void child.kill('SIGKILL'));
+    const child = reap(spawn(process.execPath, [CLI, 'serve', '--workdir', workdir, '--control', 'stdio', '--trace', trace], { stdio: ['pipe', 'pipe', 'pipe'] }));
     let out = '';
     const listening = new Promise<void>((resolve) => {
       child.stdout.on('data', (d: Buffer) => {

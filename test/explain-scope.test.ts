@@ -2,14 +2,9 @@
 // `--json` is byte-for-byte the `effective_grants` of `session_start` in a real launch's trace.
 import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { runCli, startServe } from './helpers/cli.js';
-import { removeTree, tempDir } from './helpers/tree.js';
-
-const cleanups: Array<() => void> = [];
-afterEach(() => {
-  while (cleanups.length) cleanups.pop()!();
-});
+import { scratch } from './helpers/tree.js';
 
 const MANIFESTS: Array<[string, string]> = [
   ['nothing declared', 'name: a\nversion: "1"\n'],
@@ -24,8 +19,7 @@ const MANIFESTS: Array<[string, string]> = [
 
 describe('explain-scope --json equals session_start.effective_grants', () => {
   it.each(MANIFESTS)('%s', async (_label, manifest) => {
-    const dir = tempDir();
-    cleanups.push(() => removeTree(dir));
+    const dir = scratch();
     const manifestPath = join(dir, 'murmur.yaml');
     writeFileSync(manifestPath, manifest);
     for (const containment of ['sealed', 'scoped']) {
@@ -45,8 +39,7 @@ describe('explain-scope --json equals session_start.effective_grants', () => {
   });
 
   it('renders sections for humans and creates nothing', () => {
-    const dir = tempDir();
-    cleanups.push(() => removeTree(dir));
+    const dir = scratch();
     const manifestPath = join(dir, 'murmur.yaml');
     writeFileSync(manifestPath, MANIFESTS[4]![1]);
     const r = runCli(['explain-scope', '--manifest', manifestPath]);

@@ -8,7 +8,6 @@ import { METHODS } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Containment } from '../src/manifest/model.js';
-import * as native from '../src/native.js';
 import {
   buildEscapeTree,
   ESCAPE_CASES,
@@ -18,18 +17,17 @@ import {
   SECRET,
   SECRET_SHA,
 } from './helpers/escape-cases.js';
+import { filesManifest, openCapsule, type Capsule } from './helpers/capsule.js';
 import {
-  filesManifest,
-  launch,
   pool,
   rawGet,
   rawExchange,
   rawRequest,
   readTrace,
   sha256Hex,
-  type Launched,
   type RawResponse,
 } from './helpers/http.js';
+import { RESOLVERS } from './helpers/resolvers.js';
 import { makeTree, removeTree, tempDir } from './helpers/tree.js';
 
 // ── What SPEC section 4 says, restated here so that a drifting catalogue fails ──────────────────
@@ -71,7 +69,6 @@ const LIST_KEYS = ['root', 'mode', 'max_bytes', 'generation', 'containment_achie
 const ENTRY_KEYS = ['path', 'size_bytes', 'mtime_ms', 'sha256'];
 
 const CLASSES: Containment[] = ['advisory', 'scoped', 'sealed'];
-const RESOLVERS: native.ResolverKind[] = native.openat2Available() ? ['openat2', 'walk'] : ['walk'];
 
 // ── Assertions shared by every test ─────────────────────────────────────────────────────────────
 
@@ -164,13 +161,13 @@ afterAll(() => {
 
 describe.each(RESOLVERS)('resolver %s', (resolver) => {
   describe.each(CLASSES)('class %s', (containment) => {
-    let esc: Launched;
-    let list: Launched;
+    let esc: Capsule;
+    let list: Capsule;
 
     beforeAll(async () => {
       const yaml = filesManifest('out/', MAX_BYTES);
-      esc = await launch({ workdir: escapeWorkdir, traceDir, yaml, containment, resolver });
-      list = await launch({ workdir: listWorkdir, traceDir, yaml, containment, resolver });
+      esc = await openCapsule({ workdir: escapeWorkdir, traceDir, yaml, containment, resolver });
+      list = await openCapsule({ workdir: listWorkdir, traceDir, yaml, containment, resolver });
     });
 
     afterAll(async () => {
@@ -243,7 +240,7 @@ describe.each(RESOLVERS)('resolver %s', (resolver) => {
 
 describe('listing', () => {
   let workdir: string;
-  let srv: Launched;
+  let srv: Capsule;
   // Sorted by UTF-8 bytes of the whole path: `a-b` (0x2d) < `a.b` (0x2e) < `a/b` (0x2f) < `a0`
   // (0x30), so a walk that sorts per directory fails; U+FF5A (EF BD 9A) sorts before U+1F600
   // (F0 ...), which UTF-16 code-unit order (D83D < FF5A) would get wrong.
@@ -255,7 +252,7 @@ describe('listing', () => {
     makeTree(workdir, ['out/z: z', 'out/\u{1F600}: grin', 'out/a/b: a slash b', 'out/é: e acute', 'out/a0: a zero',
       'out/B: capital b', 'out/a.b: a dot b', 'out/\uFF5A: fullwidth z', 'out/.hidden: hidden', 'out/.dot/inner: inner',
       'out/a-b: a dash b']);
-    srv = await launch({ workdir, traceDir, yaml: filesManifest('out/'), containment: 'advisory' });
+    srv = await openCapsule({ workdir, traceDir, yaml: filesManifest('out/'), containment: 'advisory' });
   });
 
   afterAll(async () => {
@@ -287,7 +284,7 @@ describe('listing', () => {
 
   it('a root that does not exist lists no entries; created after launch, it is served', async () => {
     const wd = tempDir();
-    const later = await launch({ workdir: wd, traceDir, yaml: filesManifest('later/'), containment: 'sealed' });
+    const later = await openCapsule({ workdir: wd, traceDir, yaml: filesManifest('later/'), containment: 'sealed' });
     try {
       const empty = await rawGet(later.url, '/resources/files');
       expect(empty.status).toBe(200);
@@ -312,7 +309,7 @@ describe('listing', () => {
   it('an export root that is a symlink inside the workdir is resolved on every request', async () => {
     const wd = tempDir();
     makeTree(wd, ['v1/report.md: version one', 'v2/report.md: version two']);
-    const linked = await launch({ workdir: wd, traceDir, yaml: filesManifest('current'), containment: 'advisory' });
+    const linked = await openCapsule({ workdir: wd, traceDir, yaml: filesManifest('current'), containment: 'advisory' });
     try {
       expect((await rawGet(linked.url, '/resources/files')).json().entries).toEqual([]);
       symlinkSync('v1', join(wd, 'current'));
@@ -331,7 +328,7 @@ describe('listing', () => {
 
 describe('routing', () => {
   let workdir: string;
-  let srv: Launched;
+  let srv: Capsule;
   let hostPort: string;
 
   beforeAll(async () => {
@@ -345,7 +342,7 @@ describe('routing', () => {
       'out/100%: one hundred percent',
       'out/%: lone percent',
     ]);
-    srv = await launch({ workdir, traceDir, yaml: filesManifest('out/', MAX_BYTES), containment: 'sealed' });
+    srv = await openCapsule({ workdir, traceDir, yaml: filesManifest('out/', MAX_BYTES), containment: 'sealed' });
     hostPort = new URL(srv.url).host;
   });
 
@@ -563,12 +560,12 @@ describe('routing', () => {
 
 describe('no exports.files block', () => {
   let workdir: string;
-  let srv: Launched;
+  let srv: Capsule;
 
   beforeAll(async () => {
     workdir = tempDir();
     makeTree(workdir, ['out/report.md: hello report', 'report.md: top']);
-    srv = await launch({ workdir, traceDir, yaml: filesManifest(null), containment: 'scoped' });
+    srv = await openCapsule({ workdir, traceDir, yaml: filesManifest(null), containment: 'scoped' });
   });
 
   afterAll(async () => {
@@ -602,7 +599,7 @@ describe('generation', () => {
   it('follows advanceGeneration on reads, listings and refusals; the etag of an unchanged file does not move', async () => {
     const workdir = tempDir();
     makeTree(workdir, ['out/report.md: hello report']);
-    const srv = await launch({ workdir, traceDir, yaml: filesManifest('out/'), containment: 'advisory' });
+    const srv = await openCapsule({ workdir, traceDir, yaml: filesManifest('out/'), containment: 'advisory' });
     try {
       const etags = new Set<string>();
       const mtimes = new Set<string>();
@@ -667,7 +664,7 @@ describe('concurrent reads during rename churn', () => {
     mkdirSync(join(workdir, 'out'));
     mkdirSync(join(workdir, 'stage'));
     writeFileSync(join(workdir, 'out', 'churn.bin'), churnVersion(0));
-    const srv = await launch({ workdir, traceDir, yaml: filesManifest('out/'), containment: 'sealed' });
+    const srv = await openCapsule({ workdir, traceDir, yaml: filesManifest('out/'), containment: 'sealed' });
     const stop = join(workdir, 'stop');
     const child = spawn(process.execPath, ['-e', CHURN_CHILD], {
       env: { ...process.env, STAGE: join(workdir, 'stage'), TARGET: join(workdir, 'out', 'churn.bin'), STOP: stop },

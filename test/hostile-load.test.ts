@@ -5,27 +5,17 @@ import { execFileSync } from 'node:child_process';
 import { connect, type Socket } from 'node:net';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { TRACE_FIELD_MAX_CHARS } from '../src/trace.js';
-import { filesManifest, launch, rawGet, readTrace, type Launched } from './helpers/http.js';
+import { capsule, filesManifest, type Capsule } from './helpers/capsule.js';
+import { rawGet, readTrace } from './helpers/http.js';
 import { startServe } from './helpers/cli.js';
-import { makeTree, removeTree, tempDir } from './helpers/tree.js';
+import { defer } from './helpers/cleanup.js';
+import { makeTree, scratch } from './helpers/tree.js';
 
-let traceDir: string;
-const dirs: string[] = [];
-beforeAll(() => {
-  traceDir = tempDir('rp-load-trace-');
-});
-afterAll(() => {
-  removeTree(traceDir);
-  for (const d of dirs) removeTree(d);
-});
-
-async function up(lines: string[], yaml = filesManifest('out/', 64 << 20)): Promise<Launched> {
-  const workdir = tempDir('rp-load-');
-  dirs.push(workdir);
-  makeTree(workdir, lines);
-  return launch({ workdir, traceDir, yaml, containment: 'sealed' });
+/** A sealed capsule serving `lines`, closed when the test finishes (`stop()` ends it earlier, its trace kept). */
+function up(lines: string[], yaml = filesManifest('out/', 64 << 20)): Promise<Capsule> {
+  return capsule({ tree: lines, yaml, containment: 'sealed' });
 }
 
 /** Opens a raw connection and sends `text` without finishing the request. */
@@ -49,7 +39,7 @@ describe('shutdown gate', () => {
     const holder = await trickle(srv.url, 'GET /resources/files/big.bin HTTP/1.1\r\nhost: x\r\n\r\n');
     holder.pause();
     await new Promise((r) => setTimeout(r, 200));
-    const stopping = srv.close();
+    const stopping = srv.stop();
     await new Promise((r) => setTimeout(r, 100));
     const side = await rawGet(srv.url, '/resources/files/x%ZZ');
     const plain = await rawGet(srv.url, '/resources/files/n.txt');
@@ -64,26 +54,22 @@ describe('shutdown gate', () => {
 describe('a bounded trace', () => {
   it('stores a caller-chosen field up to a fixed length, then its length and a short hash', async () => {
     const srv = await up(['out/a: a'], 'name: t\nversion: "1"\nexports:\n  peer_files:\n    root: out/\n');
-    try {
-      const audience = 'a'.repeat(14_000);
-      const res = await rawGet(srv.url, `/resources/peer/mh1.${'A'.repeat(40)}.${'B'.repeat(43)}`, [['x-murmur-audience', audience]]);
-      expect(res.json().error).toBe('malformed_handle');
-      const line = readTrace(srv.tracePath).find((l) => l.event_type === 'peer_handle_redeem')!;
-      const stored = line.audience_asserted as string;
-      expect(stored.length).toBeLessThan(TRACE_FIELD_MAX_CHARS + 64);
-      expect(stored).toMatch(new RegExp(`^a{${TRACE_FIELD_MAX_CHARS}}…\\[14000 chars, sha256:[0-9a-f]{16}\\]$`));
-      // The whole line stays small whatever the header's size.
-      expect(JSON.stringify(line).length).toBeLessThan(2_000);
-    } finally {
-      await srv.close();
-    }
+    const audience = 'a'.repeat(14_000);
+    const res = await rawGet(srv.url, `/resources/peer/mh1.${'A'.repeat(40)}.${'B'.repeat(43)}`, [['x-murmur-audience', audience]]);
+    expect(res.json().error).toBe('malformed_handle');
+    const line = readTrace(srv.tracePath).find((l) => l.event_type === 'peer_handle_redeem')!;
+    const stored = line.audience_asserted as string;
+    expect(stored.length).toBeLessThan(TRACE_FIELD_MAX_CHARS + 64);
+    expect(stored).toMatch(new RegExp(`^a{${TRACE_FIELD_MAX_CHARS}}…\\[14000 chars, sha256:[0-9a-f]{16}\\]$`));
+    // The whole line stays small whatever the header's size.
+    expect(JSON.stringify(line).length).toBeLessThan(2_000);
   });
 
   it('closes a cleanly stopped session with session_end, its reason and its counts', async () => {
     const srv = await up(['out/a: a']);
     await rawGet(srv.url, '/resources/files/a');
     await rawGet(srv.url, '/resources/files/missing');
-    await srv.close();
+    await srv.stop();
     const lines = readTrace(srv.tracePath);
     expect(lines.at(-1)).toMatchObject({ event_type: 'session_end', reason: 'stopped', counts: { resource_read: 2 } });
   });
@@ -91,32 +77,24 @@ describe('a bounded trace', () => {
 
 describe('the memory budget', () => {
   it('answers 503 over_capacity with retry-after, traced, while never-reading clients hold the budget; memory frees when they go', async () => {
-    const workdir = tempDir('rp-load-');
-    dirs.push(workdir);
-    makeTree(workdir, ['out/small: s']);
+    const workdir = scratch(['out/small: s'], 'rp-load-');
     writeFileSync(join(workdir, 'out', 'eight.bin'), Buffer.alloc(8 << 20, 2));
-    const { launch: launchSession } = await import('../src/launch/launch.js');
-    const { parseManifest } = await import('../src/manifest/model.js');
-    const tracePath = join(traceDir, 'budget.jsonl');
-    const l = await launchSession({ workdir, manifest: parseManifest(filesManifest('out/', 64 << 20)), tracePath, memoryBudgetBytes: 20 << 20 });
-    try {
-      // Two 8 MiB reads fit a 20 MiB budget; their clients never read.
-      const holders = await Promise.all([0, 1].map(() => trickle(l.server.url, 'GET /resources/files/eight.bin HTTP/1.1\r\nhost: x\r\n\r\n')));
-      for (const h of holders) h.pause();
-      await new Promise((r) => setTimeout(r, 300));
-      expect(l.session.memory.inUse).toBe(16 << 20);
-      const refused = await rawGet(l.server.url, '/resources/files/eight.bin');
-      expect(refused.status).toBe(503);
-      expect(refused.header('retry-after')).toBe('1');
-      expect(refused.json().error).toBe('over_capacity');
-      expect(readTrace(tracePath).some((e) => e.event_type === 'resource_read' && e.outcome === 'over_capacity')).toBe(true);
-      for (const h of holders) h.destroy();
-      for (let i = 0; i < 100 && l.session.memory.inUse !== 0; i++) await new Promise((r) => setTimeout(r, 20));
-      expect(l.session.memory.inUse).toBe(0);
-      expect((await rawGet(l.server.url, '/resources/files/eight.bin')).status).toBe(200);
-    } finally {
-      await l.stop();
-    }
+    const l = await capsule({ workdir, yaml: filesManifest('out/', 64 << 20), memoryBudgetBytes: 20 << 20 });
+    const { tracePath } = l;
+    // Two 8 MiB reads fit a 20 MiB budget; their clients never read.
+    const holders = await Promise.all([0, 1].map(() => trickle(l.server.url, 'GET /resources/files/eight.bin HTTP/1.1\r\nhost: x\r\n\r\n')));
+    for (const h of holders) h.pause();
+    await new Promise((r) => setTimeout(r, 300));
+    expect(l.session.memory.inUse).toBe(16 << 20);
+    const refused = await rawGet(l.server.url, '/resources/files/eight.bin');
+    expect(refused.status).toBe(503);
+    expect(refused.header('retry-after')).toBe('1');
+    expect(refused.json().error).toBe('over_capacity');
+    expect(readTrace(tracePath).some((e) => e.event_type === 'resource_read' && e.outcome === 'over_capacity')).toBe(true);
+    for (const h of holders) h.destroy();
+    for (let i = 0; i < 100 && l.session.memory.inUse !== 0; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(l.session.memory.inUse).toBe(0);
+    expect((await rawGet(l.server.url, '/resources/files/eight.bin')).status).toBe(200);
   });
 });
 
@@ -124,28 +102,20 @@ describe('slow and many clients', () => {
   it('answers a normal request while 300 connections trickle or idle', async () => {
     const srv = await up(['out/a: hello']);
     const sockets: Socket[] = [];
-    try {
-      for (let i = 0; i < 300; i++) {
-        sockets.push(await trickle(srv.url, i % 2 ? 'GET /resources/files/a HTTP/1.1\r\nhost: x\r\nx-slow: ' : ''));
-      }
-      const res = await rawGet(srv.url, '/resources/files/a');
-      expect(res.status).toBe(200);
-      expect(res.body.toString()).toBe('hello');
-    } finally {
-      for (const s of sockets) s.destroy();
-      await srv.close();
+    defer(() => sockets.forEach((s) => s.destroy()));
+    for (let i = 0; i < 300; i++) {
+      sockets.push(await trickle(srv.url, i % 2 ? 'GET /resources/files/a HTTP/1.1\r\nhost: x\r\nx-slow: ' : ''));
     }
+    const res = await rawGet(srv.url, '/resources/files/a');
+    expect(res.status).toBe(200);
+    expect(res.body.toString()).toBe('hello');
   });
 
   it('refuses an oversized header block early, in the JSON error shape', async () => {
     const srv = await up(['out/a: a']);
-    try {
-      const res = await rawGet(srv.url, '/resources/files/a', [['x-big', 'b'.repeat(20_000)]]);
-      expect(res.status).toBe(431);
-      expect(res.json()).toEqual({ error: 'bad_request', message: 'the request could not be parsed' });
-    } finally {
-      await srv.close();
-    }
+    const res = await rawGet(srv.url, '/resources/files/a', [['x-big', 'b'.repeat(20_000)]]);
+    expect(res.status).toBe(431);
+    expect(res.json()).toEqual({ error: 'bad_request', message: 'the request could not be parsed' });
   });
 });
 
@@ -156,35 +126,25 @@ describe('listings that end', () => {
   }
 
   it('answers 500 io_error saying so once a listing passes its time budget, traced, and the next listing is not held', async () => {
-    const workdir = tempDir('rp-load-');
-    dirs.push(workdir);
-    makeTree(workdir, ['out/a: a']);
+    const workdir = scratch(['out/a: a'], 'rp-load-');
     sparse(workdir, 'huge.bin', '1T');
-    const { launch: launchSession } = await import('../src/launch/launch.js');
-    const { parseManifest } = await import('../src/manifest/model.js');
-    const tracePath = join(traceDir, 'listing-budget.jsonl');
-    const l = await launchSession({ workdir, manifest: parseManifest(filesManifest('out/')), tracePath, listingBudgetMs: 300 });
-    try {
-      const res = await rawGet(l.server.url, '/resources/files');
-      expect(res.status).toBe(500);
-      expect(res.json()).toEqual({ error: 'io_error', message: expect.stringMatching(/^read failed: .*time budget of 300 ms/) });
-      const line = readTrace(tracePath).find((e) => e.event_type === 'resource_list')!;
-      expect(line).toMatchObject({ outcome: 'io_error', reason: expect.stringContaining('time budget') });
-      // Reads meanwhile, and after, are answered.
-      expect((await rawGet(l.server.url, '/resources/files/a')).status).toBe(200);
-    } finally {
-      await l.stop();
-    }
+    const l = await capsule({ workdir, yaml: filesManifest('out/'), listingBudgetMs: 300 });
+    const { tracePath } = l;
+    const res = await rawGet(l.server.url, '/resources/files');
+    expect(res.status).toBe(500);
+    expect(res.json()).toEqual({ error: 'io_error', message: expect.stringMatching(/^read failed: .*time budget of 300 ms/) });
+    const line = readTrace(tracePath).find((e) => e.event_type === 'resource_list')!;
+    expect(line).toMatchObject({ outcome: 'io_error', reason: expect.stringContaining('time budget') });
+    // Reads meanwhile, and after, are answered.
+    expect((await rawGet(l.server.url, '/resources/files/a')).status).toBe(200);
   });
 
   it('SIGTERM during a listing of a 15 TiB sparse file ends the process, with session_end written', async () => {
-    const workdir = tempDir('rp-load-');
-    dirs.push(workdir);
-    makeTree(workdir, ['murmur.yaml: x']);
+    const workdir = scratch(['murmur.yaml: x'], 'rp-load-');
     writeFileSync(join(workdir, 'murmur.yaml'), filesManifest('out/'));
     makeTree(workdir, ['out/a: a']);
     sparse(workdir, 'huge.bin', '15T');
-    const tracePath = join(traceDir, 'sigterm-listing.jsonl');
+    const tracePath = join(scratch([], 'rp-load-trace-'), 'sigterm-listing.jsonl');
     const s = await startServe(['--workdir', workdir, '--trace', tracePath]);
     const { hostname, port } = new URL(s.ready.url);
     // The client stays connected: nothing but the shutdown can end this listing early.
@@ -214,7 +174,7 @@ describe('refusals past a client allowance', () => {
     }
     // A read that sends bytes is always traced, even past the allowance.
     expect((await rawGet(srv.url, '/resources/files/a')).status).toBe(200);
-    await srv.close();
+    await srv.stop();
     const lines = readTrace(srv.tracePath);
     const refusals = lines.filter((l) => l.event_type === 'resource_read' && l.outcome === 'not_found').length;
     if (refusals === sent) ctx.skip('the bucket refilled as fast as this machine could send');
@@ -244,12 +204,10 @@ describe('refusals past a client allowance', () => {
 
 describe('the memory budget holds the peak, not only the steady state', () => {
   it('32 clients that never read an 8 MiB file raise RSS by about the budget, not by 256 MiB; memory returns when they go', async () => {
-    const workdir = tempDir('rp-load-');
-    dirs.push(workdir);
-    makeTree(workdir, ['out/s: s']);
+    const workdir = scratch(['out/s: s'], 'rp-load-');
     writeFileSync(join(workdir, 'out', 'eight.bin'), Buffer.alloc(8 << 20, 5));
     writeFileSync(join(workdir, 'murmur.yaml'), filesManifest('out/', 16 << 20));
-    const s = await startServe(['--workdir', workdir, '--trace', join(traceDir, 'peak.jsonl'), '--memory-budget', '32Mi']);
+    const s = await startServe(['--workdir', workdir, '--trace', join(scratch([], 'rp-load-trace-'), 'peak.jsonl'), '--memory-budget', '32Mi']);
     const rssMiB = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${s.child.pid}/status`, 'utf8'))![1]) / 1024;
     try {
       await rawGet(s.ready.url, '/resources/files/s');

@@ -5,22 +5,15 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { runCli } from './helpers/cli.js';
-import { makeTree, removeTree, tempDir } from './helpers/tree.js';
+import { makeTree, scratch } from './helpers/tree.js';
 
 const MANIFEST = 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n';
-const dirs: string[] = [];
-afterAll(() => {
-  for (const d of dirs) removeTree(d);
-});
-
+/** A fresh directory holding `workdir/` (and, once a launch writes one, `records/`), removed with the test. */
 function base(): { base: string; workdir: string; trace: string } {
-  const b = tempDir('rp-manifest-file-');
-  dirs.push(b);
-  const workdir = join(b, 'workdir');
-  makeTree(workdir, ['out/a: a']);
-  return { base: b, workdir, trace: join(b, 'records', 'trace.jsonl') };
+  const b = scratch(['workdir/out/a: a'], 'rp-manifest-file-');
+  return { base: b, workdir: join(b, 'workdir'), trace: join(b, 'records', 'trace.jsonl') };
 }
 
 function expectRefused(r: { status: number | null; stderr: string }, why: RegExp, trace: string): void {

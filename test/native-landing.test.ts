@@ -7,27 +7,25 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, renameS
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import * as native from '../src/native.js';
-import { makeTree, removeTree, tempDir } from './helpers/tree.js';
+import { heldDirectory, RESOLVERS } from './helpers/resolvers.js';
+import { makeTree, scratch } from './helpers/tree.js';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 // The raw addon, to call it the way src/native.ts must not: positionally, or with wrong types.
 const binding = createRequire(import.meta.url)('node-gyp-build')(ROOT) as Record<string, (...args: unknown[]) => unknown>;
-const RESOLVER: native.ResolverKind = native.openat2Available() ? 'openat2' : 'walk';
+/** The resolver this kernel prefers: openat2 where it has it. */
+const RESOLVER: native.ResolverKind = RESOLVERS[0]!;
 const O_CLOEXEC = 0o2000000;
 
 let workdir: string;
 let workdirFd: number;
 
+// Each test's own workdir and descriptor, closed and removed when it finishes.
 beforeEach(async () => {
-  workdir = tempDir('rp-landing-');
-  workdirFd = await native.openDirectory(workdir);
-});
-
-afterEach(() => {
-  native.closeFd(workdirFd);
-  removeTree(workdir);
+  workdir = scratch([], 'rp-landing-');
+  workdirFd = (await heldDirectory(workdir)).fd;
 });
 
 /** This process's descriptors that point at something under `dir`, with their open flags. */

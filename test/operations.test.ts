@@ -4,7 +4,8 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startServe } from './helpers/cli.js';
-import { filesManifest, rawGet, readTrace } from './helpers/http.js';
+import { filesManifest } from './helpers/capsule.js';
+import { rawGet, readTrace } from './helpers/http.js';
 import { makeTree, removeTree, tempDir } from './helpers/tree.js';
 
 const dirs: string[] = [];

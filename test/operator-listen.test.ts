@@ -4,27 +4,22 @@
 import { request } from 'node:http';
 import { statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
-import { launch, type Launched } from '../src/launch/launch.js';
+import { describe, expect, it } from 'vitest';
+import { launch } from '../src/launch/launch.js';
 import { parseManifest } from '../src/manifest/model.js';
+import { capsule, filesManifest, type Capsule } from './helpers/capsule.js';
 import { runCliAsync, startServe } from './helpers/cli.js';
-import { filesManifest, rawGet, readTrace } from './helpers/http.js';
-import { makeTree, removeTree, tempDir } from './helpers/tree.js';
-
-const dirs: string[] = [];
-const stops: Array<() => Promise<void>> = [];
-afterAll(async () => {
-  for (const s of stops) await s();
-  for (const d of dirs) removeTree(d);
-});
+import { rawGet, readTrace } from './helpers/http.js';
+import { makeTree, scratch } from './helpers/tree.js';
 
 const YAML = `${filesManifest('out/')}  peer_files:\n    root: out/\n`;
+const TREE = ['out/a.txt: operator bytes'];
 
-function scratch(): { base: string; workdir: string } {
-  const base = tempDir('rp-oplisten-');
-  dirs.push(base);
+/** A fresh base directory, removed with the test, holding `workdir/` (socket paths go beside it). */
+function layout(): { base: string; workdir: string } {
+  const base = scratch([], 'rp-oplisten-');
   const workdir = join(base, 'workdir');
-  makeTree(workdir, ['out/a.txt: operator bytes']);
+  makeTree(workdir, TREE);
   return { base, workdir };
 }
 
@@ -41,19 +36,17 @@ function unixGet(socketPath: string, path: string): Promise<{ status: number; bo
   });
 }
 
-async function up(operatorListen: string): Promise<{ l: Launched; base: string; tracePath: string }> {
-  const { base, workdir } = scratch();
-  const tracePath = join(base, 'trace.jsonl');
-  const l = await launch({ workdir, manifest: parseManifest(YAML), tracePath, containment: 'sealed', operatorListen });
-  stops.push(() => l.stop());
-  return { l, base, tracePath };
+/** The capsule under test, its operator plane on `operatorListen`, closed when the test finishes. */
+function up(operatorListen: string): Promise<Capsule> {
+  return capsule({ yaml: YAML, tree: TREE, containment: 'sealed', operatorListen });
 }
 
 describe('--operator-listen unix:PATH', () => {
   it('serves the operator plane on a 0600 socket; the peer listener no longer serves /resources/files', async () => {
-    const { base } = scratch();
+    const { base } = layout();
     const sock = join(base, 'op.sock');
-    const { l, tracePath } = await up(`unix:${sock}`);
+    const l = await up(`unix:${sock}`);
+    const { tracePath } = l;
     expect(l.operator!.url).toBe(`unix:${sock}`);
     expect(statSync(sock).mode & 0o777).toBe(0o600);
     expect(statSync(sock).isSocket()).toBe(true);
@@ -79,7 +72,7 @@ describe('--operator-listen unix:PATH', () => {
   });
 
   it('refuses a socket path inside the workdir, a relative one, and one that exists', async () => {
-    const { base, workdir } = scratch();
+    const { base, workdir } = layout();
     const manifest = parseManifest(YAML);
     await expect(launch({ workdir, manifest, operatorListen: `unix:${join(workdir, 'op.sock')}` })).rejects.toThrow(/outside the workdir/);
     await expect(launch({ workdir, manifest, operatorListen: 'unix:op.sock' })).rejects.toThrow(/absolute path/);
@@ -90,7 +83,7 @@ describe('--operator-listen unix:PATH', () => {
 
 describe('--operator-listen HOST:PORT', () => {
   it('splits the planes across two TCP listeners', async () => {
-    const { l } = await up('127.0.0.1:0');
+    const l = await up('127.0.0.1:0');
     expect((await rawGet(l.operator!.url, '/resources/files/a.txt')).body.toString()).toBe('operator bytes');
     expect((await rawGet(l.server.url, '/resources/files/a.txt')).status).toBe(404);
   });
@@ -98,7 +91,7 @@ describe('--operator-listen HOST:PORT', () => {
 
 describe('the command line over the unix socket', () => {
   it('serve announces operator_url; ls and get work over it', async () => {
-    const { base, workdir } = scratch();
+    const { base, workdir } = layout();
     writeFileSync(join(workdir, 'murmur.yaml'), filesManifest('out/'));
     const sock = join(base, 'cli.sock');
     const s = await startServe(['--workdir', workdir, '--trace', join(base, 't.jsonl'), '--operator-listen', `unix:${sock}`]);

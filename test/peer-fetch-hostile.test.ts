@@ -12,35 +12,20 @@ import { createServer as createHttpsServer } from 'node:https';
 import { createServer as createNetServer, type Socket } from 'node:net';
 import { join, relative } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { parseManifest } from '../src/manifest/model.js';
+import type { Refusal } from '../src/codes.js';
 import { fetchPeerFile } from '../src/tools/fetch-peer-file.js';
 import { handleId } from '../src/redact.js';
-import { Refusal } from '../src/codes.js';
 import { shareFile } from '../src/tools/share-file.js';
-import { launch } from '../src/launch/launch.js';
-import { openSession } from '../src/launch/open-session.js';
-import { fdCount, makeTree, removeTree, tempDir } from './helpers/tree.js';
+import { capsule, offlineCapsule, type CapsuleSession } from './helpers/capsule.js';
+import { listenLoopback, type Loopback } from './helpers/loopback.js';
+import { refusal } from './helpers/refusal.js';
+import { fdCount, removeTree, scratch } from './helpers/tree.js';
 
 // ── Fixtures ─────────────────────────────────────────────────────────────────
 
-const cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
+type Local = CapsuleSession;
 
-interface Local {
-  session: Session;
-  workdir: string;
-  tracePath: string;
-}
-
-/** A capsule under test (not served unless `listen`): fetches from 127.0.0.1, shares `out/`. */
-async function local(opts: { listen?: boolean; tree?: string[] } = {}): Promise<Local> {
-  const workdir = tempDir('rp-hostile-');
-  const records = tempDir('rp-records-');
-  cleanups.push(() => removeTree(workdir), () => removeTree(records));
-  if (opts.tree) makeTree(workdir, opts.tree);
-  const manifest = parseManifest(`name: gamma
+const GAMMA = `name: gamma
 version: 0.1.0
 exports:
   peer_files:
@@ -50,16 +35,11 @@ capabilities:
     allow: ["127.0.0.1"]
   network:
     allow: ["127.0.0.1"]
-`);
-  const tracePath = join(records, 'trace.jsonl');
-  if (opts.listen) {
-    const launched = await launch({ workdir, manifest, tracePath });
-    cleanups.push(() => launched.stop());
-    return { session: launched.session, workdir, tracePath };
-  }
-  const session = await openSession({ workdir, manifest, tracePath, advertisedUrl: 'http://localhost:4242' });
-  cleanups.push(() => session.close());
-  return { session, workdir, tracePath };
+`;
+
+/** A capsule under test (not served unless `listen`; it advertises localhost:4242): fetches from 127.0.0.1, shares `out/`. */
+function local(opts: { listen?: boolean; tree?: string[] } = {}): Promise<Local> {
+  return opts.listen ? capsule({ yaml: GAMMA, tree: opts.tree }) : offlineCapsule({ yaml: GAMMA, tree: opts.tree, advertise: 'http://localhost:4242' });
 }
 
 interface Seen {
@@ -68,13 +48,9 @@ interface Seen {
   headers: IncomingMessage['headers'];
 }
 
-interface Hostile {
-  address: string;
-  port: number;
+/** Its `connections()` and `closed()` count the redeems: a card fetch's connection is left out. */
+interface Hostile extends Loopback {
   requests: Seen[];
-  connections: () => number;
-  /** Resolves when the n-th connection the peer accepted has closed. */
-  closed: (n?: number) => Promise<void>;
 }
 
 /** The issuer every handle here names; the peers' cards name it too, so the token is sent. */
@@ -93,20 +69,7 @@ function cardFor(port: number): Buffer {
 }
 
 /** Connections counted and awaited by the tests are the redeems: a card fetch's connection is left out. */
-function track(server: { on(event: 'connection', cb: (s: Socket) => void): unknown }) {
-  const sockets = new Set<Socket>();
-  const all: Array<{ socket: Socket; closed: Promise<void> }> = [];
-  server.on('connection', (socket) => {
-    sockets.add(socket);
-    all.push({ socket, closed: new Promise((resolve) => socket.on('close', () => resolve())) });
-  });
-  const redeems = () => all.filter((c) => !cardSockets.has(c.socket));
-  return {
-    sockets,
-    connections: () => redeems().length,
-    closed: (n = 1) => redeems()[n - 1]?.closed ?? Promise.reject(new Error('no such connection')),
-  };
-}
+const REDEEMS_ONLY = { ignored: (socket: Socket) => cardSockets.has(socket) };
 
 /** A peer written with node:http: `handler` answers however the test wants it to lie. */
 async function httpPeer(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<Hostile> {
@@ -122,14 +85,7 @@ async function httpPeer(handler: (req: IncomingMessage, res: ServerResponse) => 
     requests.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers });
     handler(req, res);
   });
-  const t = track(server);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  cleanups.push(() => new Promise<void>((resolve) => {
-    for (const s of t.sockets) s.destroy();
-    server.close(() => resolve());
-  }));
-  const port = (server.address() as { port: number }).port;
-  return { address: `127.0.0.1:${port}`, port, requests, connections: t.connections, closed: t.closed };
+  return { ...(await listenLoopback(server, REDEEMS_ONLY)), requests };
 }
 
 /** A peer written with node:net: `onConnection` gets the raw socket once the request arrived. */
@@ -154,14 +110,7 @@ async function rawPeer(onRequest: (socket: Socket) => void): Promise<Hostile> {
     });
     socket.on('error', () => undefined);
   });
-  const t = track(server);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  cleanups.push(() => new Promise<void>((resolve) => {
-    for (const s of t.sockets) s.destroy();
-    server.close(() => resolve());
-  }));
-  const port = (server.address() as { port: number }).port;
-  return { address: `127.0.0.1:${port}`, port, requests, connections: t.connections, closed: t.closed };
+  return { ...(await listenLoopback(server, REDEEMS_ONLY)), requests };
 }
 
 const sha = (bytes: Buffer | string) => createHash('sha256').update(bytes).digest('hex');
@@ -182,16 +131,6 @@ function honest(body: Buffer | string, extra: Record<string, string> = {}) {
     res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': bytes.length, etag: etagOf(bytes), ...extra });
     res.end(bytes);
   };
-}
-
-async function refusal(run: () => Promise<unknown>): Promise<Refusal> {
-  try {
-    await run();
-  } catch (error) {
-    if (error instanceof Refusal) return error;
-    throw error;
-  }
-  throw new Error('expected a refusal');
 }
 
 function snapshot(dir: string): string[] {
@@ -297,14 +236,8 @@ describe('a peer that never answers', () => {
   it('is peer_unreachable once the connect timeout passes (an https peer that never shakes hands)', async () => {
     const gamma = await local();
     // TCP is accepted, TLS never starts: the connection is never established, whatever the total.
-    const server = createNetServer(() => undefined);
-    const t = track(server);
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    cleanups.push(() => new Promise<void>((resolve) => {
-      for (const s of t.sockets) s.destroy();
-      server.close(() => resolve());
-    }));
-    const port = (server.address() as { port: number }).port;
+    const t = await listenLoopback(createNetServer(() => undefined));
+    const port = t.port;
     const handle = handleFor();
     const started = Date.now();
     const error = await refusal(() => fetchPeerFile(
@@ -576,8 +509,7 @@ describe('landing fetched bytes', () => {
 
   it('refuses a peer-in that is a symlink to an outside directory, writing nothing there', async () => {
     const gamma = await local();
-    const outside = tempDir('rp-outside-');
-    cleanups.push(() => removeTree(outside));
+    const outside = scratch();
     writeFileSync(join(outside, 'existing.txt'), 'untouched');
     symlinkSync(outside, join(gamma.workdir, 'peer-in'));
     const before = snapshot(outside);
@@ -608,8 +540,7 @@ describe('landing fetched bytes', () => {
 
   it('replaces a symlink planted at the final name rather than writing through it', async () => {
     const gamma = await local();
-    const outside = tempDir('rp-outside-');
-    cleanups.push(() => removeTree(outside));
+    const outside = scratch();
     writeFileSync(join(outside, 'target.txt'), 'untouched');
     const handle = handleFor('report.md');
     mkdirSync(join(gamma.workdir, 'peer-in'));
@@ -650,8 +581,7 @@ describe('landing fetched bytes', () => {
 
 describe('an https peer', () => {
   function selfSigned(): { key: string; cert: string } {
-    const dir = tempDir('rp-tls-');
-    cleanups.push(() => removeTree(dir));
+    const dir = scratch();
     execFileSync('openssl', [
       'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=localhost',
       '-addext', 'subjectAltName=IP:127.0.0.1,DNS:localhost',
@@ -673,13 +603,7 @@ describe('an https peer', () => {
       requests.push(req.url ?? '');
       honest('over tls')(req, res);
     });
-    const t = track(server);
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    cleanups.push(() => new Promise<void>((resolve) => {
-      for (const s of t.sockets) s.destroy();
-      server.close(() => resolve());
-    }));
-    const port = (server.address() as { port: number }).port;
+    const { port } = await listenLoopback(server);
     const gamma = await local();
     const handle = handleFor('secure.md');
 

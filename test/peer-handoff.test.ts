@@ -5,37 +5,21 @@
 // each checked against what the trace recorded and what the peer saw on the wire.
 import { createHash } from 'node:crypto';
 import { lstatSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer, type Server, type Socket } from 'node:net';
+import { createServer } from 'node:net';
 import { join, relative } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
-import { parseManifest } from '../src/manifest/model.js';
+import { describe, expect, it } from 'vitest';
 import { decodePayloadUnverified } from '../src/handle/token.js';
 import { fetchPeerFile } from '../src/tools/fetch-peer-file.js';
 import { Refusal } from '../src/codes.js';
 import { shareFile } from '../src/tools/share-file.js';
-import { launch } from '../src/launch/launch.js';
-import type { RunningServer } from '../src/server.js';
 import type { Containment } from '../src/manifest/model.js';
+import { capsule as servedCapsule, type Capsule } from './helpers/capsule.js';
 import { buildEscapeTree, ESCAPE_CASES, MAX_BYTES, SECRET, SECRET_SHA } from './helpers/escape-cases.js';
-import { makeTree, removeTree, tempDir } from './helpers/tree.js';
+import { listenLoopback } from './helpers/loopback.js';
+import { refusal } from './helpers/refusal.js';
+import { scratch } from './helpers/tree.js';
 
 // ── Fixtures ─────────────────────────────────────────────────────────────────
-
-const cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
-
-interface Capsule {
-  session: Session;
-  server: RunningServer;
-  workdir: string;
-  tracePath: string;
-  /** `127.0.0.1:<port>`: what a peer passes to reach this capsule. */
-  address: string;
-  /** `<name>@localhost:<port>`: what its card yields and what it asserts. */
-  audience: string;
-}
 
 interface CapsuleSpec {
   name: string;
@@ -47,18 +31,16 @@ interface CapsuleSpec {
   escapeTree?: boolean;
 }
 
+/** A served capsule named `spec.name` (sealed unless said otherwise), closed when the test finishes. */
 async function capsule(spec: CapsuleSpec): Promise<Capsule> {
-  const workdir = tempDir('rp-handoff-');
-  const records = tempDir('rp-records-');
-  cleanups.push(() => removeTree(workdir), () => removeTree(records));
+  const workdir = scratch();
   if (spec.escapeTree) buildEscapeTree(workdir);
-  if (spec.tree) makeTree(workdir, spec.tree);
-  const tracePath = join(records, 'trace.jsonl');
-  const manifest = parseManifest(`name: ${spec.name}\nversion: 0.1.0\n${spec.yaml ?? ''}`);
-  const { session, server, stop } = await launch({ workdir, manifest, tracePath, containment: spec.containment ?? 'sealed' });
-  cleanups.push(stop);
-  const port = new URL(server.url).port;
-  return { session, server, workdir, tracePath, address: `127.0.0.1:${port}`, audience: `${spec.name}@localhost:${port}`.toLowerCase() };
+  return servedCapsule({
+    yaml: `name: ${spec.name}\nversion: 0.1.0\n${spec.yaml ?? ''}`,
+    workdir,
+    tree: spec.tree,
+    containment: spec.containment ?? 'sealed',
+  });
 }
 
 const SHARES = (extra = '') => `exports:
@@ -101,31 +83,8 @@ function snapshot(dir: string): string[] {
 }
 
 /** A raw TCP listener that only counts who connects: the "peer saw nothing" witness. */
-async function countingListener(): Promise<{ address: string; connections: () => number }> {
-  let count = 0;
-  const sockets = new Set<Socket>();
-  const server: Server = createServer((socket) => {
-    count++;
-    sockets.add(socket);
-    socket.destroy();
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  cleanups.push(() => new Promise<void>((resolve) => {
-    for (const s of sockets) s.destroy();
-    server.close(() => resolve());
-  }));
-  const port = (server.address() as { port: number }).port;
-  return { address: `127.0.0.1:${port}`, connections: () => count };
-}
-
-async function refusal(run: () => Promise<unknown>): Promise<Refusal> {
-  try {
-    await run();
-  } catch (error) {
-    if (error instanceof Refusal) return error;
-    throw error;
-  }
-  throw new Error('expected a refusal');
+function countingListener() {
+  return listenLoopback(createServer((socket) => socket.destroy()));
 }
 
 const sha = (bytes: Buffer | string) => createHash('sha256').update(bytes).digest('hex');
@@ -415,7 +374,7 @@ describe('share-file and the network allow list', () => {
     const peer = await countingListener();
     // Closed again at once: the port is (very likely) free, so the connect is refused.
     const address = peer.address;
-    await cleanups.pop()!();
+    await peer.close();
     const error = await refusal(() => shareFile(alpha.session, { path: 'report.md', peer: address }));
     expect(error.code).toBe('peer_unreachable');
     expect(error.message).toMatch(/could not be fetched/);

@@ -7,7 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Containment } from '../src/manifest/model.js';
 import { mintToken, randomNonceHex, sealRaw, type HandlePayload } from '../src/handle/token.js';
 import { handleId } from '../src/redact.js';
-import { launch, rawGet, rawRequest, readTrace, sha256Hex, type Launched } from './helpers/http.js';
+import { openCapsule, type Capsule } from './helpers/capsule.js';
+import { rawGet, rawRequest, readTrace, sha256Hex } from './helpers/http.js';
 import { makeTree, removeTree, tempDir } from './helpers/tree.js';
 
 const AUD = 'reader@localhost:41235';
@@ -16,7 +17,7 @@ const PEER_YAML = 'name: reporter\nversion: "1"\nexports:\n  peer_files:\n    ro
 
 let workdir: string;
 let traceDir: string;
-const capsules: Partial<Record<Containment | 'second' | 'undeclared', Launched>> = {};
+const capsules: Partial<Record<Containment | 'second' | 'undeclared', Capsule>> = {};
 
 beforeAll(async () => {
   workdir = tempDir();
@@ -30,10 +31,10 @@ beforeAll(async () => {
     'out/fifo |',
     `secret.txt: ${SECRET}`,
   ]);
-  for (const c of ['sealed', 'scoped'] as const) capsules[c] = await launch({ workdir, traceDir, yaml: PEER_YAML, containment: c });
+  for (const c of ['sealed', 'scoped'] as const) capsules[c] = await openCapsule({ workdir, traceDir, yaml: PEER_YAML, containment: c });
   // A second session of the same capsule over the same workdir: a different key.
-  capsules.second = await launch({ workdir, traceDir, yaml: PEER_YAML, containment: 'sealed' });
-  capsules.undeclared = await launch({ workdir, traceDir, yaml: 'name: x\nversion: "1"\n' });
+  capsules.second = await openCapsule({ workdir, traceDir, yaml: PEER_YAML, containment: 'sealed' });
+  capsules.undeclared = await openCapsule({ workdir, traceDir, yaml: 'name: x\nversion: "1"\n' });
 });
 
 afterAll(async () => {
@@ -42,7 +43,7 @@ afterAll(async () => {
   removeTree(traceDir);
 });
 
-function cap(c: keyof typeof capsules = 'sealed'): Launched {
+function cap(c: keyof typeof capsules = 'sealed'): Capsule {
   return capsules[c]!;
 }
 
@@ -87,7 +88,7 @@ describe('a valid redeem', () => {
     const dir = tempDir();
     const tdir = tempDir();
     makeTree(dir, ['out/f.md: first']);
-    const c = await launch({ workdir: dir, traceDir: tdir, yaml: PEER_YAML, containment: 'sealed' });
+    const c = await openCapsule({ workdir: dir, traceDir: tdir, yaml: PEER_YAML, containment: 'sealed' });
     try {
       const token = mintToken(c.session.key!, { v: 1, iss: c.session.sessionId, p: 'f.md', exp: Date.now() + 60_000, n: randomNonceHex() }, AUD);
       const get = () => rawGet(c.url, `/resources/peer/${token}`, [['x-murmur-audience', AUD]]);

@@ -7,7 +7,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { planesFrameworkErrors, resourcePlanes, InFlight } from '../src/planes/plugin.js';
 import { openSession } from '../src/launch/open-session.js';
 import { parseManifest } from '../src/manifest/model.js';
-import { filesManifest, rawGet, rawRequest, readTrace } from './helpers/http.js';
+import { filesManifest } from './helpers/capsule.js';
+import { rawGet, rawRequest, readTrace } from './helpers/http.js';
 import { makeTree, removeTree, tempDir } from './helpers/tree.js';
 
 const dirs: string[] = [];

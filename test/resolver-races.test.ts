@@ -4,35 +4,30 @@
 // does not describe the body.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ExportView, type Containment } from '../src/export-view.js';
 import { Refusal } from '../src/codes.js';
 import * as native from '../src/native.js';
+import { reap } from './helpers/cleanup.js';
 import { raceSwaps, racesTimeout, sawAll } from './helpers/race.js';
-import { fdCount, makeTree, removeTree, tempDir } from './helpers/tree.js';
+import { heldDirectory, RESOLVERS } from './helpers/resolvers.js';
+import { fdCount, makeTree, scratch } from './helpers/tree.js';
 
-const RESOLVERS: native.ResolverKind[] = native.openat2Available() ? ['openat2', 'walk'] : ['walk'];
 const SECRET = 'OUTSIDE-SECRET-BYTES';
 const sha = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
 
-const cleanups: Array<() => void> = [];
-afterEach(() => {
-  while (cleanups.length) cleanups.pop()!();
-});
+function viewOf(fd: number, containment: Containment, resolver: native.ResolverKind, maxBytes = 1 << 20): ExportView {
+  return new ExportView({ plane: 'files', workdirFd: () => fd, root: 'out', maxBytes, containment, resolver });
+}
 
 async function openView(dir: string, containment: Containment, resolver: native.ResolverKind, maxBytes = 1 << 20): Promise<ExportView> {
-  const fd = await native.openDirectory(dir);
-  cleanups.push(() => native.closeFd(fd));
-  return new ExportView({ plane: 'files', workdirFd: () => fd, root: 'out', maxBytes, containment, resolver });
+  return viewOf((await heldDirectory(dir)).fd, containment, resolver, maxBytes);
 }
 
 describe.each(RESOLVERS)('symlink-swap race (%s)', (resolver) => {
   it.for(['sealed', 'scoped'] as Containment[])('never reads outside while mid/ and an escaping link trade places (%s)', racesTimeout(2), async (containment, ctx) => {
-    const dir = tempDir();
-    cleanups.push(() => removeTree(dir));
-    const outside = tempDir();
-    cleanups.push(() => removeTree(outside));
-    makeTree(outside, [`f.txt: ${SECRET}`, `deep/f.txt: ${SECRET}`]);
+    const dir = scratch();
+    const outside = scratch([`f.txt: ${SECRET}`, `deep/f.txt: ${SECRET}`]);
     makeTree(dir, [
       'out/mid/f.txt: inside bytes',
       'out/mid/deep/f.txt: inside bytes',
@@ -68,9 +63,7 @@ describe.each(RESOLVERS)('symlink-swap race (%s)', (resolver) => {
 });
 
 function churn(script: string, dir: string): ChildProcess {
-  const child = spawn(process.execPath, ['-e', script, dir], { stdio: 'ignore' });
-  cleanups.push(() => child.kill('SIGKILL'));
-  return child;
+  return reap(spawn(process.execPath, ['-e', script, dir], { stdio: 'ignore' }));
 }
 
 // Each version is one repeated character at a length that varies, so a torn body is detectable.
@@ -85,9 +78,7 @@ for (;;) { const c = String.fromCharCode(97 + (i % 26)); const len = 1000 + (i *
 
 describe.each(RESOLVERS)('content churn (%s)', (resolver) => {
   it('rename-into-place: every body is one whole version and its hash describes it', async () => {
-    const dir = tempDir();
-    cleanups.push(() => removeTree(dir));
-    makeTree(dir, ['out/f.txt: a']);
+    const dir = scratch(['out/f.txt: a']);
     const v = await openView(dir, 'sealed', resolver);
     churn(RENAME_WRITER, dir);
     const versions = new Set<string>();
@@ -105,9 +96,7 @@ describe.each(RESOLVERS)('content churn (%s)', (resolver) => {
   });
 
   it('in-place rewrite: the hash always describes exactly the bytes returned', async () => {
-    const dir = tempDir();
-    cleanups.push(() => removeTree(dir));
-    makeTree(dir, ['out/f.txt: a']);
+    const dir = scratch(['out/f.txt: a']);
     const v = await openView(dir, 'sealed', resolver);
     churn(INPLACE_WRITER, dir);
     for (let i = 0; i < 2000; i++) {
@@ -117,9 +106,7 @@ describe.each(RESOLVERS)('content churn (%s)', (resolver) => {
   });
 
   it('a file that grows past the ceiling between fstat and read is refused, not truncated', async () => {
-    const dir = tempDir();
-    cleanups.push(() => removeTree(dir));
-    makeTree(dir, ['out/f.txt: a']);
+    const dir = scratch(['out/f.txt: a']);
     const v = await openView(dir, 'sealed', resolver, 150_000);
     churn(INPLACE_WRITER, dir);
     for (let i = 0; i < 2000; i++) {
@@ -136,12 +123,11 @@ describe.each(RESOLVERS)('content churn (%s)', (resolver) => {
 
 describe('descriptor accounting', () => {
   it.each(RESOLVERS)('10,000 operations leave no descriptor behind (%s)', async (resolver) => {
-    const dir = tempDir();
-    cleanups.push(() => removeTree(dir));
-    makeTree(dir, ['out/a.txt: a', 'out/sub/b.txt: b', 'out/link -> a.txt', 'out/esc -> ../x', 'out/fifo |', 'out/big @ 4k', 'out/sub/l2 -> ../sub/b.txt']);
+    const dir = scratch(['out/a.txt: a', 'out/sub/b.txt: b', 'out/link -> a.txt', 'out/esc -> ../x', 'out/fifo |', 'out/big @ 4k', 'out/sub/l2 -> ../sub/b.txt']);
     const before = fdCount();
-    const v = await openView(dir, 'sealed', resolver, 1024);
-    const scoped = await openView(dir, 'scoped', resolver, 1024);
+    const workdirs = [await heldDirectory(dir), await heldDirectory(dir)];
+    const v = viewOf(workdirs[0]!.fd, 'sealed', resolver, 1024);
+    const scoped = viewOf(workdirs[1]!.fd, 'scoped', resolver, 1024);
     const ops = [
       () => v.read('a.txt'), () => v.read('link'), () => v.read('esc'), () => v.read('fifo'), () => v.read('big'),
       () => v.read('missing'), () => v.read('sub/l2'), () => v.stat('sub/b.txt'), () => v.list(), () => scoped.read('link'),
@@ -149,7 +135,7 @@ describe('descriptor accounting', () => {
     for (let i = 0; i < 10_000; i += ops.length) {
       await Promise.all(ops.map((op) => op().catch(() => undefined)));
     }
-    while (cleanups.length > 1) cleanups.pop()!(); // close the two workdir descriptors
+    for (const w of workdirs) w.close(); // the two workdir descriptors are the test's own
     expect(fdCount()).toBe(before);
   });
 });

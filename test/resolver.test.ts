@@ -6,10 +6,10 @@ import { ExportView, type Containment } from '../src/export-view.js';
 import { Refusal, renderHttp } from '../src/codes.js';
 import * as native from '../src/native.js';
 import { buildEscapeTree, ESCAPE_CASES, LISTED_FOLLOW, LISTED_SCOPED, MAX_BYTES, SECRET, SECRET_SHA } from './helpers/escape-cases.js';
-import { makeTree, removeTree, tempDir } from './helpers/tree.js';
+import { heldDirectory, RESOLVERS } from './helpers/resolvers.js';
+import { makeTree, removeTree, scratch, tempDir } from './helpers/tree.js';
 
 const CLASSES: Containment[] = ['sealed', 'advisory', 'scoped'];
-const RESOLVERS: native.ResolverKind[] = native.openat2Available() ? ['openat2', 'walk'] : ['walk'];
 
 let workdir: string;
 let listWorkdir: string;
@@ -91,39 +91,27 @@ describe.each(RESOLVERS)('resolver %s', (resolver) => {
     });
 
     it('a root that does not exist yet lists empty, reads not_found, and is served once created', async () => {
-      const dir = tempDir();
-      const fd = await native.openDirectory(dir);
-      try {
-        const v = view(fd, containment, resolver, 'later/');
-        expect(await v.list()).toEqual([]);
-        expect((await outcome(() => v.read('x.txt'))).code).toBe('not_found');
-        makeTree(dir, ['later/x.txt: arrived']);
-        expect((await v.list()).map((e) => e.path)).toEqual(['x.txt']);
-        expect((await v.read('x.txt')).bytes.toString()).toBe('arrived');
-      } finally {
-        native.closeFd(fd);
-        removeTree(dir);
-      }
+      const dir = scratch();
+      const { fd } = await heldDirectory(dir);
+      const v = view(fd, containment, resolver, 'later/');
+      expect(await v.list()).toEqual([]);
+      expect((await outcome(() => v.read('x.txt'))).code).toBe('not_found');
+      makeTree(dir, ['later/x.txt: arrived']);
+      expect((await v.list()).map((e) => e.path)).toEqual(['x.txt']);
+      expect((await v.read('x.txt')).bytes.toString()).toBe('arrived');
     });
 
     it('a root that is a symlink inside the workdir is followed; one pointing out is outside_root', async () => {
-      const dir = tempDir();
-      const outside = tempDir();
-      makeTree(outside, [`s.txt: ${SECRET}`]);
+      const dir = scratch();
+      const outside = scratch([`s.txt: ${SECRET}`]);
       makeTree(dir, ['real/r.txt: real', 'alias -> real', `away -> ${outside}`, 'away-rel -> ../', 'file-root: x']);
-      const fd = await native.openDirectory(dir);
-      try {
-        expect((await view(fd, containment, resolver, 'alias/').read('r.txt')).bytes.toString()).toBe('real');
-        expect((await outcome(() => view(fd, containment, resolver, 'away/').read('s.txt'))).code).toBe('outside_root');
-        expect((await outcome(() => view(fd, containment, resolver, 'away/').list())).code).toBe('outside_root');
-        expect((await outcome(() => view(fd, containment, resolver, 'away-rel/').list())).code).toBe('outside_root');
-        expect((await outcome(() => view(fd, containment, resolver, 'file-root').read('x'))).code).toBe('not_found');
-        expect(await view(fd, containment, resolver, 'file-root').list()).toEqual([]);
-      } finally {
-        native.closeFd(fd);
-        removeTree(dir);
-        removeTree(outside);
-      }
+      const { fd } = await heldDirectory(dir);
+      expect((await view(fd, containment, resolver, 'alias/').read('r.txt')).bytes.toString()).toBe('real');
+      expect((await outcome(() => view(fd, containment, resolver, 'away/').read('s.txt'))).code).toBe('outside_root');
+      expect((await outcome(() => view(fd, containment, resolver, 'away/').list())).code).toBe('outside_root');
+      expect((await outcome(() => view(fd, containment, resolver, 'away-rel/').list())).code).toBe('outside_root');
+      expect((await outcome(() => view(fd, containment, resolver, 'file-root').read('x'))).code).toBe('not_found');
+      expect(await view(fd, containment, resolver, 'file-root').list()).toEqual([]);
     });
   });
 });

@@ -8,23 +8,22 @@
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { createServer as createHttpServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
-import { createServer as createNetServer, type Server as NetServer, connect } from 'node:net';
+import { createServer as createNetServer, connect } from 'node:net';
 import { lstatSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { Refusal } from '../src/codes.js';
-import { parseManifest } from '../src/manifest/model.js';
+import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { fetchPeerFile } from '../src/tools/fetch-peer-file.js';
 import { mintToken, randomNonceHex } from '../src/handle/token.js';
 import { handleId, redactHandles } from '../src/redact.js';
 import { shareFile } from '../src/tools/share-file.js';
-import { launch } from '../src/launch/launch.js';
-import type { RunningServer } from '../src/server.js';
 import { callTool } from '../src/tools/index.js';
+import { capsule as servedCapsule, openCapsule, type Capsule as Served } from './helpers/capsule.js';
 import { rawGet, rawRequest, readTrace, type RawResponse } from './helpers/http.js';
-import { makeTree, removeTree, tempDir } from './helpers/tree.js';
+import { listenLoopback } from './helpers/loopback.js';
+import { refusal } from './helpers/refusal.js';
+import { scratch } from './helpers/tree.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI = join(ROOT, 'dist/cli.js');
@@ -32,47 +31,25 @@ const sodium = createRequire(join(ROOT, 'src/handle/key.ts'))('sodium-native') a
 
 // ── Fixtures ─────────────────────────────────────────────────────────────────
 
-const cleanups: Array<() => unknown> = [];
-afterAll(async () => {
-  for (const c of cleanups.splice(0).reverse()) await c();
-});
-
-interface Capsule {
-  session: Session;
-  server: RunningServer;
-  workdir: string;
-  tracePath: string;
-  address: string;
-  audience: string;
+interface Capsule extends Served {
   logs: () => string;
-  close: () => Promise<void>;
 }
 
-/** An in-process capsule on 127.0.0.1 whose pino logs (at `trace`, the most verbose) go to memory. */
-async function capsule(name: string, yaml: string, tree: string[] = []): Promise<Capsule> {
-  const workdir = tempDir('rp-sec-');
-  const records = tempDir('rp-sec-rec-');
-  cleanups.push(() => removeTree(workdir), () => removeTree(records));
-  makeTree(workdir, tree);
-  const tracePath = join(records, 'trace.jsonl');
+/**
+ * An in-process capsule on 127.0.0.1 whose pino logs (at `trace`, the most verbose) go to memory.
+ * Closed when the test finishes; with `shared` (in a beforeAll) the caller closes it.
+ */
+async function capsule(name: string, yaml: string, tree: string[] = [], shared = false): Promise<Capsule> {
   let logText = '';
   const logger = pino({ level: 'trace' }, { write: (s: string) => void (logText += s) });
-  const { session, server } = await launch({ workdir, manifest: parseManifest(`name: ${name}\nversion: "1"\n${yaml}`), tracePath, containment: 'sealed', logger });
-  const port = new URL(server.url).port;
-  let closed = false;
-  const close = async () => {
-    if (closed) return;
-    closed = true;
-    await server.close();
-    await session.close();
-  };
-  cleanups.push(close);
-  return {
-    session, server, workdir, tracePath,
-    address: `127.0.0.1:${port}`,
-    audience: `${name}@localhost:${port}`,
-    logs: () => logText,
-    close,
+  const c = await (shared ? openCapsule : servedCapsule)({ yaml: `name: ${name}\nversion: "1"\n${yaml}`, tree, containment: 'sealed', logger });
+  return { ...c, logs: () => logText };
+}
+
+/** Closes capsules a beforeAll shared with its block: the teardown that beforeAll returns. */
+function closing(...capsules: Capsule[]): () => Promise<void> {
+  return async () => {
+    for (const c of capsules.reverse()) await c.close();
   };
 }
 
@@ -80,17 +57,8 @@ const SHARES = 'exports:\n  peer_files:\n    root: out/\n    max_ttl: 60s\n    m
 const FETCHES = 'capabilities:\n  peer_fetch:\n    allow: ["127.0.0.1"]\n';
 
 /** A raw TCP listener that counts connections and answers nothing: "did the peer see anything?" */
-async function witness(): Promise<{ port: number; connections: () => number; close: () => Promise<void> }> {
-  let count = 0;
-  const server: NetServer = createNetServer((socket) => {
-    count++;
-    socket.destroy();
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as { port: number }).port;
-  const close = () => new Promise<void>((resolve) => server.close(() => resolve()));
-  cleanups.push(close);
-  return { port, connections: () => count, close };
+function witness() {
+  return listenLoopback(createNetServer((socket) => socket.destroy()));
 }
 
 /** A tiny HTTP server on 127.0.0.1 with a custom handler. */
@@ -110,12 +78,7 @@ async function httpServer(
     hits.push(`${req.method} ${req.url}`);
     handler(req, res);
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  cleanups.push(() => new Promise<void>((resolve) => {
-    server.closeAllConnections();
-    server.close(() => resolve());
-  }));
-  return { port: (server.address() as { port: number }).port, hits, server };
+  return { port: (await listenLoopback(server)).port, hits, server };
 }
 
 function card(name: string, url: string): string {
@@ -139,16 +102,6 @@ function leaks(text: string, token: string): string[] {
   return found;
 }
 
-async function refusal(p: Promise<unknown>): Promise<Refusal> {
-  try {
-    await p;
-  } catch (error) {
-    if (error instanceof Refusal) return error;
-    throw error;
-  }
-  throw new Error('expected a Refusal refusal');
-}
-
 // ── 1. The token never reaches a log, a trace, an error body or a foreign tool result ──────────
 
 describe('1. a handle token stays out of every record', () => {
@@ -157,10 +110,11 @@ describe('1. a handle token stays out of every record', () => {
   let token: string;
 
   beforeAll(async () => {
-    reporter = await capsule('reporter', SHARES, ['out/report.md: the report', 'out/dir/', 'secret.txt: outside']);
-    reader = await capsule('reader', FETCHES);
+    reporter = await capsule('reporter', SHARES, ['out/report.md: the report', 'out/dir/', 'secret.txt: outside'], true);
+    reader = await capsule('reader', FETCHES, [], true);
     const minted = await callTool(reporter.session, 'share-file', { path: 'report.md', peer: reader.address });
     token = minted.handle as string;
+    return closing(reporter, reader);
   });
 
   it('a full handoff plus every refusal kind leaves the token only in share-file\'s handle field', async () => {
@@ -175,7 +129,7 @@ describe('1. a handle token stays out of every record', () => {
 
     // Redeems that are refused in every way the redeem route knows, and their wire bytes.
     const wire: RawResponse[] = [];
-    const base = reporter.server.url;
+    const base = reporter.url;
     const tampered = `${t.slice(0, -2)}${t.at(-2) === 'A' ? 'B' : 'A'}${t.at(-1)}`;
     wire.push(await rawGet(base, `/resources/peer/${t}`, [['x-murmur-audience', reader.audience]]));
     wire.push(await rawGet(base, `/resources/peer/${t}`, [['x-murmur-audience', 'someone@else:1']]));
@@ -213,7 +167,7 @@ describe('1. a handle token stays out of every record', () => {
     const c = await capsule('closing', SHARES, ['out/a.txt: a']);
     const t = mintToken(c.session.key!, { v: 1, iss: c.session.sessionId, p: 'a.txt', exp: Date.now() + 60_000, n: randomNonceHex() }, 'x@y:1');
     await c.session.close();
-    const res = await rawGet(c.server.url, `/resources/peer/${t}`, [['x-murmur-audience', 'x@y:1']]);
+    const res = await rawGet(c.url, `/resources/peer/${t}`, [['x-murmur-audience', 'x@y:1']]);
     expect(res.status).toBe(500);
     expect(res.json()).toEqual({ error: 'io_error', message: 'read failed: internal error' });
     expect(c.logs()).toContain('unhandled error');
@@ -247,8 +201,7 @@ describe('1. a handle token stays out of every record', () => {
   // The same violation on the wire: the MCP error result a runtime receives (and typically logs in
   // the agent's transcript) carries the token. Same cause and fix as above.
   it('over MCP, a share-file error result never carries a token', async () => {
-    const dir = tempDir('rp-sec-mcp-');
-    cleanups.push(() => removeTree(dir));
+    const dir = scratch();
     mkdirSync(join(dir, 'w', 'out'), { recursive: true });
     writeFileSync(join(dir, 'w', 'out', 'a.txt'), 'a');
     writeFileSync(join(dir, 'w', 'murmur.yaml'), 'name: cap\nversion: "1"\nexports:\n  peer_files:\n    root: out/\ncapabilities:\n  network:\n    allow: [localhost]\n');
@@ -303,7 +256,7 @@ describe('1. a handle token stays out of every record', () => {
     const c = await capsule('parser', SHARES);
     const t = token;
     const ask = (bytes: string) => new Promise<void>((resolve) => {
-      const socket = connect(Number(new URL(c.server.url).port), '127.0.0.1', () => socket.write(bytes));
+      const socket = connect(Number(new URL(c.url).port), '127.0.0.1', () => socket.write(bytes));
       socket.on('data', () => undefined);
       socket.on('error', () => resolve());
       socket.on('close', () => resolve());
@@ -422,10 +375,8 @@ describe('2. the instance key lives in secure memory only, and only while it mus
       const closed = [scan(kx, mask), scan(ix, mask), scan(ox, mask)];
       process.stdout.write(JSON.stringify({ alive, withPlanted, closed }));
     `;
-    const workdir = tempDir('rp-sec-mem-');
-    const records = tempDir('rp-sec-mem-rec-');
-    cleanups.push(() => removeTree(workdir), () => removeTree(records));
-    makeTree(workdir, ['out/a.txt: a']);
+    const workdir = scratch(['out/a.txt: a']);
+    const records = scratch();
     const out = await new Promise<string>((resolve, reject) => {
       const child = spawn(process.execPath, ['--expose-gc', '--input-type=module', '-e', script, ROOT, workdir, join(records, 't.jsonl')]);
       let stdout = '';
@@ -449,8 +400,7 @@ describe('2. the instance key lives in secure memory only, and only while it mus
   it('is zeroed and freed on SIGTERM, SIGINT and the control channel\'s stdin closing', async () => {
     // A preload wraps the shared sodium-native module object of the served process and reports,
     // synchronously on stderr, each call that touches a 32-byte secure buffer.
-    const dir = tempDir('rp-sec-sig-');
-    cleanups.push(() => removeTree(dir));
+    const dir = scratch();
     const preload = join(dir, 'preload.mjs');
     writeFileSync(preload, `
       import { createRequire } from 'node:module';
@@ -525,8 +475,9 @@ describe('3. tampered payload, tampered MAC, another instance and the wrong audi
   const AUD = 'reader@localhost:41235';
 
   beforeAll(async () => {
-    a = await capsule('reporter', SHARES, ['out/report.md: known bytes']);
-    other = await capsule('reporter', SHARES, ['out/report.md: known bytes']);
+    a = await capsule('reporter', SHARES, ['out/report.md: known bytes'], true);
+    other = await capsule('reporter', SHARES, ['out/report.md: known bytes'], true);
+    return closing(a, other);
   });
   afterEach(() => vi.restoreAllMocks());
 
@@ -548,7 +499,7 @@ describe('3. tampered payload, tampered MAC, another instance and the wrong audi
   }
 
   it('gives the same status, headers (names, order, values) and body, apart from date and x-murmur-handle-id', async () => {
-    const responses = await Promise.all(variants().map(([, t, aud]) => rawGet(a.server.url, `/resources/peer/${t}`, [['x-murmur-audience', aud]])));
+    const responses = await Promise.all(variants().map(([, t, aud]) => rawGet(a.url, `/resources/peer/${t}`, [['x-murmur-audience', aud]])));
     const shape = (r: RawResponse) => ({
       status: r.status,
       statusText: r.statusText,
@@ -599,8 +550,8 @@ describe('3. tampered payload, tampered MAC, another instance and the wrong audi
   it('computes no MAC for a refusal that precedes it (shape, missing audience), so the order is observable only by code', async () => {
     const t = mintToken(a.session.key!, payload(a), AUD);
     const readonly = vi.spyOn(sodium, 'sodium_mprotect_readonly');
-    const missing = await rawGet(a.server.url, `/resources/peer/${t}`, [['x-murmur-audience', '   ']]);
-    const malformed = await rawGet(a.server.url, `/resources/peer/${t}=`, [['x-murmur-audience', AUD]]);
+    const missing = await rawGet(a.url, `/resources/peer/${t}`, [['x-murmur-audience', '   ']]);
+    const malformed = await rawGet(a.url, `/resources/peer/${t}=`, [['x-murmur-audience', AUD]]);
     expect(missing.json().error).toBe('missing_audience');
     expect(malformed.json().error).toBe('malformed_handle');
     expect(readonly).not.toHaveBeenCalled();
@@ -614,7 +565,8 @@ describe('4. fetch-peer-file', () => {
   const TOKEN_LIKE = `mh1.${Buffer.from('{"v":1,"iss":"x","p":"../../etc/passwd","exp":1,"n":"0"}').toString('base64url')}.${Buffer.alloc(32, 7).toString('base64url')}`;
 
   beforeAll(async () => {
-    reader = await capsule('reader', 'capabilities:\n  peer_fetch:\n    allow: ["127.0.0.1", "http://localhost:1"]\n');
+    reader = await capsule('reader', 'capabilities:\n  peer_fetch:\n    allow: ["127.0.0.1", "http://localhost:1"]\n', [], true);
+    return closing(reader);
   });
 
   it('connects to no peer outside peer_fetch.allow, however it is spelled', async () => {
@@ -671,8 +623,7 @@ describe('4. fetch-peer-file', () => {
   });
 
   it('refuses to land through a peer-in that became a symlink, writing nothing outside', async () => {
-    const outside = tempDir('rp-sec-outside-');
-    cleanups.push(() => removeTree(outside));
+    const outside = scratch();
     const c = await capsule('reader2', FETCHES);
     symlinkSync(outside, join(c.workdir, 'peer-in'));
     const body = Buffer.from('x');
@@ -694,7 +645,8 @@ describe('5. share-file', () => {
   let reporter: Capsule;
 
   beforeAll(async () => {
-    reporter = await capsule('reporter', SHARES, ['out/report.md: r', 'out/dir/', 'out/esc -> ../secret.txt', 'secret.txt: s', 'out/fifo |']);
+    reporter = await capsule('reporter', SHARES, ['out/report.md: r', 'out/dir/', 'out/esc -> ../secret.txt', 'secret.txt: s', 'out/fifo |'], true);
+    return closing(reporter);
   });
 
   it('contacts nothing but the allowed peer: not a card URL pointing elsewhere, not a redirect, not a disallowed host', async () => {

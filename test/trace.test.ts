@@ -12,7 +12,8 @@ import { parseManifest } from '../src/manifest/model.js';
 import { launch as launchSession } from '../src/launch/launch.js';
 import { openSession } from '../src/launch/open-session.js';
 import { buildEscapeTree, ESCAPE_CASES, MAX_BYTES, SECRET, SECRET_SHA } from './helpers/escape-cases.js';
-import { filesManifest, launch, pool, rawGet, rawRequest, readTrace, sha256Hex, type Launched, type RawRequest, type RawResponse } from './helpers/http.js';
+import { filesManifest, openCapsule, type Capsule } from './helpers/capsule.js';
+import { pool, rawGet, rawRequest, readTrace, sha256Hex, type RawRequest, type RawResponse } from './helpers/http.js';
 import { makeTree, removeTree, tempDir } from './helpers/tree.js';
 
 const COMMON = ['event_type', 'event_id', 'parent_id', 'session_id', 'timestamp'];
@@ -57,7 +58,7 @@ function expectWellFormed(line: Record<string, unknown>, session: Session, start
 }
 
 /** Sends one request and returns the answer with the lines it added to the trace. */
-async function tracedRequest(srv: Launched, req: RawRequest): Promise<{ res: RawResponse; lines: Array<Record<string, unknown>> }> {
+async function tracedRequest(srv: Capsule, req: RawRequest): Promise<{ res: RawResponse; lines: Array<Record<string, unknown>> }> {
   const before = readTrace(srv.tracePath).length;
   const res = await rawRequest(srv.url, req);
   // The line is written before the reply leaves, so it is already there.
@@ -73,7 +74,7 @@ afterAll(() => removeTree(traceDir));
 
 describe.each(['sealed', 'scoped'] as const)('one line per operator-plane request (%s)', (containment) => {
   let workdir: string;
-  let srv: Launched;
+  let srv: Capsule;
   let startId: string;
   let since: number;
 
@@ -83,7 +84,7 @@ describe.each(['sealed', 'scoped'] as const)('one line per operator-plane reques
     buildEscapeTree(workdir, { sparse: false });
     makeTree(workdir, ['out/sparse.bin @ 4k', 'out/%ZZ: literal']);
     since = Date.now();
-    srv = await launch({ workdir, traceDir, yaml: filesManifest('out/', MAX_BYTES), containment });
+    srv = await openCapsule({ workdir, traceDir, yaml: filesManifest('out/', MAX_BYTES), containment });
     const start = readTrace(srv.tracePath);
     expect(start).toHaveLength(1);
     startId = start[0]!.event_id as string;
@@ -257,12 +258,12 @@ describe.each(['sealed', 'scoped'] as const)('one line per operator-plane reques
 
 describe('an undeclared plane is traced', () => {
   let workdir: string;
-  let srv: Launched;
+  let srv: Capsule;
 
   beforeAll(async () => {
     workdir = tempDir();
     makeTree(workdir, ['out/report.md: hello report']);
-    srv = await launch({ workdir, traceDir, yaml: filesManifest(null), containment: 'advisory' });
+    srv = await openCapsule({ workdir, traceDir, yaml: filesManifest(null), containment: 'advisory' });
   });
 
   afterAll(async () => {

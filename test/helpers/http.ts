@@ -3,14 +3,8 @@
 // with its status, its header lines in the order they were sent (raw name/value pairs), and its body
 // as the bytes that followed the header block. Nothing here interprets the answer beyond framing.
 import { connect } from 'node:net';
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { parseManifest, type Containment } from '../../src/manifest/model.js';
-import type { ResolverKind } from '../../src/native.js';
-import { launch as launchSession } from '../../src/launch/launch.js';
-import type { RunningServer } from '../../src/server.js';
-import type { Session } from '../../src/session.js';
 
 export interface RawResponse {
   /** e.g. `HTTP/1.1` */
@@ -68,13 +62,19 @@ export function rawRequest(baseUrl: string, req: RawRequest): Promise<RawRespons
   const head = Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1');
   const payload = body ? Buffer.concat([head, body]) : head;
 
+  return exchange(hostname, port, payload, req.timeoutMs ?? 15_000, `raw request ${method} ${String(req.target)}`)
+    .then((raw) => parseResponse(raw, method === 'HEAD'));
+}
+
+/** Writes `payload` on a fresh connection and resolves with every byte received once it closes. */
+function exchange(hostname: string, port: number, payload: Buffer, timeoutMs: number, what: string): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     const socket = connect({ host: hostname, port });
     const timer = setTimeout(() => {
       socket.destroy();
-      reject(new Error(`raw request ${method} ${String(req.target)} timed out`));
-    }, req.timeoutMs ?? 15_000);
+      reject(new Error(`${what} timed out`));
+    }, timeoutMs);
     // write, not end: a half-closed request is aborted by Node's server before it answers.
     socket.on('connect', () => socket.write(payload));
     socket.on('data', (d: Buffer) => chunks.push(d));
@@ -86,11 +86,7 @@ export function rawRequest(baseUrl: string, req: RawRequest): Promise<RawRespons
     });
     socket.on('close', () => {
       clearTimeout(timer);
-      try {
-        resolve(parseResponse(Buffer.concat(chunks), method === 'HEAD'));
-      } catch (error) {
-        reject(error);
-      }
+      resolve(Buffer.concat(chunks));
     });
   });
 }
@@ -194,43 +190,6 @@ export async function pool<T, R>(items: readonly T[], limit: number, fn: (item: 
   return out;
 }
 
-// ── Launching a session with its listener (the in-process API) ────────────────────────────────────
-
-
-export interface Launched {
-  session: Session;
-  srv: RunningServer;
-  url: string;
-  tracePath: string;
-  close(): Promise<void>;
-}
-
-/** A manifest declaring `exports.files` (or nothing, with `root: null`). */
-export function filesManifest(root: string | null, maxBytes?: number): string {
-  const head = 'name: plane-test\nversion: "1.0"\n';
-  if (root === null) return head;
-  return `${head}exports:\n  files:\n    root: ${JSON.stringify(root)}\n    mode: read-only\n${maxBytes === undefined ? '' : `    max_bytes: ${maxBytes}\n`}`;
-}
-
-/** Opens a session over `workdir` and serves it on an ephemeral port; the trace goes in `traceDir`. */
-export async function launch(opts: {
-  workdir: string;
-  traceDir: string;
-  yaml: string;
-  containment?: Containment;
-  resolver?: ResolverKind;
-}): Promise<Launched> {
-  const tracePath = join(opts.traceDir, `trace-${randomBytes(6).toString('hex')}.jsonl`);
-  const launched = await launchSession({
-    workdir: opts.workdir,
-    manifest: parseManifest(opts.yaml),
-    containment: opts.containment,
-    tracePath,
-    resolver: opts.resolver,
-  });
-  return { session: launched.session, srv: launched.server, url: launched.server.url, tracePath, close: launched.stop };
-}
-
 /** The trace's lines, each parsed (keys in file order). A missing file reads as no lines. */
 export function readTrace(path: string): Array<Record<string, unknown>> {
   let text: string;
@@ -250,35 +209,16 @@ export function readTrace(path: string): Array<Record<string, unknown>> {
  */
 export function rawExchange(baseUrl: string, bytes: Buffer | string, timeoutMs = 15_000): Promise<RawResponse[]> {
   const { hostname, port } = parseBase(baseUrl);
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    const socket = connect({ host: hostname, port });
-    const timer = setTimeout(() => {
-      socket.destroy();
-      reject(new Error('raw exchange timed out'));
-    }, timeoutMs);
-    socket.on('connect', () => socket.write(Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes, 'latin1')));
-    socket.on('data', (d: Buffer) => chunks.push(d));
-    socket.on('error', (error: NodeJS.ErrnoException) => {
-      if (error.code === 'ECONNRESET' && chunks.length > 0) return;
-      clearTimeout(timer);
-      reject(error);
-    });
-    socket.on('close', () => {
-      clearTimeout(timer);
-      try {
-        const out: RawResponse[] = [];
-        let rest: Buffer = Buffer.concat(chunks);
-        while (rest.length > 0) {
-          const res = parseResponse(rest);
-          // What follows one response is the next one, not trailing garbage.
-          out.push({ ...res, trailing: Buffer.alloc(0) });
-          rest = res.trailing;
-        }
-        resolve(out);
-      } catch (error) {
-        reject(error);
-      }
-    });
+  const payload = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes, 'latin1');
+  return exchange(hostname, port, payload, timeoutMs, 'raw exchange').then((raw) => {
+    const out: RawResponse[] = [];
+    let rest: Buffer = raw;
+    while (rest.length > 0) {
+      const res = parseResponse(rest);
+      // What follows one response is the next one, not trailing garbage.
+      out.push({ ...res, trailing: Buffer.alloc(0) });
+      rest = res.trailing;
+    }
+    return out;
   });
 }

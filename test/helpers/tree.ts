@@ -2,17 +2,32 @@
 //   'd/'            a directory          'f: text'      a file with that content
 //   'l -> target'   a symlink            'p |'          a FIFO
 //   's ='           a UNIX socket        'z @ 8g'       a sparse file of that size (k/m/g)
+// `scratch` is the usual way in: a fresh temp directory holding such a tree, gone after the test.
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readdirSync, mkdtempSync, openSync, closeSync, ftruncateSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { defer } from './cleanup.js';
 
 export function tempDir(prefix = 'rp-'): string {
   return realpathSync(mkdtempSync(join(tmpdir(), prefix)));
 }
 
 export function removeTree(dir: string): void {
-  rmSync(dir, { recursive: true, force: true });
+  try {
+    rmSync(dir, { recursive: true, force: true });
+  } catch {
+    // A tree deeper than PATH_MAX (or than rmSync's recursion) is beyond fs.rmSync; rm -rf copes.
+    execFileSync('rm', ['-rf', '--', dir]);
+  }
+}
+
+/** A fresh temp directory (real path) holding `tree`, removed when the running test finishes. */
+export function scratch(tree: string[] = [], prefix = 'rp-'): string {
+  const dir = tempDir(prefix);
+  defer(() => removeTree(dir));
+  makeTree(dir, tree);
+  return dir;
 }
 
 const SIZE = /^(\d+)([kmg]?)$/;
