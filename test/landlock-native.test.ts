@@ -5,26 +5,14 @@
 import { spawnSync } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { elfInterpreter, planConfinement, preloadFiles } from '../src/launch/confine.js';
 import { parseManifest } from '../src/manifest/model.js';
 import * as native from '../src/native.js';
-import { makeTree, removeTree, tempDir } from './helpers/tree.js';
+import { scratch } from './helpers/tree.js';
 
 const NATIVE_JS = fileURLToPath(new URL('../dist/native.js', import.meta.url));
 const ABI = native.landlockAbi().abi;
-
-const cleanups: Array<() => void> = [];
-afterEach(() => {
-  while (cleanups.length) cleanups.pop()!();
-});
-
-function scratch(lines: string[] = []): string {
-  const dir = tempDir();
-  cleanups.push(() => removeTree(dir));
-  makeTree(dir, lines);
-  return dir;
-}
 
 /** Runs an ES module body in a fresh node with `native` (the built addon wrapper) imported; returns its one JSON line. */
 function inChild(body: string, args: string[] = []): Record<string, unknown> {

@@ -9,42 +9,30 @@ import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { callTool, launch as launchInProcess, parseManifest } from '../src/index.js';
 import type { Confinement } from '../src/confinement.js';
 import { HANDOFF_ENV } from '../src/launch/confine.js';
 import { UNCHECKED_CONNECT_ENV, UNCHECKED_READ_ENV } from '../src/launch/test-hooks.js';
 import { landlockAbi } from '../src/native.js';
+import { defer, reap } from './helpers/cleanup.js';
 import { CLI, startServe, type Served } from './helpers/cli.js';
 import { rawGet, readTrace } from './helpers/http.js';
-import { makeTree, removeTree, tempDir } from './helpers/tree.js';
+import { scratch } from './helpers/tree.js';
 
 const ABI = landlockAbi().abi;
 
-const cleanups: Array<() => void | Promise<void>> = [];
-afterEach(async () => {
-  while (cleanups.length) await cleanups.pop()!();
-});
-
-function scratch(): string {
-  const dir = tempDir();
-  cleanups.push(() => removeTree(dir));
-  return dir;
-}
-
 /** A file the server has no business reading: outside its workdir, beside nothing it is given. */
 function secretOutside(): string {
-  const dir = scratch();
-  makeTree(dir, ['secret.txt: HOST-ONLY-SECRET']);
-  return join(dir, 'secret.txt');
+  return join(scratch(['secret.txt: HOST-ONLY-SECRET']), 'secret.txt');
 }
 
 /** A TCP listener in this process on a port no manifest names: where an unchecked connect goes. */
 async function strayListener(): Promise<number> {
   const server: Server = createServer((s) => s.destroy());
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  cleanups.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  defer(() => new Promise<void>((resolve) => server.close(() => resolve())));
   return (server.address() as { port: number }).port;
 }
 
@@ -90,19 +78,17 @@ const ListeningSchema = z.object({
 describe.skipIf(ABI === 0)('a confined serve', () => {
   it('fails every unchecked read outside the workdir with EACCES, from every thread, and still serves, traces and lands', async () => {
     // The peer that hands a file over: in this process (a library launch, unconfined).
-    const peerDir = scratch();
-    makeTree(peerDir, ['out/report.md: the findings']);
+    const peerDir = scratch(['out/report.md: the findings']);
     const peer = await launchInProcess({
       workdir: peerDir,
       manifest: parseManifest('name: reporter\nversion: "1"\nexports:\n  peer_files:\n    root: out/\ncapabilities:\n  network:\n    allow:\n      - localhost\n'),
       tracePath: join(scratch(), 'peer.jsonl'),
     });
-    cleanups.push(() => peer.stop());
+    defer(() => peer.stop());
     const peerAddr = new URL(peer.server.advertisedUrl).host;
 
     // The confined reader, spawned as a runtime spawns it, driven over MCP on stdio.
-    const workdir = scratch();
-    makeTree(workdir, ['out/hello.txt: hello from inside']);
+    const workdir = scratch(['out/hello.txt: hello from inside']);
     writeFileSync(join(workdir, 'murmur.yaml'),
       `name: reader\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\ncapabilities:\n  peer_fetch:\n    allow:\n      - ${peerAddr}\n`);
     const trace = join(scratch(), 'trace.jsonl');
@@ -121,7 +107,7 @@ describe.skipIf(ABI === 0)('a confined serve', () => {
       client.setNotificationHandler(ListeningSchema, (n) => resolve(n.params));
     });
     await client.connect(transport);
-    cleanups.push(() => client.close());
+    defer(() => client.close());
     const ready = await listening;
     const pid = transport.pid!;
 
@@ -174,14 +160,13 @@ describe.skipIf(ABI === 0)('a confined serve', () => {
   });
 
   it('with --operator-listen unix:PATH may make that socket (and remove it at exit) in its directory, nothing else there', async () => {
-    const workdir = scratch();
-    makeTree(workdir, ['out/a.txt: a']);
+    const workdir = scratch(['out/a.txt: a']);
     writeFileSync(join(workdir, 'murmur.yaml'), 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n');
     const sockDir = scratch();
     const sock = join(sockDir, 'operator.sock');
     const trace = join(scratch(), 'trace.jsonl');
     const s = await startServe(['--workdir', workdir, '--trace', trace, '--operator-listen', `unix:${sock}`]);
-    cleanups.push(() => void s.child.kill('SIGKILL'));
+    reap(s.child);
     const confinement = readTrace(trace)[0]!.confinement as Confinement;
     expect(confinement).toMatchObject({ applied: true, write: [trace, sockDir] });
     expect(readdirSync(sockDir)).toEqual(['operator.sock']);
@@ -200,7 +185,7 @@ describe.skipIf(ABI === 0)('a confined serve', () => {
     const port = (probe.address() as { port: number }).port;
     await new Promise<void>((resolve) => probe.close(() => resolve()));
     const s = await startServe(['--workdir', workdir, '--trace', trace, '--operator-listen', `127.0.0.1:${port}`]);
-    cleanups.push(() => void s.child.kill('SIGKILL'));
+    reap(s.child);
     const confinement = readTrace(trace)[0]!.confinement as Confinement;
     expect(confinement.applied).toBe(true);
     if (ABI >= 4) expect(confinement.bind_ports).toEqual([0, port]);
@@ -208,16 +193,15 @@ describe.skipIf(ABI === 0)('a confined serve', () => {
   });
 
   it('believes no handed-over report: a forged handoff claiming a domain records that none is in force', async () => {
-    const workdir = scratch();
+    const workdir = scratch(['out/a.txt: a']);
     const yaml = 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n';
-    makeTree(workdir, ['out/a.txt: a']);
     const trace = join(scratch(), 'trace.jsonl');
     const forged = {
       v: 1, workdir, manifest: parseManifest(yaml), sessionId: 'ses_forged', tracePath: trace,
       confinement: { applied: true, landlock_abi: ABI, reason: null, read: [], execute: [], write: [], bind_ports: null, connect_ports: null, scoped: [], skipped: [], notes: [] },
     };
     const s = await startServe(['--workdir', workdir], { [HANDOFF_ENV]: JSON.stringify(forged) });
-    cleanups.push(() => void s.child.kill('SIGKILL'));
+    reap(s.child);
     const confinement = readTrace(trace)[0]!.confinement as Confinement;
     expect(confinement.applied).toBe(false);
     expect(confinement.reason).toContain('none is in force');
@@ -227,15 +211,14 @@ describe.skipIf(ABI === 0)('a confined serve', () => {
 
 describe('serve without Landlock', () => {
   async function unconfined(args: string[], env: NodeJS.ProcessEnv): Promise<{ s: Served; trace: string; secret: string }> {
-    const workdir = scratch();
-    makeTree(workdir, ['out/a.txt: a']);
+    const workdir = scratch(['out/a.txt: a']);
     writeFileSync(join(workdir, 'murmur.yaml'), 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n');
     const trace = join(scratch(), 'trace.jsonl');
     const secret = secretOutside();
     const strayPort = await strayListener();
     const s = await startServe(['--workdir', workdir, '--trace', trace, ...args],
       { ...env, [UNCHECKED_READ_ENV]: secret, [UNCHECKED_CONNECT_ENV]: `127.0.0.1:${strayPort}` });
-    cleanups.push(() => void s.child.kill('SIGKILL'));
+    reap(s.child);
     return { s, trace, secret };
   }
 
