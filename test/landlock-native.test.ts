@@ -6,7 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { elfInterpreter, planConfinement, preloadFiles } from '../src/launch/confine.js';
+import { ancestorNodeModules, elfInterpreter, planConfinement, preloadFiles } from '../src/launch/confine.js';
 import { parseManifest } from '../src/manifest/model.js';
 import * as native from '../src/native.js';
 import { scratch } from './helpers/tree.js';
@@ -160,6 +160,15 @@ describe('the plan', () => {
     const interp = elfInterpreter(process.execPath);
     expect(plan.rules.filter((r) => r.role === 'execute').length).toBe(interp === null ? 1 : 2);
     expect(plan.rules.every((r) => r.role === 'execute' || !r.access.includes('execute'))).toBe(true);
+  });
+
+  it('reads the node_modules its dependencies are installed in, when it is itself an installed package', () => {
+    const project = scratch(['node_modules/capsule-resource-plane/node_modules/own/index.js: ', 'node_modules/commander/index.js: ']);
+    const installed = join(project, 'node_modules/capsule-resource-plane');
+    expect(ancestorNodeModules(installed)).toContain(join(project, 'node_modules'));
+    expect(ancestorNodeModules(installed)).not.toContain(join(installed, 'node_modules'));
+    const plan = planConfinement({ ...base, manifest: manifest(''), packageRoot: installed });
+    expect(plan.rules.filter((r) => r.role === 'read').map((r) => r.path)).toEqual(expect.arrayContaining([installed, join(project, 'node_modules')]));
   });
 
   it("reads the files node's own command line preloads: the re-executed image loads them again", () => {

@@ -196,13 +196,17 @@ export function preloadFiles(execArgv: readonly string[], nodeOptions = ''): str
   return files;
 }
 
-/** Every directory named node_modules above the package root: where its dependencies may be hoisted. */
-function ancestorNodeModules(packageRoot: string): string[] {
+/**
+ * Every directory named node_modules above the package root: where its dependencies are when it
+ * is installed (`<project>/node_modules/capsule-resource-plane` beside `<project>/node_modules/x`).
+ */
+export function ancestorNodeModules(packageRoot: string): string[] {
   const found: string[] = [];
   let dir = dirname(packageRoot);
   for (;;) {
     const candidate = join(dir, 'node_modules');
-    if (!beneath(packageRoot, candidate) && isDirectory(candidate)) found.push(candidate);
+    // (The package's own node_modules lies beneath the package root, which is read already.)
+    if (!beneath(candidate, packageRoot) && isDirectory(candidate)) found.push(candidate);
     if (dirname(dir) === dir) break;
     dir = dirname(dir);
   }
