@@ -17,7 +17,8 @@
         "native/list.cc",
         "native/write.cc",
         "native/lease.cc",
-        "native/digest_cache.cc"
+        "native/digest_cache.cc",
+        "native/landlock.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "_GNU_SOURCE"],

@@ -3,6 +3,7 @@
 #include <napi.h>
 
 #include "codes.h"
+#include "landlock.h"
 #include "workers.h"
 
 namespace {
@@ -32,6 +33,13 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   for (int c = static_cast<int>(rp::Code::NotFound); c <= static_cast<int>(rp::Code::IoError); c++)
     codes.Set(codes.Length(), rp::code_name(static_cast<rp::Code>(c)));
   exports.Set("codes", codes);
+  exports.Set("landlockAbi", Napi::Function::New(env, rp::LandlockAbi, "landlockAbi"));
+  exports.Set("landlockRestrictSelf", Napi::Function::New(env, rp::LandlockRestrictSelf, "landlockRestrictSelf"));
+  exports.Set("replaceProcessImage", Napi::Function::New(env, rp::ReplaceProcessImage, "replaceProcessImage"));
+  Napi::Array landlock_codes = Napi::Array::New(env);
+  for (int c = static_cast<int>(rp::LandlockCode::Unsupported); c <= static_cast<int>(rp::LandlockCode::ExecFailed); c++)
+    landlock_codes.Set(landlock_codes.Length(), rp::landlock_code_name(static_cast<rp::LandlockCode>(c)));
+  exports.Set("landlockCodes", landlock_codes);
   return exports;
 }
 

@@ -20,4 +20,10 @@ Napi::Value ProbeOpenat2(const Napi::CallbackInfo& info);
 Napi::Value DigestCacheStatsOf(const Napi::CallbackInfo& info);
 Napi::Value SetDigestCacheCapacity(const Napi::CallbackInfo& info);
 
+// Confinement: synchronous on purpose. A Landlock domain binds the calling thread, so these must
+// run on the JS main thread itself, never on the pool.
+Napi::Value LandlockAbi(const Napi::CallbackInfo& info);
+Napi::Value LandlockRestrictSelf(const Napi::CallbackInfo& info);
+Napi::Value ReplaceProcessImage(const Napi::CallbackInfo& info);
+
 }  // namespace rp

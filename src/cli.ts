@@ -10,10 +10,13 @@ import { Command, CommanderError, Option } from 'commander';
 import { pino } from 'pino';
 import type { Progress } from './client.js';
 import { UsageError } from './codes.js';
+import { notConfined } from './confinement.js';
 import { checkExportRoots, checkExportRootsAt } from './launch/checks.js';
-import { launch, stderrLogger } from './launch/launch.js';
+import { confineAndReexec, landlockMode, takeHandoff } from './launch/confine.js';
+import { launch, stderrLogger, type LaunchOptions } from './launch/launch.js';
 import { DEFAULT_MANIFEST_NAME, loadManifest, readManifestBeneath } from './launch/manifest-file.js';
 import { parseContainment } from './launch/options.js';
+import { runTestHooks } from './launch/test-hooks.js';
 import { ManifestError } from './manifest/diagnostics.js';
 import { parseByteCount, parseDuration } from './manifest/grammars.js';
 import type { Manifest } from './manifest/model.js';
@@ -102,24 +105,44 @@ interface ServeFlags {
   metrics?: boolean;
   listingBudget?: string;
   control: 'stdio' | 'none';
+  /** false with --no-landlock. */
+  landlock: boolean;
 }
 
 async function serveCommand(flags: ServeFlags): Promise<void> {
   checkLogLevel();
   checkResolverChoice();
   const root = stderrLogger();
-  const { manifest, trace, control: _control, memoryBudget, listingBudget, ...rest } = flags;
-  const launched = await launch({
+  const { manifest, trace, control: _control, memoryBudget, listingBudget, landlock, ...rest } = flags;
+  let opts: LaunchOptions = {
     ...rest,
     manifestPath: manifest,
     tracePath: trace,
     logger: root,
     ...(memoryBudget !== undefined ? { memoryBudgetBytes: parseBudgetBytes(memoryBudget) } : {}),
     ...(listingBudget !== undefined ? { listingBudgetMs: parseBudgetSeconds(listingBudget) * 1000 } : {}),
-  });
+  };
+  // Confinement (src/launch/confine.ts): either this is the re-executed, already confined image,
+  // which takes the launch its first phase settled, or this is the first phase, which confines and
+  // re-executes (not returning) unless Landlock is off or unavailable here.
+  let confinement;
+  const handoff = takeHandoff();
+  if (handoff) {
+    const { confinement: applied, ...settled } = handoff;
+    opts = { ...opts, ...settled, manifestPath: undefined };
+    confinement = applied;
+  } else {
+    const { mode, why } = landlockMode(landlock);
+    confinement = mode === 'off' ? notConfined(why ?? 'disabled') : await confineAndReexec(opts, (fields, msg) => root.debug(fields, msg));
+  }
+  const launched = await launch({ ...opts, confinement });
   const { session, server } = launched;
   // From here on every line carries the session id (launch binds the request logs the same way).
   const logger = root.child({ session_id: session.sessionId });
+  // After the launch, so that a launch that fails prints its error and nothing else.
+  if (confinement.applied) logger.info({ landlock_abi: confinement.landlock_abi }, 'confined with Landlock');
+  else logger.info({ reason: confinement.reason }, 'serving without Landlock confinement');
+  await runTestHooks();
   const ready = {
     event: 'listening',
     url: server.url,
@@ -287,6 +310,7 @@ Run '${PROGRAM} <command> --help' for a command's options.`,
     .option('--listing-budget <duration>', 'how long one listing may run, e.g. 30s (default 30s)')
     .option('--operator-listen <addr>', 'serve the operator plane on its own listener, HOST:PORT or unix:PATH (a unix socket outside the workdir, created 0600, is recommended); the main listener then serves only the peer plane and the card')
     .addOption(new Option('--control <channel>', 'the control channel: stdio speaks MCP').choices(['stdio', 'none']).default('none'))
+    .option('--no-landlock', 'serve without confining the process with Landlock (also RESOURCE_PLANE_LANDLOCK=off)')
     .addHelpText(
       'after',
       `

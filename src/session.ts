@@ -7,6 +7,7 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { Refusal, UsageError } from './codes.js';
 import { ByteBudget } from './budget.js';
+import type { Confinement } from './confinement.js';
 import { ExportView } from './export-view.js';
 import { RefusalLimiter } from './refusal-limit.js';
 import { InstanceKey } from './handle/key.js';
@@ -56,6 +57,8 @@ export interface SessionInit {
   memoryBudgetBytes?: number;
   /** How long one listing may run; default DEFAULT_LISTING_BUDGET_MS. */
   listingBudgetMs?: number;
+  /** What the process confined itself to (or why not), recorded in session_start. */
+  confinement: Confinement;
 }
 
 export class Session {
@@ -102,6 +105,8 @@ export class Session {
       containment_achieved: init.containment,
       resolver: init.resolver,
       tools_declared: this.toolsDeclared(),
+      confinement: init.confinement,
+      // Last on the line: explain-scope --json is this object byte for byte, read to the line's end.
       effective_grants: this.grants,
     });
     // The key exists only when something can be minted, and only in locked memory.

@@ -3,6 +3,7 @@
 // through is kept for the session, the trace is opened and `session_start` written.
 import { existsSync, mkdirSync, realpathSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { IN_PROCESS_LAUNCH, type Confinement } from '../confinement.js';
 import { ManifestError } from '../manifest/diagnostics.js';
 import type { Manifest } from '../manifest/model.js';
 import * as native from '../native.js';
@@ -31,10 +32,17 @@ export interface SessionOptions {
   memoryBudgetBytes?: number;
   /** How long one listing may run before it answers io_error (default 30 s). */
   listingBudgetMs?: number;
+  /** What the process confined itself to, for session_start; default: nothing (an in-process launch). */
+  confinement?: Confinement;
 }
 
 /** A launch that passed every check and holds the workdir descriptor, before its session exists. */
 export interface PreparedSession {
+  /** What the checks settled, which a confined launch needs before the session exists. */
+  readonly workdir: string;
+  readonly manifest: Manifest;
+  readonly sessionId: string;
+  readonly tracePath: string;
   /** Builds the session (the descriptor passes to it) with its identity fixed. */
   open(advertisedUrl: string | null): Session;
   /** Releases the descriptor of a launch that goes no further. */
@@ -67,13 +75,17 @@ export async function prepareSession(opts: SessionOptions): Promise<PreparedSess
   const tracePath = opts.tracePath ? resolve(opts.tracePath) : defaultTracePath(workdir, sessionId);
   let settled = false;
   return {
+    workdir,
+    manifest: grants,
+    sessionId,
+    tracePath,
     open: (advertisedUrl) => {
       if (settled) throw new Error('a prepared session opens once');
       settled = true;
       let trace: Trace | null = null;
       try {
         trace = Trace.open(tracePath, sessionId);
-        return new Session({ manifest: grants, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl, memoryBudgetBytes: opts.memoryBudgetBytes, listingBudgetMs: opts.listingBudgetMs });
+        return new Session({ manifest: grants, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl, memoryBudgetBytes: opts.memoryBudgetBytes, listingBudgetMs: opts.listingBudgetMs, confinement: opts.confinement ?? IN_PROCESS_LAUNCH });
       } catch (error) {
         void trace?.close();
         native.closeFd(workdirFd);
