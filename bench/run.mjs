@@ -1,258 +1,421 @@
-// `npm run bench`: how fast does our operator plane serve a file, next to the servers it could be
-// replaced by? It builds a temp capsule with a 1 KiB and a 4 MiB file under out/, then, one server
-// at a time, measures GET /resources/files/<file> over loopback with 32 connections: requests per
-// second for 1 KiB (per-request overhead: routing, openat2, trace, headers) and body MB/s for
-// 4 MiB (the data path: read + SHA-256 of every byte). The peers are
-//   - Fastify 5 + @fastify/static (wildcard: false): the ordinary way to serve a directory from
-//     Node, on the same framework we use, without hashing — what "just use a static plugin" costs;
-//   - plain node:http doing readFile + node:crypto sha256 per request: the obvious way to serve a
-//     file *with* its content hash as etag, which is the guarantee we give.
-// Every server must first answer both files with the right bytes (and ours with etag = sha256), so
-// a broken server cannot look fast. Load: wrk when on PATH, else autocannon (which cannot push
-// much more than ~50 MB/s of body, so 4 MiB numbers under autocannon measure autocannon).
-// Env: BENCH_SECONDS (default 8, per case), BENCH_LOADGEN=wrk|autocannon (default: wrk if found).
-import { spawn } from 'node:child_process';
-import { createHash, randomBytes } from 'node:crypto';
-import { accessSync, constants, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { get } from 'node:http';
-import { cpus, release, tmpdir } from 'node:os';
-import { delimiter, dirname, join } from 'node:path';
+// `npm run bench [-- --quick] [-- --out [FILE]]`: how close is this server to the machine, measured
+// side by side in one run against the servers it could be replaced by and against the limits of
+// the machine itself (issue 12). On the same files (1 KiB, 64 KiB, 4 MiB under a temp capsule's out/):
+//   - nginx (nginx-light: one worker, sendfile, keep-alive, no access log; no hashing): the
+//     reference a deployment would compare us with;
+//   - node:http answering the bytes from memory: the ceiling of any Node server here;
+//   - Fastify 5 + @fastify/static (wildcard: false): "just use a static plugin", no hashing;
+//   - node:http doing readFile + node:crypto sha256 per request: the obvious way to serve a file
+//     with its content hash as etag, which is our guarantee;
+//   - this server, `resource-plane serve --containment sealed`, trace on.
+// Load is wrk -t1 -c32 (requests/s, body MB/s from 2xx answers only, p99 latency). Besides reads:
+// the single-core SHA-256 rate (node:crypto over 64 MiB), a 1 KiB redeem through the peer plane
+// (handle minted with share-file over the CLI's MCP control channel) next to a 1 KiB read on the
+// same server, a listing of 10,000 x 4 KiB files (first and repeat, timed by a client) next to
+// `find | xargs -0 sha256sum`, and start-to-ready and idle RSS next to a bare node:http listener.
+//
+// The machine is small (2 cores) and often shared, so absolute numbers are noisy: every server
+// stays up for the whole run, and each round measures every server on a case one after the other
+// (A, B, C, A, B, C…, the order rotated each round). Ratios are taken within a round and reported
+// as median [min–max] across rounds. Every server must first answer every file with the right
+// bytes (ours: the right etag; the redeem: 200 with the right audience, 403 with another), before
+// and after the load, or the bench fails: a broken server cannot look fast.
+//
+// Env: BENCH_ROUNDS (default 3; --quick 1), BENCH_SECONDS (per case and round, default 5; --quick 1),
+// BENCH_LOADGEN=wrk|autocannon (default wrk, installed with apt-get when absent and root),
+// BENCH_NGINX=0 to leave nginx out.
+import { createHash, randomBytes, randomFillSync } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { cpus, loadavg, release, tmpdir, totalmem } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { atExit, fetchOnce, firstJsonLine, rssBytes, sleep, stop, track } from './children.mjs';
+import { mcpClient } from './mcp.mjs';
+import { renderReport, summarise } from './report.mjs';
+import { autocannonLoad, ensureTool, startNginx, toolVersion, wrkLoad } from './tools.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const CLI = join(HERE, '..', 'dist', 'cli.js');
+
+// ---- options ----
+const argv = process.argv.slice(2);
+let outFile = null;
+let quick = false;
+for (let i = 0; i < argv.length; i++) {
+  const a = argv[i];
+  if (a === '--quick') quick = true;
+  else if (a === '--out') outFile = argv[i + 1] && !argv[i + 1].startsWith('--') ? resolve(argv[++i]) : join(HERE, 'results.json');
+  else if (a.startsWith('--out=')) outFile = resolve(a.slice(6));
+  else if (a === '--help' || a === '-h') {
+    process.stdout.write('usage: node bench/run.mjs [--quick] [--out [FILE]]   (FILE defaults to bench/results.json)\n');
+    process.exit(0);
+  } else fail(`unknown argument ${a} (try --help)`);
+}
+const intEnv = (name, dflt, max) => {
+  const v = Number(process.env[name] ?? dflt);
+  if (!Number.isInteger(v) || v < 1 || v > max) fail(`${name} must be a whole number from 1 to ${max}`);
+  return v;
+};
+const ROUNDS = intEnv('BENCH_ROUNDS', quick ? 1 : 3, 50);
+const SECONDS = intEnv('BENCH_SECONDS', quick ? 1 : 5, 600);
+const WARMUP_SECONDS = quick ? 0 : 1;
 const CONNECTIONS = 32;
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
-const WARMUP_SECONDS = 2;
-const START_TIMEOUT_MS = 15_000;
-const STOP_TIMEOUT_MS = 5_000;
+const LIST_FILES = quick ? 1000 : 10_000;
+const LIST_FILE_SIZE = 4096;
+const LIST_REPEATS = 3; // repeat listings per round (their median is the round's repeat time)
+const START_SAMPLES = quick ? 1 : 2; // per kind and round
+const SHA_BYTES = 64 * 1024 * 1024;
+const MiB = 1024 * 1024;
 const CASES = [
-  { name: '1 KiB req/s', file: 'small.bin', size: 1024, metric: 'rps' },
-  { name: '4 MiB MB/s', file: 'large.bin', size: 4 * 1024 * 1024, metric: 'mbps' },
+  { id: '1k', name: '1 KiB', file: 'small.bin', size: 1024 },
+  { id: '64k', name: '64 KiB', file: 'medium.bin', size: 64 * 1024 },
+  { id: '4m', name: '4 MiB', file: 'large.bin', size: 4 * MiB },
 ];
-
-if (!Number.isInteger(SECONDS) || SECONDS < 1 || SECONDS > 600) fail('BENCH_SECONDS must be an integer from 1 to 600');
-if (!existsSync(CLI)) fail(`${CLI} is missing: run \`npm run build\` first`);
-
-// ---- children: every one is tracked, and killed when this process ends, however it ends ----
-const children = new Set();
-let scratch = null;
-process.on('exit', () => {
-  for (const child of children) child.kill('SIGKILL');
-  if (scratch) rmSync(scratch, { recursive: true, force: true });
-});
-for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => process.exit(130));
 
 function fail(message) {
   process.stderr.write(`bench: ${message}\n`);
   process.exit(1);
 }
+const say = (message) => process.stderr.write(`bench: ${message}\n`);
 
-/** Spawn a server, wait for its one JSON line on stdout, return { child, url }. */
-function startServer(label, args, logFile, env = process.env) {
-  const log = openSync(logFile, 'a');
-  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', log], env });
-  closeSync(log);
-  children.add(child);
-  child.once('exit', () => children.delete(child));
-  return new Promise((resolve, reject) => {
-    let buffered = '';
-    const timer = setTimeout(() => reject(new Error(`${label}: no listening line within ${START_TIMEOUT_MS} ms (log: ${logFile})`)), START_TIMEOUT_MS);
-    child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`${label} exited with ${code} before listening (log: ${logFile})`)); });
-    child.stdout.on('data', (chunk) => {
-      if (buffered === null) return; // keep draining, but the line is already read
-      buffered += chunk;
-      const end = buffered.indexOf('\n');
-      if (end < 0) return;
-      const line = buffered.slice(0, end);
-      buffered = null;
-      clearTimeout(timer);
-      try {
-        const { url } = JSON.parse(line);
-        if (new URL(url).hostname !== '127.0.0.1') throw new Error(`not loopback: ${url}`);
-        resolve({ child, url });
-      } catch (error) {
-        reject(new Error(`${label}: bad listening line ${JSON.stringify(line)}: ${error.message}`));
-      }
-    });
-  });
-}
+if (!existsSync(CLI)) fail(`${CLI} is missing: run \`npm run build\` first`);
+const startedAt = new Date();
+const t0Run = performance.now();
+const loadBefore = loadavg();
 
-/** SIGTERM by PID, SIGKILL if it has not exited after STOP_TIMEOUT_MS. Resolves to the exit code. */
-function stopServer({ child }) {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(child.exitCode);
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => child.kill('SIGKILL'), STOP_TIMEOUT_MS);
-    child.once('exit', (code, signal) => { clearTimeout(timer); resolve(code ?? signal); });
-    process.kill(child.pid, 'SIGTERM');
-  });
-}
-
-function fetchOnce(url) {
-  return new Promise((resolve, reject) => {
-    const req = get(url, { agent: false, timeout: 10_000 }, (res) => {
-      const chunks = [];
-      res.on('data', (c) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }));
-      res.on('error', reject);
-    });
-    req.on('timeout', () => req.destroy(new Error(`timeout fetching ${url}`)));
-    req.on('error', reject);
-  });
-}
-
-/** Refuse to time a server that does not answer the exact bytes (and, for ours, the right etag). */
-async function verify(label, url, file, checkEtag) {
-  const res = await fetchOnce(url);
-  if (res.status !== 200) throw new Error(`${label}: ${url} answered ${res.status}`);
-  if (!res.body.equals(file.bytes)) throw new Error(`${label}: ${url} answered ${res.body.length} bytes that differ from the file`);
-  if (checkEtag && res.headers.etag !== `"sha256:${file.sha256}"`) {
-    throw new Error(`${label}: etag ${res.headers.etag} is not "sha256:${file.sha256}"`);
-  }
-}
-
-// ---- load generators: both return { rps, mbps, errors } where only 2xx responses count ----
-function findOnPath(name) {
-  for (const dir of (process.env.PATH ?? '').split(delimiter)) {
-    try { accessSync(join(dir, name), constants.X_OK); return join(dir, name); } catch { /* next */ }
-  }
-  return null;
-}
-
-const WRK_REPORT = `done = function(s, latency, requests)
-  io.write(string.format('\\n{"requests":%d,"duration_us":%d,"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d}\\n',
-    s.requests, s.duration, s.errors.connect, s.errors.read, s.errors.write, s.errors.status, s.errors.timeout))
-end
-`;
-
-function runWrk(wrk, script, url, seconds, size) {
-  const args = ['-t2', `-c${CONNECTIONS}`, `-d${seconds}s`, '--timeout', '10s', '-s', script, url];
-  return new Promise((resolve, reject) => {
-    const child = spawn(wrk, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    children.add(child);
-    const timer = setTimeout(() => child.kill('SIGKILL'), (seconds + 30) * 1000);
-    let out = '';
-    child.stdout.on('data', (c) => { out += c; });
-    child.stderr.on('data', (c) => { out += c; });
-    child.on('error', reject);
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      children.delete(child);
-      const line = out.split('\n').reverse().find((l) => l.startsWith('{"requests"'));
-      if (code !== 0 || !line) return reject(new Error(`wrk exited with ${code}:\n${out}`));
-      const r = JSON.parse(line);
-      const ok = r.requests - r.status; // wrk counts non-2xx/3xx answers in errors.status
-      const secs = r.duration_us / 1e6;
-      resolve({ rps: ok / secs, mbps: (ok * size) / secs / 1e6, errors: r.connect + r.read + r.write + r.status + r.timeout });
-    });
-  });
-}
-
-async function runAutocannon(autocannon, url, seconds, size) {
-  const instance = autocannon({ url, connections: CONNECTIONS, duration: seconds, timeout: 10 });
-  const guard = setTimeout(() => instance.stop(), (seconds + 30) * 1000);
-  try {
-    const r = await instance;
-    const ok = r['2xx'];
-    return { rps: ok / r.duration, mbps: (ok * size) / r.duration / 1e6, errors: r.errors + r.timeouts + r.non2xx };
-  } finally {
-    clearTimeout(guard);
-  }
-}
-
-// ---- the run ----
-scratch = mkdtempSync(join(tmpdir(), 'rp-bench-'));
-const workdir = join(scratch, 'capsule');
-const outDir = join(workdir, 'out');
-mkdirSync(outDir, { recursive: true });
-writeFileSync(join(workdir, 'murmur.yaml'), 'name: bench\nversion: "0.1.0"\nexports:\n  files:\n    root: out/\n    mode: read-only\n    max_bytes: 64Mi\n');
+// ---- the trees ----
+const scratch = mkdtempSync(join(tmpdir(), 'rp-bench-'));
+atExit(() => rmSync(scratch, { recursive: true, force: true }));
+// nginx run as root drops its worker to `nobody`: the tree must be traversable by it (mkdtemp is 0700).
+chmodSync(scratch, 0o755);
+const recordsDir = join(scratch, 'records');
+const capsule = join(scratch, 'capsule');
+const outDir = join(capsule, 'out');
+mkdirSync(outDir, { recursive: true, mode: 0o755 });
+// exports.files.max_bytes is left at its default (10 MiB, room for the 4 MiB file): a read reserves
+// max_bytes of the memory budget until it knows the file's size, so a larger ceiling throttles
+// concurrent large reads (here 64Mi gave about half the 4 MiB throughput of the default).
+writeFileSync(join(capsule, 'murmur.yaml'), [
+  'name: bench', 'version: "0.1.0"', 'exports:',
+  '  files:', '    root: out/', '    mode: read-only',
+  '  peer_files:', '    root: out/', '    max_ttl: 15m', '    max_bytes: 1Mi',
+  'capabilities:', '  network:', '    allow:', '      - localhost', '',
+].join('\n'));
 const files = {};
 for (const c of CASES) {
   const bytes = randomBytes(c.size);
-  writeFileSync(join(outDir, c.file), bytes);
-  files[c.file] = { bytes, sha256: createHash('sha256').update(bytes).digest('hex') };
+  writeFileSync(join(outDir, c.file), bytes, { mode: 0o644 });
+  files[c.file] = { bytes, etag: `"sha256:${createHash('sha256').update(bytes).digest('hex')}"` };
 }
 
+// The listing tree: LIST_FILES files of 4 KiB in directories of 100, written before anything else
+// so that by the first listing their ctime is older than the digest cache's 2 s racy margin.
+const listing = join(scratch, 'listing');
+const listRoot = join(listing, 'out');
+mkdirSync(listRoot, { recursive: true });
+writeFileSync(join(listing, 'murmur.yaml'), 'name: listing\nversion: "0.1.0"\nexports:\n  files:\n    root: out/\n    mode: read-only\n    max_bytes: 1Mi\n');
+const listDigests = new Map();
+{
+  const block = randomBytes(LIST_FILES * LIST_FILE_SIZE);
+  for (let i = 0; i < LIST_FILES; i++) {
+    const dir = `d${String(Math.floor(i / 100)).padStart(3, '0')}`;
+    if (i % 100 === 0) mkdirSync(join(listRoot, dir));
+    const rel = `${dir}/f${String(i).padStart(5, '0')}.bin`;
+    const bytes = block.subarray(i * LIST_FILE_SIZE, (i + 1) * LIST_FILE_SIZE);
+    writeFileSync(join(listRoot, rel), bytes);
+    listDigests.set(rel, createHash('sha256').update(bytes).digest('hex'));
+  }
+}
+const listingWrittenAt = Date.now();
+
+// ---- tools ----
+const notes = [];
+const odd = [];
 const wanted = process.env.BENCH_LOADGEN;
 if (wanted && wanted !== 'wrk' && wanted !== 'autocannon') fail('BENCH_LOADGEN must be wrk or autocannon');
-const wrk = wanted === 'autocannon' ? null : findOnPath('wrk');
-if (wanted === 'wrk' && !wrk) fail('BENCH_LOADGEN=wrk but wrk is not on PATH (apt-get install wrk)');
 let load;
-let loadgenName;
-if (wrk) {
-  const script = join(scratch, 'report.lua');
-  writeFileSync(script, WRK_REPORT);
-  load = (url, seconds, size) => runWrk(wrk, script, url, seconds, size);
-  loadgenName = `wrk (${wrk}, 2 threads)`;
+let loadgen;
+const wrk = wanted === 'autocannon' ? { path: null, note: 'BENCH_LOADGEN=autocannon' } : ensureTool('wrk', 'wrk');
+if (wrk.note) notes.push(wrk.note);
+if (wrk.path) {
+  load = wrkLoad(wrk.path, scratch, CONNECTIONS);
+  loadgen = `${toolVersion(wrk.path, ['-v']).split(' [')[0]}, 1 thread, ${CONNECTIONS} connections, --latency`;
 } else {
+  if (wanted === 'wrk') fail(`BENCH_LOADGEN=wrk but wrk is unavailable: ${wrk.note}`);
   const { default: autocannon } = await import('autocannon');
-  load = (url, seconds, size) => runAutocannon(autocannon, url, seconds, size);
-  const { version } = JSON.parse(readFileSync(join(HERE, '..', 'node_modules', 'autocannon', 'package.json'), 'utf8'));
-  loadgenName = `autocannon ${version} (in-process)`;
+  load = autocannonLoad(autocannon, CONNECTIONS);
+  loadgen = `autocannon (in process), ${CONNECTIONS} connections`;
+  notes.push('wrk unavailable: autocannon was used, and it cannot push much more than ~50 MB/s of body, so the 64 KiB and 4 MiB rows measure autocannon, not the servers');
+}
+let nginx = { path: null, note: 'BENCH_NGINX=0' };
+if (process.env.BENCH_NGINX !== '0') nginx = ensureTool('nginx', 'nginx-light');
+if (nginx.note) notes.push(nginx.path ? nginx.note : `nginx skipped: ${nginx.note}`);
+
+// ---- servers ----
+const env = { ...process.env, RESOURCE_PLANE_RECORDS_DIR: recordsDir };
+const log = (name) => join(scratch, `${name}.log`);
+
+async function startNode(label, args, extraEnv = env) {
+  const t0 = performance.now();
+  const child = track(process.execPath, args, { logFile: log(label.replace(/\W+/g, '-')), env: extraEnv });
+  const { line, ms } = await firstJsonLine(child, label, t0);
+  if (new URL(line.url).hostname !== '127.0.0.1') throw new Error(`${label}: not loopback: ${line.url}`);
+  return { child, url: line.url, readyMs: ms, line };
 }
 
-const servers = [
-  {
-    label: 'ours', column: 'ours', etag: true,
-    args: [CLI, 'serve', '--workdir', workdir, '--containment', 'sealed', '--trace', join(scratch, 'trace.jsonl')],
-    env: { ...process.env, RESOURCE_PLANE_RECORDS_DIR: join(scratch, 'records') },
-  },
-  { label: '@fastify/static', column: 'fastify-static', args: [join(HERE, 'peer-static.mjs'), outDir] },
-  { label: 'readFile+sha256', column: 'naive-sha256', args: [join(HERE, 'peer-naive.mjs'), outDir] },
-];
+function freePort() {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.once('error', rej);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => res(port));
+    });
+  });
+}
 
-const results = {}; // results[column][case.name] = { value, errors }
-const odd = [];
-let failure = null;
-try {
-  for (const s of servers) {
-    process.stderr.write(`bench: ${s.label} …\n`);
-    const server = await startServer(s.label, s.args, join(scratch, `${s.column}.log`), s.env);
+async function waitForHttp(url, child, label, ms = 10_000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`${label} exited (${child.exitCode}); see ${scratch}`);
     try {
-      for (const c of CASES) await verify(s.label, `${server.url}/resources/files/${c.file}`, files[c.file], s.etag);
-      results[s.column] = {};
-      for (const c of CASES) {
-        const url = `${server.url}/resources/files/${c.file}`;
-        await load(url, WARMUP_SECONDS, c.size);
-        const r = await load(url, SECONDS, c.size);
-        results[s.column][c.name] = { value: r[c.metric], errors: r.errors };
-        if (r.errors) odd.push(`${s.label}, ${c.name}: ${r.errors} errors or non-2xx answers during timing`);
+      const r = await fetchOnce(url);
+      if (r.status === 200) return;
+    } catch { /* not yet */ }
+    if (Date.now() > deadline) throw new Error(`${label}: no answer from ${url} within ${ms} ms`);
+    await sleep(50);
+  }
+}
+
+const oursArgs = (name, extra = []) => [CLI, 'serve', '--workdir', capsule, '--containment', 'sealed', '--trace', join(scratch, `trace-${name}.jsonl`), ...extra];
+
+const servers = []; // { id, label, url, child, etag }
+let oursPeer = null; // { url, child, handle, audience }
+
+async function verifyRead(s, c) {
+  const res = await fetchOnce(`${s.url}/resources/files/${c.file}`);
+  if (res.status !== 200) throw new Error(`${s.label}: ${c.file} answered ${res.status}`);
+  if (!res.body.equals(files[c.file].bytes)) throw new Error(`${s.label}: ${c.file}: ${res.body.length} bytes that differ from the file`);
+  if (s.etag && res.headers.etag !== files[c.file].etag) throw new Error(`${s.label}: ${c.file}: etag ${res.headers.etag}, want ${files[c.file].etag}`);
+}
+
+async function verifyRedeem() {
+  const url = `${oursPeer.url}/resources/peer/${oursPeer.handle}`;
+  const ok = await fetchOnce(url, { 'x-murmur-audience': oursPeer.audience });
+  if (ok.status !== 200 || !ok.body.equals(files['small.bin'].bytes) || ok.headers.etag !== files['small.bin'].etag) {
+    throw new Error(`redeem: answered ${ok.status} with ${ok.body.length} bytes and etag ${ok.headers.etag}`);
+  }
+  const wrong = await fetchOnce(url, { 'x-murmur-audience': 'someone-else@localhost:1' });
+  if (wrong.status !== 403) throw new Error(`redeem with the wrong audience answered ${wrong.status}, not 403`);
+}
+
+async function verifyAll() {
+  for (const s of servers) for (const c of CASES) await verifyRead(s, c);
+  await verifyRead({ label: 'ours (control stdio)', url: oursPeer.url, etag: true }, CASES[0]);
+  await verifyRedeem();
+}
+
+/** Mint a fresh handle for small.bin through the MCP control channel, for the server itself as peer. */
+async function mint() {
+  const port = new URL(oursPeer.url).port;
+  const r = await oursPeer.mcp.call('share-file', { path: 'small.bin', peer: `localhost:${port}` });
+  oursPeer.handle = r.handle;
+  oursPeer.audience = r.audience;
+}
+
+// ---- measurements ----
+const raw = { reads: {}, peer: [], sha256: [], listing: [], start: [] };
+const push = (obj, key, v) => (obj[key] ??= []).push(v);
+
+async function timedLoad(url, size, headers) {
+  if (WARMUP_SECONDS) await load(url, WARMUP_SECONDS, size, headers);
+  return load(url, SECONDS, size, headers);
+}
+
+function shaRate() {
+  const buf = shaRate.buf ??= randomFillSync(Buffer.allocUnsafe(SHA_BYTES));
+  let best = 0;
+  for (let i = 0; i < 3; i++) {
+    const t = performance.now();
+    createHash('sha256').update(buf).digest();
+    best = Math.max(best, SHA_BYTES / ((performance.now() - t) / 1000) / 1e6);
+  }
+  return best;
+}
+
+function sha256sumTree() {
+  return new Promise((res, rej) => {
+    const t = performance.now();
+    const child = track('sh', ['-c', 'find "$1" -type f -print0 | xargs -0 sha256sum', 'sh', listRoot], { stdout: 'pipe' });
+    let lines = 0;
+    let sample = null;
+    let tail = '';
+    child.stdout.setEncoding('utf8');
+    child.stdout.on('data', (chunk) => {
+      const text = tail + chunk;
+      const parts = text.split('\n');
+      tail = parts.pop();
+      lines += parts.length;
+      sample ??= parts[0];
+    });
+    child.on('exit', (code) => {
+      const s = (performance.now() - t) / 1000;
+      if (code !== 0) return rej(new Error(`find | xargs sha256sum exited ${code}`));
+      if (lines !== LIST_FILES) return rej(new Error(`sha256sum printed ${lines} lines, want ${LIST_FILES}`));
+      const [hex, path] = sample.split(/ [ *]/);
+      if (listDigests.get(path.slice(listRoot.length + 1)) !== hex) return rej(new Error(`sha256sum disagrees on ${path}`));
+      res(s);
+    });
+  });
+}
+
+async function timedListing(url) {
+  const t = performance.now();
+  const res = await fetchOnce(`${url}/resources/files`);
+  const s = (performance.now() - t) / 1000;
+  if (res.status !== 200) throw new Error(`listing answered ${res.status}: ${res.body.toString().slice(0, 200)}`);
+  const { entries } = JSON.parse(res.body);
+  if (entries.length !== LIST_FILES) throw new Error(`listing has ${entries.length} entries, want ${LIST_FILES}`);
+  for (const e of entries) {
+    if (listDigests.get(e.path) !== e.sha256 || e.size_bytes !== LIST_FILE_SIZE) throw new Error(`listing entry ${e.path} is wrong`);
+  }
+  return s;
+}
+
+async function listingRound(r) {
+  const sums = await sha256sumTree();
+  const server = await startNode('ours (listing)', [CLI, 'serve', '--workdir', listing, '--containment', 'sealed', '--trace', join(scratch, `trace-listing-${r}.jsonl`)]);
+  try {
+    const first = await timedListing(server.url);
+    const repeats = [];
+    for (let i = 0; i < LIST_REPEATS; i++) repeats.push(await timedListing(server.url));
+    const sums2 = await sha256sumTree();
+    raw.listing.push({ round: r, sha256sum_s: [sums, sums2], first_s: first, repeat_s: repeats });
+  } finally {
+    const code = await stop(server.child);
+    if (code !== 0) odd.push(`listing server exited with ${code} on SIGTERM`);
+  }
+}
+
+async function startSample(kind, r) {
+  const args = kind === 'ours' ? oursArgs(`start-${r}-${raw.start.length}`) : [join(HERE, 'peer-bare.mjs')];
+  const s = await startNode(kind === 'ours' ? 'ours (start)' : 'bare node:http', args);
+  try {
+    const probe = kind === 'ours' ? `${s.url}/resources/files/small.bin` : `${s.url}/`;
+    const res = await fetchOnce(probe);
+    if (res.status !== 200) throw new Error(`${kind}: ${probe} answered ${res.status}`);
+    await sleep(100);
+    raw.start.push({ round: r, kind, ready_ms: s.readyMs, rss_mib: rssBytes(s.child.pid) / MiB });
+  } finally {
+    const code = await stop(s.child);
+    if (code !== 0) odd.push(`${kind} (start sample) exited with ${code} on SIGTERM`);
+  }
+}
+
+const rotate = (list, n) => list.slice(n % list.length).concat(list.slice(0, n % list.length));
+
+// ---- the run ----
+try {
+  say(`starting servers (scratch ${scratch})`);
+  if (nginx.path) {
+    const port = await freePort();
+    const child = startNginx(nginx.path, scratch, outDir, port, log('nginx'));
+    const url = `http://127.0.0.1:${port}`;
+    await waitForHttp(`${url}/resources/files/small.bin`, child, 'nginx');
+    servers.push({ id: 'nginx', label: 'nginx', url, child });
+  }
+  for (const [id, label, script] of [
+    ['node_memory', 'node:http (memory)', 'peer-memory.mjs'],
+    ['fastify_static', '@fastify/static', 'peer-static.mjs'],
+    ['readfile_sha256', 'readFile+sha256', 'peer-naive.mjs'],
+  ]) {
+    const s = await startNode(label, [join(HERE, script), outDir]);
+    servers.push({ id, label, url: s.url, child: s.child });
+  }
+  {
+    const s = await startNode('ours', oursArgs('ours'));
+    servers.push({ id: 'ours', label: 'ours', url: s.url, child: s.child, etag: true });
+  }
+  {
+    const child = track(process.execPath, oursArgs('peer', ['--control', 'stdio']), { logFile: log('ours-peer'), stdin: 'pipe', env });
+    const mcp = mcpClient(child, 'ours (control stdio)');
+    const ready = await mcp.start();
+    oursPeer = { child, mcp, url: ready.url };
+    await mint();
+  }
+  await verifyAll();
+
+  // The digest cache stores nothing for a file changed in the last 2 s.
+  const settle = listingWrittenAt + 2500 - Date.now();
+  if (settle > 0) await sleep(settle);
+
+  for (let r = 0; r < ROUNDS; r++) {
+    say(`round ${r + 1}/${ROUNDS}`);
+    raw.sha256.push(shaRate());
+    for (const c of CASES) {
+      for (const s of rotate(servers, r)) {
+        const m = await timedLoad(`${s.url}/resources/files/${c.file}`, c.size);
+        push(raw.reads, `${s.id}/${c.id}`, m);
+        if (m.errors) odd.push(`${s.label}, ${c.name}, round ${r + 1}: ${m.errors} errors or non-2xx answers`);
       }
-      // After the load, it must still answer right.
-      for (const c of CASES) await verify(s.label, `${server.url}/resources/files/${c.file}`, files[c.file], s.etag);
-    } finally {
-      const code = await stopServer(server);
-      if (code !== 0) odd.push(`${s.label} exited with ${code} on SIGTERM`);
+    }
+    await mint(); // a fresh handle each round, far from its expiry
+    const pair = { round: r };
+    for (const which of r % 2 ? ['redeem', 'read'] : ['read', 'redeem']) {
+      const m = which === 'read'
+        ? await timedLoad(`${oursPeer.url}/resources/files/small.bin`, 1024)
+        : await timedLoad(`${oursPeer.url}/resources/peer/${oursPeer.handle}`, 1024, { 'x-murmur-audience': oursPeer.audience });
+      pair[which] = m;
+      if (m.errors) odd.push(`ours (control stdio) ${which}, round ${r + 1}: ${m.errors} errors or non-2xx answers`);
+    }
+    raw.peer.push(pair);
+    await listingRound(r);
+    for (let i = 0; i < START_SAMPLES; i++) {
+      for (const kind of (r + i) % 2 ? ['ours', 'bare'] : ['bare', 'ours']) await startSample(kind, r);
     }
   }
+  raw.sha256.push(shaRate());
+  await verifyAll(); // after the load, every server must still answer right
 } catch (error) {
-  failure = error;
+  fail(error?.stack ?? String(error));
 } finally {
-  await Promise.all([...children].map((child) => stopServer({ child })));
-  rmSync(scratch, { recursive: true, force: true });
+  const all = [...servers.map((s) => [s.label, s.child]), ...(oursPeer ? [['ours (control stdio)', oursPeer.child]] : [])];
+  for (const [label, child] of all) {
+    const code = await stop(child);
+    if (code !== 0 && code !== null) odd.push(`${label} exited with ${code} on SIGTERM`);
+  }
 }
-if (failure) fail(failure.message);
 
-// ---- the table ----
-const fmt = (v) => (v >= 100 ? Math.round(v).toString() : v.toFixed(1));
-const peers = servers.slice(1);
-const header = ['case', 'ours', ...peers.flatMap((p) => [p.label, `ours/${p.column}`])];
-const rows = CASES.map((c) => {
-  const ours = results.ours[c.name].value;
-  return [c.name, fmt(ours), ...peers.flatMap((p) => {
-    const v = results[p.column][c.name].value;
-    return [fmt(v), `${(ours / v).toFixed(2)}x`];
-  })];
-});
-const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-const line = (cells) => cells.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]) : cell.padStart(widths[i]))).join('  ');
+// ---- the report ----
 const cpu = cpus();
-console.log(`load generator: ${loadgenName}, ${CONNECTIONS} connections, ${SECONDS} s per case after a ${WARMUP_SECONDS} s warm-up, servers one at a time`);
-console.log(`machine: ${cpu.length} cores (${cpu[0]?.model.trim() ?? 'unknown'}), Linux ${release()}, Node ${process.version}`);
-console.log(`MB/s = 10^6 body bytes per second from 2xx answers only; ours runs --containment sealed, trace on, log level ${process.env.RESOURCE_PLANE_LOG_LEVEL ?? 'info'}`);
-console.log();
-console.log(line(header));
-console.log(line(widths.map((w) => '-'.repeat(w))));
-for (const r of rows) console.log(line(r));
-if (!wrk) console.log('\nnote: autocannon tops out near ~50 MB/s of body; the 4 MiB row measures autocannon more than the servers. Install wrk.');
-for (const o of odd) console.log(`odd: ${o}`);
+const meta = {
+  date: startedAt.toISOString(),
+  duration_s: Math.round((performance.now() - t0Run) / 1000),
+  machine: {
+    cores: cpu.length,
+    cpu: readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.*)$/m)?.[1]?.trim() ?? cpu[0]?.model ?? 'unknown',
+    kernel: release(),
+    node: process.version,
+    memory_gib: +(totalmem() / 2 ** 30).toFixed(1),
+    loadavg_before: loadBefore.map((x) => +x.toFixed(2)),
+    loadavg_after: loadavg().map((x) => +x.toFixed(2)),
+  },
+  loadgen,
+  nginx: nginx.path ? toolVersion(nginx.path, ['-v']).replace(/^nginx version: /, '') : null,
+  rounds: ROUNDS,
+  seconds_per_case: SECONDS,
+  warmup_seconds: WARMUP_SECONDS,
+  quick,
+  listing_files: LIST_FILES,
+  command: `npm run bench${quick ? ' -- --quick' : ''}`,
+  servers: servers.map((s) => ({ id: s.id, label: s.label })),
+  notes,
+  odd,
+};
+const summary = summarise(raw, servers.map((s) => s.id), CASES);
+process.stdout.write(renderReport(meta, summary, servers, CASES));
+if (outFile) {
+  writeFileSync(outFile, `${JSON.stringify({ ...meta, summary, raw }, null, 2)}\n`);
+  say(`results written to ${outFile}`);
+}

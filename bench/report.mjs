@@ -1,0 +1,201 @@
+// From the raw measurements of bench/run.mjs to statistics (median, min, max across rounds), the
+// ratios issue 12 names (each taken within one round, then summarised), and the Markdown report.
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+export const stat = (xs) => {
+  const v = xs.filter((x) => Number.isFinite(x));
+  return v.length ? { median: median(v), min: Math.min(...v), max: Math.max(...v), n: v.length } : null;
+};
+const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
+
+// Targets are issue 12's, verbatim in meaning; `ok` decides met / not met on the median.
+export const TARGETS = [
+  { id: 'read1k_vs_ceiling', what: '1 KiB read: ours / raw node:http from memory (req/s)', target: '≥ 0.70×', ok: (v) => v >= 0.7 },
+  { id: 'read4m_vs_sha256', what: '4 MiB read: ours MB/s / single-core SHA-256 MB/s', target: '≥ 0.85×', ok: (v) => v >= 0.85 },
+  { id: 'read4m_vs_nginx', what: '4 MiB read of an unchanged file: ours / nginx (MB/s; the goal if an exact digest cache avoids rehashing)', target: '≥ 0.80×', ok: (v) => v >= 0.8 },
+  { id: 'listing_first_vs_sha256sum', what: 'listing N × 4 KiB, first: ours / `find | xargs sha256sum` (time)', target: '≤ 0.50×', ok: (v) => v <= 0.5 },
+  { id: 'listing_repeat_vs_sha256sum', what: 'listing, repeat of the unchanged tree: ours / `sha256sum` (time)', target: '≤ 0.05×', ok: (v) => v <= 0.05 },
+  { id: 'redeem_vs_read', what: '1 KiB redeem / 1 KiB operator read, time per request (read req/s ÷ redeem req/s, same server)', target: '≤ 1.20×', ok: (v) => v <= 1.2 },
+  { id: 'start_vs_bare', what: 'start to ready: ours / bare node:http listener', target: '≤ 2.0×', ok: (v) => v <= 2 },
+  { id: 'rss_minus_bare_mib', what: 'idle RSS: ours − bare node:http listener (MiB)', target: '≤ +15 MiB', ok: (v) => v <= 15, unit: 'MiB' },
+];
+
+// Ratios without a target of their own; `expect` is what the issue's targets imply, for reading.
+const INFO = [
+  { id: 'read1k_vs_nginx', what: '1 KiB read: ours / nginx', expect: '≈ 0.35× if the 1 KiB target is met' },
+  { id: 'read1k_vs_fastify_static', what: '1 KiB read: ours / @fastify/static', expect: '≈ 2.3× if the 1 KiB target is met' },
+  { id: 'read1k_vs_readfile_sha256', what: '1 KiB read: ours / readFile+sha256', expect: '' },
+  { id: 'read64k_vs_ceiling', what: '64 KiB read: ours / raw node:http from memory', expect: '' },
+  { id: 'read64k_vs_nginx', what: '64 KiB read: ours / nginx', expect: '' },
+  { id: 'read4m_vs_ceiling', what: '4 MiB read: ours / raw node:http from memory', expect: '' },
+  { id: 'read4m_vs_nginx', what: '4 MiB read: ours / nginx', expect: '≈ 0.5× when hashing every byte at 0.85× SHA-256' },
+  { id: 'read4m_vs_fastify_static', what: '4 MiB read: ours / @fastify/static', expect: '' },
+  { id: 'read4m_vs_readfile_sha256', what: '4 MiB read: ours / readFile+sha256', expect: '' },
+  { id: 'ceiling1k_vs_nginx', what: '1 KiB read: raw node:http from memory / nginx (how far Node itself is)', expect: '' },
+];
+
+export function summarise(raw, serverIds, cases) {
+  const reads = {};
+  for (const id of serverIds) {
+    for (const c of cases) {
+      const ms = raw.reads[`${id}/${c.id}`] ?? [];
+      reads[`${id}/${c.id}`] = {
+        rps: stat(ms.map((m) => m.rps)),
+        mbps: stat(ms.map((m) => m.mbps)),
+        p99_ms: stat(ms.map((m) => m.p99_ms)),
+        errors: ms.reduce((a, m) => a + m.errors, 0),
+      };
+    }
+  }
+  const rounds = raw.sha256.length - 1; // one extra SHA-256 measure at the end
+  const perRound = (fn) => {
+    const out = [];
+    for (let r = 0; r < rounds; r++) {
+      try {
+        const v = fn(r);
+        if (Number.isFinite(v)) out.push(v);
+      } catch { /* a server that is absent (nginx skipped) gives no ratio */ }
+    }
+    return out;
+  };
+  const rd = (id, c, r) => raw.reads[`${id}/${c}`][r];
+  const listFor = (r) => raw.listing.find((l) => l.round === r);
+  const sums = (r) => mean(listFor(r).sha256sum_s);
+  const startOf = (kind, r) => raw.start.filter((s) => s.kind === kind && s.round === r);
+
+  const ratios = {
+    read1k_vs_ceiling: perRound((r) => rd('ours', '1k', r).rps / rd('node_memory', '1k', r).rps),
+    read1k_vs_nginx: perRound((r) => rd('ours', '1k', r).rps / rd('nginx', '1k', r).rps),
+    read1k_vs_fastify_static: perRound((r) => rd('ours', '1k', r).rps / rd('fastify_static', '1k', r).rps),
+    read1k_vs_readfile_sha256: perRound((r) => rd('ours', '1k', r).rps / rd('readfile_sha256', '1k', r).rps),
+    read64k_vs_ceiling: perRound((r) => rd('ours', '64k', r).rps / rd('node_memory', '64k', r).rps),
+    read64k_vs_nginx: perRound((r) => rd('ours', '64k', r).rps / rd('nginx', '64k', r).rps),
+    read4m_vs_ceiling: perRound((r) => rd('ours', '4m', r).mbps / rd('node_memory', '4m', r).mbps),
+    read4m_vs_nginx: perRound((r) => rd('ours', '4m', r).mbps / rd('nginx', '4m', r).mbps),
+    read4m_vs_fastify_static: perRound((r) => rd('ours', '4m', r).mbps / rd('fastify_static', '4m', r).mbps),
+    read4m_vs_readfile_sha256: perRound((r) => rd('ours', '4m', r).mbps / rd('readfile_sha256', '4m', r).mbps),
+    read4m_vs_sha256: perRound((r) => rd('ours', '4m', r).mbps / raw.sha256[r]),
+    ceiling1k_vs_nginx: perRound((r) => rd('node_memory', '1k', r).rps / rd('nginx', '1k', r).rps),
+    listing_first_vs_sha256sum: perRound((r) => listFor(r).first_s / sums(r)),
+    listing_repeat_vs_sha256sum: perRound((r) => median(listFor(r).repeat_s) / sums(r)),
+    redeem_vs_read: perRound((r) => raw.peer[r].read.rps / raw.peer[r].redeem.rps),
+    start_vs_bare: perRound((r) => median(startOf('ours', r).map((s) => s.ready_ms)) / median(startOf('bare', r).map((s) => s.ready_ms))),
+    rss_minus_bare_mib: perRound((r) => median(startOf('ours', r).map((s) => s.rss_mib)) - median(startOf('bare', r).map((s) => s.rss_mib))),
+  };
+  const ratioStats = Object.fromEntries(Object.entries(ratios).map(([k, v]) => [k, stat(v)]));
+  const targets = TARGETS.map((t) => {
+    const s = ratioStats[t.id];
+    const every = ratios[t.id] ?? [];
+    return {
+      id: t.id, what: t.what, target: t.target, measured: s,
+      met: s ? t.ok(s.median) : null,
+      met_in_rounds: every.filter(t.ok).length, rounds: every.length,
+    };
+  });
+  return {
+    reads,
+    peer: {
+      read: { rps: stat(raw.peer.map((p) => p.read.rps)), p99_ms: stat(raw.peer.map((p) => p.read.p99_ms)) },
+      redeem: { rps: stat(raw.peer.map((p) => p.redeem.rps)), p99_ms: stat(raw.peer.map((p) => p.redeem.p99_ms)) },
+    },
+    sha256_mbps: stat(raw.sha256),
+    listing: {
+      sha256sum_s: stat(raw.listing.flatMap((l) => l.sha256sum_s)),
+      first_s: stat(raw.listing.map((l) => l.first_s)),
+      repeat_s: stat(raw.listing.flatMap((l) => l.repeat_s)),
+    },
+    start: {
+      bare_ready_ms: stat(raw.start.filter((s) => s.kind === 'bare').map((s) => s.ready_ms)),
+      ours_ready_ms: stat(raw.start.filter((s) => s.kind === 'ours').map((s) => s.ready_ms)),
+      bare_rss_mib: stat(raw.start.filter((s) => s.kind === 'bare').map((s) => s.rss_mib)),
+      ours_rss_mib: stat(raw.start.filter((s) => s.kind === 'ours').map((s) => s.rss_mib)),
+    },
+    ratios: ratioStats,
+    targets,
+  };
+}
+
+// ---- Markdown ----
+
+const num = (v) => {
+  if (v === undefined || v === null || !Number.isFinite(v)) return '–';
+  const a = Math.abs(v);
+  if (a >= 1000) return Math.round(v).toLocaleString('en-US');
+  if (a >= 100) return Math.round(v).toString();
+  if (a >= 10) return v.toFixed(1);
+  if (a >= 0.1) return v.toFixed(2);
+  return v.toFixed(3);
+};
+const cell = (s, suffix = '') => {
+  if (!s) return '–';
+  if (s.n === 1) return `${num(s.median)}${suffix}`;
+  return `${num(s.median)}${suffix} [${num(s.min)}–${num(s.max)}]`;
+};
+const signed = (s, unit) => {
+  if (!s) return '–';
+  const f = (v) => `${v >= 0 ? '+' : ''}${num(v)}`;
+  return s.n === 1 ? `${f(s.median)} ${unit}` : `${f(s.median)} ${unit} [${f(s.min)}–${f(s.max)}]`;
+};
+// A pipe inside a cell (even inside backticks) ends the cell in GitHub's Markdown: escape it.
+const esc = (text) => String(text).replace(/\|/g, '\\|');
+const table = (header, rows, numeric = true) => [
+  `| ${header.map(esc).join(' | ')} |`,
+  `|${header.map((_, i) => (i === 0 || !numeric ? '---' : '---:')).join('|')}|`,
+  ...rows.map((r) => `| ${r.map(esc).join(' | ')} |`),
+].join('\n');
+
+export function renderReport(meta, s, servers, cases) {
+  const m = meta.machine;
+  const out = [];
+  out.push('');
+  out.push(`## Benchmark results, ${meta.date.slice(0, 16).replace('T', ' ')} UTC${meta.quick ? ' (--quick: a smoke run, not a measurement)' : ''}`);
+  out.push('');
+  out.push(`- machine: ${m.cores} cores (${m.cpu}), ${m.memory_gib} GiB, Linux ${m.kernel}, Node ${m.node}; load average ${m.loadavg_before.join(' / ')} before, ${m.loadavg_after.join(' / ')} after`);
+  out.push(`- load: ${meta.loadgen}; ${meta.rounds} round(s), ${meta.seconds_per_case} s per case per round after a ${meta.warmup_seconds} s warm-up, servers interleaved within each round (order rotated per round)`);
+  out.push(`- nginx: ${meta.nginx ?? 'skipped'}; ours: \`serve --containment sealed\`, trace on; cells are median [min–max] across rounds; MB/s = 10^6 body bytes/s of 2xx answers; run took ${meta.duration_s} s`);
+  out.push('');
+  out.push('### Reads');
+  out.push('');
+  const readRows = [];
+  for (const c of cases) {
+    readRows.push([`${c.name} req/s`, ...servers.map((sv) => cell(s.reads[`${sv.id}/${c.id}`].rps))]);
+    if (c.size >= 64 * 1024) readRows.push([`${c.name} MB/s`, ...servers.map((sv) => cell(s.reads[`${sv.id}/${c.id}`].mbps))]);
+    readRows.push([`${c.name} p99 ms`, ...servers.map((sv) => cell(s.reads[`${sv.id}/${c.id}`].p99_ms))]);
+  }
+  out.push(table(['case', ...servers.map((sv) => sv.label)], readRows));
+  out.push('');
+  out.push('### Peer plane, limits, listing, start-up');
+  out.push('');
+  out.push(table(['measure', 'value'], [
+    ['1 KiB operator read, ours with `--control stdio` (req/s; p99 ms)', `${cell(s.peer.read.rps)}; ${cell(s.peer.read.p99_ms)}`],
+    ['1 KiB redeem, same server, handle from share-file over MCP (req/s; p99 ms)', `${cell(s.peer.redeem.rps)}; ${cell(s.peer.redeem.p99_ms)}`],
+    ['SHA-256, node:crypto, one core, 64 MiB buffer (MB/s)', cell(s.sha256_mbps)],
+    [`\`find … -print0 | xargs -0 sha256sum\`, ${meta.listing_files.toLocaleString('en-US')} × 4 KiB (s)`, cell(s.listing.sha256sum_s)],
+    ['ours, first listing of that tree after start (s)', cell(s.listing.first_s)],
+    ['ours, repeat listing (s)', cell(s.listing.repeat_s)],
+    ['start to ready: bare node:http listener / ours (ms)', `${cell(s.start.bare_ready_ms)} / ${cell(s.start.ours_ready_ms)}`],
+    ['idle RSS after one request: bare node:http listener / ours (MiB)', `${cell(s.start.bare_rss_mib)} / ${cell(s.start.ours_rss_mib)}`],
+  ], false));
+  out.push('');
+  out.push('### Against the targets of issue 12');
+  out.push('');
+  out.push(table(['ratio', 'measured', 'target', 'status'], s.targets.map((t) => [
+    t.what.replace('N ×', `${meta.listing_files.toLocaleString('en-US')} ×`),
+    t.id === 'rss_minus_bare_mib' ? signed(t.measured, 'MiB') : cell(t.measured, '×'),
+    t.target,
+    t.met === null ? 'not measured' : `${t.met ? '**met**' : '**not met**'}${t.rounds > 1 && t.met_in_rounds !== (t.met ? t.rounds : 0) ? ` (in ${t.met_in_rounds} of ${t.rounds} rounds)` : ''}`,
+  ]).concat([['peak RSS under 64 never-reading 8 MiB clients', 'not measured here (`npm run stress`)', 'held by the memory budget', '–']]), false));
+  out.push('');
+  out.push('### Other ratios (no target of their own)');
+  out.push('');
+  out.push(table(['ratio', 'measured', 'what the targets imply'], INFO.map((i) => [i.what, cell(s.ratios[i.id], '×'), i.expect || '–']), false));
+  out.push('');
+  for (const n of meta.notes) out.push(`note: ${n}`);
+  for (const o of meta.odd) out.push(`odd: ${o}`);
+  out.push('');
+  return out.join('\n');
+}
