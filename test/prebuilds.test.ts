@@ -105,3 +105,25 @@ describe('the prebuild floor', () => {
     }
   });
 });
+
+describe('libc-tagged prebuilds', () => {
+  const name = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).name as string;
+  // node-gyp-build's own choice, in a child (this process may hold a local build), from the package
+  // root as src/native.ts asks; PREBUILDS_ONLY keeps a local build/Release out of the way.
+  const resolveFrom = (env: Record<string, string>) =>
+    execFileSync(process.execPath, ['-e', 'const p = require("node-gyp-build").path(process.argv[1]); require(p); console.log(p)', ROOT], {
+      cwd: ROOT, env: { ...process.env, PREBUILDS_ONLY: '1', ...env }, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'],
+    }).trim();
+
+  it('are named <package>.glibc.node, one per platform-arch', () => {
+    for (const file of committed) expect(file).toMatch(new RegExp(`^linux-(x64|arm64)/${name}\\.glibc\\.node$`));
+  });
+
+  it('are what node-gyp-build loads from the package root on glibc', () => {
+    expect(resolveFrom({})).toBe(join(PREBUILDS, `linux-${process.arch}`, `${name}.glibc.node`));
+  });
+
+  it('are not offered on musl: node-gyp-build finds no build there (npm install then compiles)', () => {
+    expect(() => resolveFrom({ LIBC: 'musl' })).toThrow(/No native build was found for .*libc=musl/);
+  });
+});
