@@ -9,8 +9,13 @@
 // test/prebuilds.test.ts reads the committed binaries' requirements and fails if either (or any
 // other requirement above the stated floor) comes back.
 //
+// Only where the problem exists: glibc with GCC 11+'s libstdc++ (_GLIBCXX_RELEASE names the
+// GCC major). A source build elsewhere (musl, libc++, an older GCC) compiles nothing from here.
+//
 // No napi.h here.
 #include <new>
+
+#if defined(__GLIBC__) && defined(_GLIBCXX_RELEASE) && _GLIBCXX_RELEASE >= 11
 
 // std::allocator<T>::allocate() in GCC 11+ calls this when asked for more than max_size()
 // elements; libstdc++ exports it only from GCC 11 on (GLIBCXX_3.4.29: not on Debian 11, RHEL 8 or
@@ -28,3 +33,5 @@ void __throw_bad_array_new_length() { throw bad_array_new_length(); }
 extern "C" {
 char __libc_single_threaded = 0;
 }
+
+#endif

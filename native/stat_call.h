@@ -7,8 +7,8 @@
 // fstat is nothing but the fstat / newfstatat system call into the caller's struct stat: the
 // kernel's struct stat there is the layout glibc exposes (checked below), so calling the system
 // call ourselves gives the same result and errno and needs only syscall@GLIBC_2.2.5 (2.17 on
-// aarch64). Elsewhere (another architecture, musl), where only a source build exists and a floor
-// means nothing, these are the libc calls.
+// aarch64). Elsewhere (another architecture, x32 or ILP32, musl), where only a source build exists
+// and a floor means nothing, these are the libc calls.
 //
 // No napi.h here: this is syscall code.
 #pragma once
@@ -22,7 +22,7 @@
 
 namespace rp {
 
-#if defined(__GLIBC__) && (defined(__x86_64__) || defined(__aarch64__))
+#if defined(__GLIBC__) && (defined(__x86_64__) || defined(__aarch64__)) && !defined(__ILP32__)
 // The kernel's struct stat: 144 bytes on x86_64 (arch/x86/include/uapi/asm/stat.h), 128 on
 // aarch64 (include/uapi/asm-generic/stat.h). glibc's must match or the call writes past it.
 #if defined(__x86_64__)
