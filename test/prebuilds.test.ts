@@ -3,7 +3,7 @@
 // itself and held to the floor table in README.md, "Native addon and prebuilds": one fact, written
 // once, checked against the bytes that ship.
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -229,4 +229,61 @@ describe('the linux-arm64 prebuild under qemu-user', () => {
     expect(await exited).toBe(0);
     expect(existsSync(scratch)).toBe(false);
   }, 180_000);
+});
+
+// The floor in practice, not only in the symbol table: the x64 prebuild loaded and exercised by
+// this Node running on Debian 11's C library (glibc 2.31) and GCC 10's libstdc++ (GLIBCXX_3.4.28),
+// both below what the build machine has and what the prebuild needed before (2.33, 3.4.29). The
+// three packages come from Debian's mirror through apt-get with a private state directory (the
+// system's apt configuration is untouched) and are cached under node_modules/.cache. glibc 2.31 is
+// the oldest Debian's mirror still serves; where it cannot be fetched this says why and skips.
+const OLD_SUITE = 'bullseye';
+const OLD_ROOT = join(ROOT, 'node_modules', '.cache', 'capsule-resource-plane', `${OLD_SUITE}-libs`);
+
+function oldLibraries(): { reason: string } | { loader: string; libraryPath: string } {
+  const lib = join(OLD_ROOT, 'root', 'lib', 'x86_64-linux-gnu');
+  const result = { loader: join(lib, 'ld-linux-x86-64.so.2'), libraryPath: `${lib}:${join(OLD_ROOT, 'root', 'usr', 'lib', 'x86_64-linux-gnu')}` };
+  if (existsSync(result.loader) && existsSync(join(OLD_ROOT, 'root', 'usr', 'lib', 'x86_64-linux-gnu', 'libstdc++.so.6'))) return result;
+  if (process.arch !== 'x64') return { reason: `this is ${process.arch}, not x64` };
+  const work = mkdtempSync(join(tmpdir(), 'rp-old-glibc-'));
+  try {
+    for (const d of ['state/lists/partial', 'cache/archives/partial', 'debs', 'root']) mkdirSync(join(work, d), { recursive: true });
+    writeFileSync(join(work, 'sources.list'), `deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian ${OLD_SUITE} main\n`);
+    writeFileSync(join(work, 'status'), '');
+    const apt = ['-o', `Dir::Etc::SourceList=${join(work, 'sources.list')}`, '-o', 'Dir::Etc::SourceParts=/dev/null',
+      '-o', `Dir::State=${join(work, 'state')}`, '-o', `Dir::State::status=${join(work, 'status')}`,
+      '-o', `Dir::Cache=${join(work, 'cache')}`, '-o', 'APT::Architecture=amd64', '-o', 'Debug::NoLocking=1'];
+    execFileSync('apt-get', [...apt, 'update', '-qq'], { stdio: 'pipe', timeout: 300_000 });
+    execFileSync('apt-get', [...apt, 'download', 'libc6', 'libstdc++6', 'libgcc-s1'], { cwd: join(work, 'debs'), stdio: 'pipe', timeout: 300_000 });
+    for (const deb of readdirSync(join(work, 'debs'))) execFileSync('dpkg-deb', ['-x', join(work, 'debs', deb), join(work, 'root')]);
+    mkdirSync(OLD_ROOT, { recursive: true });
+    rmSync(join(OLD_ROOT, 'root'), { recursive: true, force: true });
+    renameSync(join(work, 'root'), join(OLD_ROOT, 'root'));
+    return result;
+  } catch (e) {
+    return { reason: `Debian ${OLD_SUITE}'s libc6/libstdc++6 could not be fetched with apt-get: ${(e as Error).message.split('\n')[0]}` };
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+describe(`the x64 prebuild on Debian ${OLD_SUITE}'s glibc 2.31 and GCC 10's libstdc++`, () => {
+  let old: { loader: string; libraryPath: string } | undefined;
+  beforeAll(() => {
+    const found = oldLibraries();
+    if ('reason' in found) console.warn(`SKIPPING the older-glibc test: ${found.reason}`);
+    else old = found;
+  }, 600_000);
+
+  it('loads and does every native operation right', (ctx) => {
+    if (!old) return ctx.skip('the older libraries are unavailable (see the warning above)');
+    const run = (args: string[]) => execFileSync(old!.loader, ['--library-path', old!.libraryPath, process.execPath, ...args], {
+      cwd: ROOT, env: { ...process.env, PREBUILDS_ONLY: '1' }, encoding: 'utf8', timeout: 120_000,
+    });
+    // This Node really runs on the older C library and C++ runtime.
+    expect(run(['-p', 'process.report.getReport().header.glibcVersionRuntime']).trim()).toBe('2.31');
+    expect(run(['-p', 'require("fs").readFileSync("/proc/self/maps", "utf8").match(/\\S*libstdc\\+\\+\\S*/)[0]'])).toContain(OLD_ROOT);
+    const out = JSON.parse(run([join(ROOT, 'test', 'helpers', 'native-smoke.mjs')]).trim()) as { loaded: string };
+    expect(out.loaded).toBe(join(PREBUILDS, 'linux-x64', 'capsule-resource-plane.glibc.node'));
+  }, 120_000);
 });
