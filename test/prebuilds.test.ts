@@ -287,3 +287,22 @@ describe(`the x64 prebuild on Debian ${OLD_SUITE}'s glibc 2.31 and GCC 10's libs
     expect(out.loaded).toBe(join(PREBUILDS, 'linux-x64', 'capsule-resource-plane.glibc.node'));
   }, 120_000);
 });
+
+// The README says what the whole package needs, and a dependency's own prebuild can set that
+// figure higher than ours: recompute it from every native binary the package loads here.
+describe('the glibc the installed package needs', () => {
+  it('is what the README says: the highest GLIBC_ of this addon and sodium-native', () => {
+    const stated = /The package as a whole needs glibc (\d+\.\d+) today/.exec(readFileSync(join(ROOT, 'README.md'), 'utf8'));
+    expect(stated, 'README sentence "The package as a whole needs glibc X today"').not.toBeNull();
+    const dir = `linux-${process.arch}`;
+    const binaries = [
+      join(PREBUILDS, dir, 'capsule-resource-plane.glibc.node'),
+      ...readdirSync(join(ROOT, 'node_modules', 'sodium-native', 'prebuilds', dir))
+        .filter((f) => f.endsWith('.node')).map((f) => join(ROOT, 'node_modules', 'sodium-native', 'prebuilds', dir, f)),
+    ];
+    const glibc = binaries.flatMap((b) => [...readElfRequirements(b).versions.values()].flat())
+      .filter((v) => v.startsWith('GLIBC_')).map((v) => v.slice('GLIBC_'.length))
+      .sort(compareVersions).at(-1);
+    expect(glibc).toBe(stated![1]);
+  });
+});
