@@ -10,6 +10,7 @@
       "target_name": "resource_plane",
       "sources": [
         "native/addon.cc",
+        "native/compat.cc",
         "native/workers.cc",
         "native/codes.cc",
         "native/resolve.cc",
@@ -24,7 +25,10 @@
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "_GNU_SOURCE"],
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
-      "cflags_cc": ["-std=c++17", "-Wall", "-Wextra", "-fstack-protector-strong", "-D_FORTIFY_SOURCE=2"]
+      "cflags_cc": ["-std=c++17", "-Wall", "-Wextra", "-fstack-protector-strong", "-D_FORTIFY_SOURCE=2"],
+      # The prebuilds' floor (README, "Native addon and prebuilds"): export only the N-API entry
+      # points, so native/compat.cc's definitions stay inside the binary.
+      "ldflags": ["-Wl,--version-script=<(module_root_dir)/native/exports.map"]
     }
   ]
 }

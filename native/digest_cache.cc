@@ -7,6 +7,7 @@
 
 #include "lease.h"
 #include "read.h"
+#include "stat_call.h"
 
 namespace rp {
 
@@ -113,7 +114,7 @@ int64_t whole_file_digest(int fd, struct stat* st, unsigned char out[32], const 
   if (lease.held()) {
     // Under the lease no writer exists and none can appear, so this fstat describes the bytes.
     struct stat under;
-    if (fstat(fd, &under) != 0) {
+    if (stat_fd(fd, &under) != 0) {
       failure->set(Code::IoError, errno);
       return -1;
     }

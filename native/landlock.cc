@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "fd.h"
+#include "stat_call.h"
 
 namespace rp {
 
@@ -107,7 +108,7 @@ Fd open_rule_path(const LandlockPathRule& rule, int* err) {
   }
   Fd owned(static_cast<int>(fd));
   struct stat st;
-  if (fstat(owned.get(), &st) != 0) {
+  if (stat_fd(owned.get(), &st) != 0) {
     *err = errno;
     return Fd();
   }

@@ -15,6 +15,7 @@
 
 #include "digest_cache.h"
 #include "read.h"
+#include "stat_call.h"
 #include "time_ms.h"
 
 namespace rp {
@@ -64,7 +65,7 @@ struct Walker {
   // the listing must stop; an entry that cannot be hashed is only skipped.
   bool add_if_regular(int fd, const std::string& path) {
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return true;
+    if (stat_fd(fd, &st) != 0 || !S_ISREG(st.st_mode)) return true;
     ListEntry entry;
     Failure failure;
     // From the digest cache when a read lease proves nobody can be writing, else hashed whole.
@@ -115,7 +116,7 @@ struct Walker {
       std::string path = prefix.empty() ? name : prefix + "/" + name;
       if (path.size() >= PATH_MAX) continue;  // no request could name it
       struct stat st;
-      if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (stat_at(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
       if (S_ISDIR(st.st_mode)) {
         if (depth >= kMaxDepth) continue;
         Fd sub(retry_eintr([&] {

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "lease.h"
+#include "stat_call.h"
 #include "time_ms.h"
 
 namespace rp {
@@ -37,7 +38,7 @@ namespace {
 // fstat's `fd` into `stat`; false (with NotARegularFile or IoError set) unless a regular file.
 bool regular_file_stat(int fd, FileStat* stat, Failure* failure) {
   struct stat st;
-  if (fstat(fd, &st) != 0) {
+  if (stat_fd(fd, &st) != 0) {
     failure->set(Code::IoError, errno);
     return false;
   }

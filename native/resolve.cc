@@ -14,6 +14,8 @@
 #include <deque>
 #include <vector>
 
+#include "stat_call.h"
+
 namespace rp {
 
 namespace {
@@ -31,7 +33,7 @@ constexpr size_t kMaxWalkDepth = 512;
 
 bool is_symlink_fd(int fd) {
   struct stat st;
-  return fstat(fd, &st) == 0 && S_ISLNK(st.st_mode);
+  return stat_fd(fd, &st) == 0 && S_ISLNK(st.st_mode);
 }
 
 long raw_openat2(int dirfd, const char* path, struct open_how* how) {

@@ -91,8 +91,10 @@ class CancelTokenHandle final : public Napi::ObjectWrap<CancelTokenHandle> {
                        {InstanceMethod<&CancelTokenHandle::Cancel>("cancel"),
                         InstanceAccessor<&CancelTokenHandle::Cancelled>("cancelled")});
   }
+  // Not std::make_shared: since GCC 9 it calls std::_Sp_make_shared_tag::_S_eq, which libstdc++
+  // exports only from GCC 9 on (GLIBCXX_3.4.26), above the prebuild's floor (see compat.cc).
   explicit CancelTokenHandle(const Napi::CallbackInfo& info)
-      : Napi::ObjectWrap<CancelTokenHandle>(info), flag_(std::make_shared<std::atomic<bool>>(false)) {}
+      : Napi::ObjectWrap<CancelTokenHandle>(info), flag_(new std::atomic<bool>(false)) {}
   const CancelFlag& flag() const { return flag_; }
 
  private:

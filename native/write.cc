@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <utility>
 
+#include "stat_call.h"
+
 namespace rp {
 
 namespace {
@@ -100,7 +102,7 @@ Landing Landing::open(int workdir_fd, const std::string& inbox, Failure* failure
       return out;
     }
     struct stat st;
-    if (fstat(file.get(), &st) != 0) {
+    if (stat_fd(file.get(), &st) != 0) {
       int err = errno;
       unlinkat(dir.get(), name.c_str(), 0);
       failure->set(Code::IoError, err);
@@ -173,7 +175,7 @@ Failure Landing::commit(const std::string& final_name) {
 void Landing::abort() {
   if (state_ == State::Committed) {
     struct stat st;
-    if (fstatat(dir_.get(), final_name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_dev == dev_ &&
+    if (stat_at(dir_.get(), final_name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_dev == dev_ &&
         st.st_ino == ino_)
       unlinkat(dir_.get(), final_name_.c_str(), 0);
     state_ = State::Closed;

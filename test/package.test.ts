@@ -32,6 +32,14 @@ describe('the installed package', () => {
     for (const f of ['test', 'src', 'bench', '.ci']) expect(existsSync(join(pkg, f)), f).toBe(false);
   });
 
+  it('loads its libc-tagged prebuild and compiled nothing at install', () => {
+    const pkg = join(project, 'node_modules', 'capsule-resource-plane');
+    // The install script (node-gyp-build) compiles only when no prebuild loads: no build/ then.
+    expect(existsSync(join(pkg, 'build')), 'build/ in the installed package').toBe(false);
+    const loaded = execFileSync(process.execPath, ['-e', 'const p = require("node-gyp-build").path(process.argv[1]); require(p); console.log(p)', pkg], { cwd: project });
+    expect(loaded.toString().trim()).toBe(join(pkg, 'prebuilds', `linux-${process.arch}`, 'capsule-resource-plane.glibc.node'));
+  });
+
   it('is imported by name', () => {
     const out = execFileSync(process.execPath, ['--input-type=module', '-e', "import('capsule-resource-plane').then((m) => console.log(typeof m.launch, typeof m.resourcePlanes))"], { cwd: project });
     expect(out.toString().trim()).toBe('function function');
