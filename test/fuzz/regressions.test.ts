@@ -1,7 +1,7 @@
 // Bugs the fuzz harness found, pinned as plain tests (each names the harness run that found it).
 // They run in the ordinary suite with everything else; see the README's Fuzzing section.
 import { createHash } from 'node:crypto';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Refusal } from '../../src/codes.js';
@@ -23,6 +23,10 @@ beforeAll(async () => {
   traceDir = tempDir('rp-fuzz-regress-trace-');
   makeTree(workdir, [`secret.txt: ${SECRET}`, 'out/a: plain a', 'out/sub/b: in sub']);
   writeFileSync(join(workdir, 'out', '\ufeffa'), 'bom a');
+  // 25 links, then an escape: more than half the kernel's 40-link budget before the `..`.
+  for (let i = 0; i < 25; i++) symlinkSync(i + 1 < 25 ? `esc${i + 1}` : '../secret.txt', join(workdir, 'out', `esc${i}`));
+  // 41 links: one more than any resolution may follow.
+  for (let i = 0; i < 41; i++) symlinkSync(i + 1 < 41 ? `loop${i + 1}` : 'a', join(workdir, 'out', `loop${i}`));
   mkdirSync(join(workdir, 'empty'));
   workdirFd = await native.openDirectory(workdir);
 });
@@ -72,5 +76,22 @@ describe('a leading U+FEFF is part of the name (view-read-list, seed 2062632486)
     } finally {
       await l.close();
     }
+  });
+});
+
+describe('openat2: many links then an escape is outside_root, every time (view-read-list, seed 2062632486)', () => {
+  // The kernel keeps its link count across the restart from RCU walk to ref walk that a `..` at the
+  // root forces under RESOLVE_BENEATH, so 25 links then `..` answered ELOOP (not_found) once the
+  // dcache was warm, and EXDEV (outside_root) the first time. The walk now decides an ELOOP.
+  it.each(RESOLVERS)('%s', async (resolver) => {
+    const v = view('sealed', resolver);
+    for (let i = 0; i < 5; i++) {
+      expect(await code(() => v.read('esc0'))).toBe('outside_root');
+      expect(await code(() => v.stat('esc0'))).toBe('outside_root');
+      expect(await code(() => v.read('esc10'))).toBe('outside_root');
+    }
+    expect(await code(() => v.read('loop0'))).toBe('not_found');
+    expect(await code(() => v.read('loop1'))).toBe('ok');
+    expect(await code(() => view('scoped', resolver).read('esc0'))).toBe('symlink_refused');
   });
 });
