@@ -12,7 +12,7 @@ import { tempDir } from '../helpers/tree.js';
 import { describeTree, show } from './describe.js';
 import * as model from './model.js';
 import { requestArb, rawRequest } from './requests.js';
-import { fuzzIt, guard } from './runner.js';
+import { fuzzIt, guard, guardSync } from './runner.js';
 import {
   compileTree, materialise, MAX_BYTES, prepareWorkdir, removeWorkdir, ROOT_SPELLINGS, SECRET_MARK, treeArb, type Workdir,
 } from './trees.js';
@@ -49,6 +49,34 @@ function assertNoSecret(bytes: Buffer, where: string): void {
   const digest = sha(bytes);
   for (const s of wd.secrets) if (sha(s) === digest) throw new Error(`${where}: served a secret's digest`);
 }
+
+describe('lowering a tool argument (share-file path), against the model', () => {
+  // A tool's path is a JS string: refused unless well-formed, otherwise lowered like the URL form
+  // from its UTF-8 bytes (so `%2e%2e` is an escape on either route).
+  const units = ['a', 'b', '.', '..', '/', '%', '2e', '2E', '2f', '%2e', '%2f', '%2F', '%00', '\0', '\\', '\ufeff', '\u202e',
+    '\ud800', '\udc00', '\ud83d\ude00', 'é', '%c0%ae', '%ff', '%EF%BB%BF', ' ', '%25', '%%'];
+  fuzzIt({
+    name: 'view-lower-text',
+    file: import.meta.filename,
+    runs: 2000,
+    property: () =>
+      fc.property(
+        fc.oneof(fc.array(fc.constantFrom(...units), { maxLength: 12 }).map((a) => a.join('')), fc.string({ unit: 'binary', maxLength: 12 })),
+        guardSync((text: string) => {
+          const view = new ExportView({ workdirFd: () => -1, root: 'out', maxBytes: 1, containment: 'sealed', resolver: 'walk' });
+          const components = text.isWellFormed() ? model.lower(Buffer.from(text, 'utf8').toString('latin1')) : null;
+          let got: string | null;
+          try {
+            got = view.lower(text, 'text');
+          } catch (error) {
+            if (!(error instanceof Refusal) || error.code !== 'outside_root') throw error;
+            got = null;
+          }
+          expect(got, JSON.stringify(text)).toBe(components === null ? null : model.textOf(components.join('/')));
+        }),
+      ),
+  });
+});
 
 describe('operator plane, in process, against the reference model', () => {
   fuzzIt({
