@@ -67,6 +67,9 @@ void map_open_errno(int err, SymlinkPolicy policy, Failure* failure) {
   }
 }
 
+Fd open_with_walk(int dirfd, const std::string& rel, int flags, SymlinkPolicy policy,
+                  Failure* failure);
+
 Fd open_with_openat2(int dirfd, const std::string& rel, int flags, SymlinkPolicy policy,
                      Failure* failure) {
   struct open_how how = {};
@@ -77,6 +80,14 @@ Fd open_with_openat2(int dirfd, const std::string& rel, int flags, SymlinkPolicy
     long fd = raw_openat2(dirfd, rel.c_str(), &how);
     if (fd >= 0) return Fd(static_cast<int>(fd));
     if (errno == EINTR || errno == EAGAIN) continue;
+    // Following links, ELOOP is not always a loop: the kernel keeps its link count across the
+    // restart from RCU walk to ref walk, and a `..` at the root under RESOLVE_BENEATH always
+    // restarts, so a path that follows more than 20 links and then escapes answers ELOOP or EXDEV
+    // depending on what the dcache held (found by test/fuzz). The walk counts each link once;
+    // it decides what the ELOOP was (a real loop is NotFound there too).
+    if (errno == ELOOP && policy == SymlinkPolicy::Follow) {
+      return open_with_walk(dirfd, rel, flags, policy, failure);
+    }
     map_open_errno(errno, policy, failure);
     return Fd();
   }

@@ -7,8 +7,10 @@ export type Lowered =
   | { ok: false; display: string };
 
 const HEX = /^[0-9A-Fa-f]{2}$/;
-const utf8 = new TextDecoder('utf-8', { fatal: true });
-const lossy = new TextDecoder('utf-8');
+// ignoreBOM: a decoder otherwise drops a leading U+FEFF, which would lower `%EF%BB%BFa` to `a`:
+// a request normalised into another file's name (found by test/fuzz).
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+const lossy = new TextDecoder('utf-8', { ignoreBOM: true });
 
 /**
  * Percent-decodes exactly once, on bytes. `%2F` becomes `/` (and so splits components);

@@ -1,0 +1,130 @@
+// Model-based properties of the operator plane, in process: for generated trees and generated
+// request paths, under every containment class and both resolvers, ExportView's answer to a read
+// (code, and the bytes when ok), to a stat (the mint's check) and to a listing equals the reference
+// model's (test/fuzz/model.ts), and no byte of a file outside the root is ever returned.
+import { createHash } from 'node:crypto';
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect } from 'vitest';
+import { Refusal } from '../../src/codes.js';
+import { ExportView } from '../../src/export-view.js';
+import * as native from '../../src/native.js';
+import { tempDir } from '../helpers/tree.js';
+import { describeTree, show } from './describe.js';
+import * as model from './model.js';
+import { requestArb, rawRequest } from './requests.js';
+import { fuzzIt, guard, guardSync } from './runner.js';
+import {
+  compileTree, materialise, MAX_BYTES, prepareWorkdir, removeWorkdir, ROOT_SPELLINGS, SECRET_MARK, treeArb, type Workdir,
+} from './trees.js';
+
+const CLASSES: model.Containment[] = ['sealed', 'advisory', 'scoped'];
+const RESOLVERS: native.ResolverKind[] = native.openat2Available() ? ['openat2', 'walk'] : ['walk'];
+
+let wd: Workdir;
+let workdirFd: number;
+
+beforeAll(async () => {
+  wd = prepareWorkdir(tempDir('rp-fuzz-view-'));
+  workdirFd = await native.openDirectory(wd.workdir);
+});
+
+afterAll(() => {
+  native.closeFd(workdirFd);
+  removeWorkdir(wd);
+});
+
+const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+
+async function outcome<T>(run: () => Promise<T>): Promise<{ code: string; value?: T }> {
+  try {
+    return { code: 'ok', value: await run() };
+  } catch (error) {
+    if (error instanceof Refusal) return { code: String(error.code) };
+    throw error;
+  }
+}
+
+function assertNoSecret(bytes: Buffer, where: string): void {
+  if (bytes.includes(SECRET_MARK)) throw new Error(`${where}: served bytes of a file outside the root`);
+  const digest = sha(bytes);
+  for (const s of wd.secrets) if (sha(s) === digest) throw new Error(`${where}: served a secret's digest`);
+}
+
+describe('lowering a tool argument (share-file path), against the model', () => {
+  // A tool's path is a JS string: refused unless well-formed, otherwise lowered like the URL form
+  // from its UTF-8 bytes (so `%2e%2e` is an escape on either route).
+  const units = ['a', 'b', '.', '..', '/', '%', '2e', '2E', '2f', '%2e', '%2f', '%2F', '%00', '\0', '\\', '\ufeff', '\u202e',
+    '\ud800', '\udc00', '\ud83d\ude00', 'é', '%c0%ae', '%ff', '%EF%BB%BF', ' ', '%25', '%%'];
+  fuzzIt({
+    name: 'view-lower-text',
+    file: import.meta.filename,
+    runs: 2000,
+    property: () =>
+      fc.property(
+        fc.oneof(fc.array(fc.constantFrom(...units), { maxLength: 12 }).map((a) => a.join('')), fc.string({ unit: 'binary', maxLength: 12 })),
+        guardSync((text: string) => {
+          const view = new ExportView({ workdirFd: () => -1, root: 'out', maxBytes: 1, containment: 'sealed', resolver: 'walk' });
+          const components = text.isWellFormed() ? model.lower(Buffer.from(text, 'utf8').toString('latin1')) : null;
+          let got: string | null;
+          try {
+            got = view.lower(text, 'text');
+          } catch (error) {
+            if (!(error instanceof Refusal) || error.code !== 'outside_root') throw error;
+            got = null;
+          }
+          expect(got, JSON.stringify(text)).toBe(components === null ? null : model.textOf(components.join('/')));
+        }),
+      ),
+  });
+});
+
+describe('operator plane, in process, against the reference model', () => {
+  fuzzIt({
+    name: 'view-read-list',
+    file: import.meta.filename,
+    runs: 40,
+    property: () =>
+      fc.asyncProperty(treeArb, fc.array(requestArb, { minLength: 1, maxLength: 24 }), guard(async (spec, requests) => {
+        const tree = compileTree(spec, wd);
+        materialise(tree, wd);
+        const raws = requests.map((r) => rawRequest(r, tree.paths));
+        const root = ROOT_SPELLINGS[spec.rootSpelling % ROOT_SPELLINGS.length]!;
+        for (const resolver of RESOLVERS) {
+          for (const containment of CLASSES) {
+            const view = new ExportView({ workdirFd: () => workdirFd, root, maxBytes: MAX_BYTES, containment, resolver });
+            const where = (what: string) => `${what} under ${containment}/${resolver}, root '${root}'\ntree:\n${describeTree(tree)}`;
+            for (const raw of raws) {
+              const expected = model.read(tree.root, raw, containment, MAX_BYTES);
+              const got = await outcome(async () => view.read(view.lower(raw, 'url')));
+              const label = where(`read '${show(raw)}'`);
+              expect(got.code, label).toBe(expected.code);
+              if (got.value) {
+                assertNoSecret(got.value.bytes, label);
+                expect(got.value.sha256, label).toBe(sha(got.value.bytes));
+              }
+              if (expected.code === 'ok') expect(got.value!.bytes.equals(expected.bytes), label).toBe(true);
+              // The mint's check: the same resolution, no size ceiling.
+              const stat = await outcome(async () => view.stat(view.lower(raw, 'url')));
+              expect(stat.code, where(`stat '${show(raw)}'`)).toBe(expected.code === 'too_large' ? 'ok' : expected.code);
+            }
+            const listed = await outcome(() => view.list());
+            const expectedList = model.list(tree.root, containment);
+            const label = where('list');
+            if (!Array.isArray(expectedList)) {
+              expect(listed.code, label).toBe(expectedList.code);
+              continue;
+            }
+            expect(listed.code, label).toBe('ok');
+            const entries = listed.value!;
+            expect(entries.map((e) => e.path), label).toEqual(expectedList.map((e) => e.path));
+            entries.forEach((e, i) => {
+              const m = expectedList[i]!;
+              expect(e.size, `${label}: size of ${e.path}`).toBe(m.content.length);
+              expect(e.sha256, `${label}: sha256 of ${e.path}`).toBe(sha(m.content));
+              for (const s of wd.secrets) expect(e.sha256, label).not.toBe(sha(s));
+            });
+          }
+        }
+      })),
+  });
+});

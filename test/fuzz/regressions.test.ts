@@ -1,0 +1,98 @@
+// Bugs the fuzz harness found, pinned as plain tests (each names the harness run that found it).
+// They run in the ordinary suite with everything else; see the README's Fuzzing section.
+import { createHash } from 'node:crypto';
+import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Refusal } from '../../src/codes.js';
+import { ExportView } from '../../src/export-view.js';
+import * as native from '../../src/native.js';
+import { filesManifest, openCapsule as launch, type Capsule as Launched } from '../helpers/capsule.js';
+import { rawGet } from '../helpers/http.js';
+import { makeTree, removeTree, tempDir } from '../helpers/tree.js';
+
+const CLASSES = ['sealed', 'advisory', 'scoped'] as const;
+const RESOLVERS: native.ResolverKind[] = native.openat2Available() ? ['openat2', 'walk'] : ['walk'];
+const SECRET = 'SECRET-regression';
+
+let workdir: string;
+let traceDir: string;
+let workdirFd: number;
+
+beforeAll(async () => {
+  workdir = tempDir('rp-fuzz-regress-');
+  traceDir = tempDir('rp-fuzz-regress-trace-');
+  makeTree(workdir, [`secret.txt: ${SECRET}`, 'out/a: plain a', 'out/sub/b: in sub']);
+  writeFileSync(join(workdir, 'out', '\ufeffa'), 'bom a');
+  // 25 links, then an escape: more than half the kernel's 40-link budget before the `..`.
+  for (let i = 0; i < 25; i++) symlinkSync(i + 1 < 25 ? `esc${i + 1}` : '../secret.txt', join(workdir, 'out', `esc${i}`));
+  // 41 links: one more than any resolution may follow.
+  for (let i = 0; i < 41; i++) symlinkSync(i + 1 < 41 ? `loop${i + 1}` : 'a', join(workdir, 'out', `loop${i}`));
+  mkdirSync(join(workdir, 'empty'));
+  workdirFd = await native.openDirectory(workdir);
+});
+
+afterAll(() => {
+  native.closeFd(workdirFd);
+  removeTree(workdir);
+  removeTree(traceDir);
+});
+
+function view(containment: (typeof CLASSES)[number], resolver: native.ResolverKind): ExportView {
+  return new ExportView({ workdirFd: () => workdirFd, root: 'out/', maxBytes: 1024, containment, resolver });
+}
+
+async function code(run: () => Promise<unknown>): Promise<string> {
+  try {
+    await run();
+    return 'ok';
+  } catch (error) {
+    if (error instanceof Refusal) return String(error.code);
+    throw error;
+  }
+}
+
+describe('a leading U+FEFF is part of the name (view-read-list, seed 2062632486)', () => {
+  // TextDecoder drops a leading BOM unless told not to, so `%EF%BB%BFa` was lowered to `a`: a
+  // request normalised into another file's name, and the listed file `\ufeffa` could not be read.
+  it.each(RESOLVERS)('in process, %s', async (resolver) => {
+    for (const containment of CLASSES) {
+      const v = view(containment, resolver);
+      for (const raw of ['%EF%BB%BFa', '%ef%bb%bfa', '\xef\xbb\xbfa']) {
+        expect((await v.read(v.lower(raw, 'url'))).bytes.toString()).toBe('bom a');
+      }
+      expect(await code(async () => v.read(v.lower('%EF%BB%BFsub/b', 'url')))).toBe('not_found');
+      expect((await v.list()).map((e) => e.path)).toContain('\ufeffa');
+    }
+  });
+
+  it('over HTTP', async () => {
+    const l: Launched = await launch({ workdir, traceDir, yaml: filesManifest('out/') });
+    try {
+      const res = await rawGet(l.url, '/resources/files/%EF%BB%BFa');
+      expect(res.status).toBe(200);
+      expect(res.body.toString()).toBe('bom a');
+      expect(res.header('etag')).toBe(`"sha256:${createHash('sha256').update('bom a').digest('hex')}"`);
+      expect((await rawGet(l.url, '/resources/files/a')).body.toString()).toBe('plain a');
+    } finally {
+      await l.close();
+    }
+  });
+});
+
+describe('openat2: many links then an escape is outside_root, every time (view-read-list, seed 2062632486)', () => {
+  // The kernel keeps its link count across the restart from RCU walk to ref walk that a `..` at the
+  // root forces under RESOLVE_BENEATH, so 25 links then `..` answered ELOOP (not_found) once the
+  // dcache was warm, and EXDEV (outside_root) the first time. The walk now decides an ELOOP.
+  it.each(RESOLVERS)('%s', async (resolver) => {
+    const v = view('sealed', resolver);
+    for (let i = 0; i < 5; i++) {
+      expect(await code(() => v.read('esc0'))).toBe('outside_root');
+      expect(await code(() => v.stat('esc0'))).toBe('outside_root');
+      expect(await code(() => v.read('esc10'))).toBe('outside_root');
+    }
+    expect(await code(() => v.read('loop0'))).toBe('not_found');
+    expect(await code(() => v.read('loop1'))).toBe('ok');
+    expect(await code(() => view('scoped', resolver).read('esc0'))).toBe('symlink_refused');
+  });
+});
