@@ -86,7 +86,9 @@ describe('tools/list offers exactly the declared tools', () => {
       expect(fetchTool.description).toContain('stored path, its size and SHA-256, never the contents');
       expect(fetchTool.inputSchema.required).toEqual(['peer', 'handle']);
     }
-    // Logs never reach stdout (the protocol would break); they are on stderr.
+    // Logs never reach stdout (the protocol would break); they are on stderr. The line is written
+    // once the channel is up, so it may trail the first answer: waited for, under a generous cap.
+    for (let i = 0; i < 200 && !c.stderr().includes('"msg":"serving"'); i++) await new Promise((r) => setTimeout(r, 50));
     expect(c.stderr()).toContain('"msg":"serving"');
   });
 });
