@@ -9,7 +9,6 @@ import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions
 import type { Logger } from 'pino';
 import { Refusal, renderHttp } from './codes.js';
 import { ALL_PLANES, InFlight, planesFrameworkErrors, resourcePlanes, sendServerError, type PlaneSet } from './planes/plugin.js';
-import { redactHandles } from './redact.js';
 import type { Metrics } from './metrics.js';
 import type { Session } from './session.js';
 import { HEADER } from './wire.js';
