@@ -67,9 +67,15 @@ function target(raw: model.Bytes, wire: Wire, port: number): model.Bytes {
 }
 
 /** The model's answer to a whole request target under one class. */
-type Expected = { kind: 'read'; read: model.ModelRead } | { kind: 'list' };
+type Expected = { kind: 'read'; read: model.ModelRead } | { kind: 'list' } | { kind: 'too-long' };
+
+// Node's parser refuses a header block (request line included) past 16 KiB: 431 bad_request. Near
+// the edge the other headers decide; between these two lengths either answer is accepted.
+const TOO_LONG = 16_500;
+const MAYBE_TOO_LONG = 16_000;
 
 function expectedFor(tree: ReturnType<typeof compileTree>, t: model.Bytes, containment: model.Containment): Expected {
+  if (t.length > TOO_LONG) return { kind: 'too-long' };
   const path = model.targetPath(t);
   if (path === FILES || path === `${FILES}/`) return { kind: 'list' };
   return { kind: 'read', read: model.read(tree.root, path.slice(FILES.length + 1), containment, MAX_BYTES) };
@@ -121,6 +127,37 @@ function checkList(res: RawResponse, tree: ReturnType<typeof compileTree>, s: Se
   });
 }
 
+/**
+ * GET, asked again while the answer is the io_error an EAGAIN storm causes (any rename on the host
+ * during a resolution through `..`; see EAGAIN_TEXT in export-view.property.test.ts).
+ */
+async function get(url: string, t: Buffer | string): Promise<RawResponse> {
+  let res = await rawGet(url, t);
+  for (let i = 0; i < 10 && res.status === 500 && res.body.toString().includes('resource temporarily unavailable'); i++) {
+    await new Promise((r) => setTimeout(r, Math.min(1000, 20 * 2 ** i)));
+    res = await rawGet(url, t);
+  }
+  return res;
+}
+
+/**
+ * A listing silently skips a link whose resolution failed (EAGAIN included), so a mismatch must
+ * outlast a few seconds of looking again before it counts; a secret counts at once.
+ */
+async function listMatches(fetch: () => Promise<RawResponse>, tree: ReturnType<typeof compileTree>, s: Served, label: string): Promise<void> {
+  for (let i = 0; ; i++) {
+    const res = await fetch();
+    assertNoSecret(res, label);
+    try {
+      checkList(res, tree, s, label);
+      return;
+    } catch (error) {
+      if (i >= 6) throw error;
+    }
+    await new Promise((r) => setTimeout(r, 100 * 2 ** i));
+  }
+}
+
 describe('operator plane over real HTTP, against the reference model', () => {
   fuzzIt({
     name: 'http-read-list',
@@ -140,17 +177,27 @@ describe('operator plane over real HTTP, against the reference model', () => {
               const raw = rawRequest(recipe, tree.paths);
               const t = target(raw, wire, port);
               const label = `GET ${show(t)} under ${s.containment}/${s.resolver}\ntree:\n${describeTree(tree)}`;
-              const t0 = Date.now();
-              const res = await rawGet(s.launched.url, Buffer.from(t, 'latin1'));
-              if (process.env.FUZZ_DEBUG) console.error(`${Date.now() - t0} ms ${res.status} ${show(t).slice(0, 100)} ${s.containment}/${s.resolver}`);
+              const fetch = async () => {
+                const t0 = Date.now();
+                const res = await get(s.launched.url, Buffer.from(t, 'latin1'));
+                if (process.env.FUZZ_DEBUG) console.error(`${Date.now() - t0} ms ${res.status} ${show(t).slice(0, 100)} ${s.containment}/${s.resolver}`);
+                return res;
+              };
               const expected = expectedFor(tree, t, s.containment);
-              if (expected.kind === 'list') checkList(res, tree, s, label);
-              else checkRead(res, expected.read, s, label);
+              if (expected.kind === 'list') {
+                await listMatches(fetch, tree, s, label);
+                continue;
+              }
+              const res = await fetch();
+              assertNoSecret(res, label);
+              if (expected.kind === 'too-long') {
+                expect(res.status, label).toBe(431);
+                expect(res.json().error, label).toBe('bad_request');
+              } else if (!(t.length > MAYBE_TOO_LONG && res.status === 431)) {
+                checkRead(res, expected.read, s, label);
+              }
             }
-            const t1 = Date.now();
-            const res = await rawGet(s.launched.url, listTarget);
-            if (process.env.FUZZ_DEBUG) console.error(`${Date.now() - t1} ms list ${res.status}`);
-            checkList(res, tree, s, `GET ${listTarget} under ${s.containment}/${s.resolver}\ntree:\n${describeTree(tree)}`);
+            await listMatches(() => get(s.launched.url, listTarget), tree, s, `GET ${listTarget} under ${s.containment}/${s.resolver}\ntree:\n${describeTree(tree)}`);
           }
         }),
       ),
