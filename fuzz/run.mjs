@@ -65,7 +65,7 @@ while (Date.now() < deadline) {
   const saved = join(logs, `${stamp}-failure-${seed}.txt`);
   writeFileSync(saved, out);
   console.log(`#${iteration} seed ${seed}: FAILED (${secs}s), output in ${saved}`);
-  for (const line of out.split('\n')) if (line.startsWith('replay: ')) console.log(`  ${line}`);
+  for (const line of new Set(out.split('\n').filter((l) => l.startsWith('replay: ')))) console.log(`  ${line}`);
   appendFileSync(log, `${JSON.stringify({ iteration, seed, failed: true, output: saved })}\n`);
 }
 

@@ -68,9 +68,15 @@ function target(raw: model.Bytes, wire: Wire, port: number): model.Bytes {
 }
 
 /** The model's answer to a whole request target under one class. */
-type Expected = { kind: 'read'; read: model.ModelRead } | { kind: 'list' };
+type Expected = { kind: 'read'; read: model.ModelRead } | { kind: 'list' } | { kind: 'too-long' };
+
+// Node's parser refuses a header block (request line included) past 16 KiB: 431 bad_request. Near
+// the edge the other headers decide; between these two lengths either answer is accepted.
+const TOO_LONG = 16_500;
+const MAYBE_TOO_LONG = 16_000;
 
 function expectedFor(tree: ReturnType<typeof compileTree>, t: model.Bytes, containment: model.Containment): Expected {
+  if (t.length > TOO_LONG) return { kind: 'too-long' };
   const path = model.targetPath(t);
   if (path === FILES || path === `${FILES}/`) return { kind: 'list' };
   return { kind: 'read', read: model.read(tree.root, path.slice(FILES.length + 1), containment, MAX_BYTES) };
@@ -122,6 +128,62 @@ function checkList(res: RawResponse, tree: ReturnType<typeof compileTree>, s: Se
   });
 }
 
+/**
+ * GET, asked again while the answer is the io_error an EAGAIN storm causes (any rename on the host
+ * during a resolution through `..`; see EAGAIN_TEXT in export-view.property.test.ts).
+ */
+async function get(url: string, t: Buffer | string): Promise<RawResponse> {
+  let res = await rawGet(url, t);
+  for (let i = 0; i < 10 && res.status === 500 && res.body.toString().includes('resource temporarily unavailable'); i++) {
+    await new Promise((r) => setTimeout(r, Math.min(1000, 20 * 2 ** i)));
+    res = await rawGet(url, t);
+  }
+  return res;
+}
+
+/**
+ * A listing silently skips a link whose resolution failed (EAGAIN included). When entries are
+ * missing and nothing else differs, look again; if they are still missing and reading them still
+ * meets the storm, the case is inconclusive. A secret fails at once.
+ */
+async function listMatches(fetch: () => Promise<RawResponse>, tree: ReturnType<typeof compileTree>, s: Served, label: string): Promise<void> {
+  const expected = model.list(tree.root, s.containment);
+  const attempt = async (): Promise<{ error: unknown; onlyMissing: string[] }> => {
+    const res = await fetch();
+    assertNoSecret(res, label);
+    let onlyMissing: string[] = [];
+    if (Array.isArray(expected) && res.status === 200) {
+      const entries = (res.json() as { entries: Array<{ path: string; sha256: string }> }).entries;
+      const got = new Map(entries.map((e) => [e.path, e]));
+      const want = new Set(expected.map((e) => e.path));
+      const agree = expected.every((m) => !got.has(m.path) || got.get(m.path)!.sha256 === sha(m.content));
+      if (agree && entries.every((e) => want.has(e.path))) onlyMissing = expected.filter((m) => !got.has(m.path)).map((m) => m.path);
+    }
+    try {
+      checkList(res, tree, s, label);
+      return { error: null, onlyMissing };
+    } catch (error) {
+      return { error, onlyMissing };
+    }
+  };
+  let result = await attempt();
+  for (let i = 0; result.error !== null && result.onlyMissing.length > 0 && i < 3; i++) {
+    await new Promise((r) => setTimeout(r, 100 * 2 ** i));
+    result = await attempt();
+  }
+  if (result.error !== null && result.onlyMissing.length > 0) {
+    for (const p of result.onlyMissing) {
+      const encoded = [...Buffer.from(p, 'utf8')].map((b) => `%${b.toString(16).padStart(2, '0')}`).join('').replaceAll('%2f', '/');
+      const probe = await get(s.launched.url, `${FILES}/${encoded}`);
+      if (probe.status === 500 && probe.body.toString().includes('resource temporarily unavailable')) {
+        console.error(`inconclusive (EAGAIN storm on this host): ${label.split('\n')[0]} missing ${result.onlyMissing.join(', ')}`);
+        return;
+      }
+    }
+  }
+  if (result.error !== null) throw result.error;
+}
+
 describe('operator plane over real HTTP, against the reference model', () => {
   fuzzIt({
     name: 'http-read-list',
@@ -141,17 +203,27 @@ describe('operator plane over real HTTP, against the reference model', () => {
               const raw = rawRequest(recipe, tree.paths);
               const t = target(raw, wire, port);
               const label = `GET ${show(t)} under ${s.containment}/${s.resolver}\ntree:\n${describeTree(tree)}`;
-              const t0 = Date.now();
-              const res = await rawGet(s.launched.url, Buffer.from(t, 'latin1'));
-              if (process.env.FUZZ_DEBUG) console.error(`${Date.now() - t0} ms ${res.status} ${show(t).slice(0, 100)} ${s.containment}/${s.resolver}`);
+              const fetch = async () => {
+                const t0 = Date.now();
+                const res = await get(s.launched.url, Buffer.from(t, 'latin1'));
+                if (process.env.FUZZ_DEBUG) console.error(`${Date.now() - t0} ms ${res.status} ${show(t).slice(0, 100)} ${s.containment}/${s.resolver}`);
+                return res;
+              };
               const expected = expectedFor(tree, t, s.containment);
-              if (expected.kind === 'list') checkList(res, tree, s, label);
-              else checkRead(res, expected.read, s, label);
+              if (expected.kind === 'list') {
+                await listMatches(fetch, tree, s, label);
+                continue;
+              }
+              const res = await fetch();
+              assertNoSecret(res, label);
+              if (expected.kind === 'too-long') {
+                expect(res.status, label).toBe(431);
+                expect(res.json().error, label).toBe('bad_request');
+              } else if (!(t.length > MAYBE_TOO_LONG && res.status === 431)) {
+                checkRead(res, expected.read, s, label);
+              }
             }
-            const t1 = Date.now();
-            const res = await rawGet(s.launched.url, listTarget);
-            if (process.env.FUZZ_DEBUG) console.error(`${Date.now() - t1} ms list ${res.status}`);
-            checkList(res, tree, s, `GET ${listTarget} under ${s.containment}/${s.resolver}\ntree:\n${describeTree(tree)}`);
+            await listMatches(() => get(s.launched.url, listTarget), tree, s, `GET ${listTarget} under ${s.containment}/${s.resolver}\ntree:\n${describeTree(tree)}`);
           }
         }),
       ),

@@ -188,6 +188,7 @@ export function mutate(token: string, ms: readonly Mutation[]): string {
   let parts = token.split('.');
   const seg = (i: number) => Math.min(i, parts.length - 1);
   for (const m of ms) {
+    if (parts.length === 0) parts = [''];
     switch (m.m) {
       case 'char': {
         const i = seg(m.seg);
