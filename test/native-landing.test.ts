@@ -13,7 +13,10 @@ import { makeTree, removeTree, tempDir } from './helpers/tree.js';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 // The raw addon, to call it the way src/native.ts must not: positionally, or with wrong types.
-const binding = createRequire(import.meta.url)('node-gyp-build')(ROOT) as Record<string, (...args: unknown[]) => unknown>;
+// RESOURCE_PLANE_ADDON: the build src/native.ts loads under `npm run test:asan`.
+const binding = (process.env.RESOURCE_PLANE_ADDON
+  ? createRequire(import.meta.url)(process.env.RESOURCE_PLANE_ADDON)
+  : createRequire(import.meta.url)('node-gyp-build')(ROOT)) as Record<string, (...args: unknown[]) => unknown>;
 const RESOLVER: native.ResolverKind = native.openat2Available() ? 'openat2' : 'walk';
 const O_CLOEXEC = 0o2000000;
 
