@@ -109,8 +109,10 @@ struct Walker {
       names.emplace_back(std::move(name), ent->d_type);
     }
     closedir(dir);
-    for (const auto& [name, d_type] : names) {
-      (void)d_type;  // not trusted: some filesystems report DT_UNKNOWN, and it races anyway
+    for (const auto& named : names) {
+      // A plain reference, not a structured binding: the lambdas below capture it, which clang
+      // accepts only from version 16 (the sanitizer and fuzz builds use clang 14).
+      const std::string& name = named.first;  // d_type (second) is not trusted: DT_UNKNOWN, races
       if (stop.should_stop(stopped)) return false;
       if (!valid_utf8(name)) continue;  // unaddressable by a request path; never listed
       std::string path = prefix.empty() ? name : prefix + "/" + name;

@@ -26,7 +26,10 @@ constexpr int kOpenat2EagainRetries = 128;
 // Symlinks followed in one resolution before giving up (the kernel's own limit is 40).
 constexpr int kMaxLinks = 40;
 // Components processed in one walk, link expansions included: bounds work on crafted targets.
-constexpr int kMaxSteps = 4096;
+// Set above anything the kernel resolves (the request's components plus kMaxLinks targets of at
+// most PATH_MAX components each), so the walk never refuses what openat2 would open: at 4096, three
+// in-root links of 2000 `./` components each named nothing under the walk (found by fuzz/native).
+constexpr int kMaxSteps = static_cast<int>(kMaxComponents) + kMaxLinks * PATH_MAX;
 // Directories the walk may stand in at once: each holds a descriptor. Link expansions can deepen
 // a walk beyond the request's own components; past this it names nothing.
 constexpr size_t kMaxWalkDepth = 512;

@@ -7,8 +7,13 @@ import { fileURLToPath } from 'node:url';
 
 const require = createRequire(import.meta.url);
 const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..');
+// node-gyp-build picks the prebuild (or a local build/Release). RESOURCE_PLANE_ADDON, an absolute
+// path to another build of native/, is loaded instead: `npm run test:asan` uses it to run the suite
+// against an ASan/UBSan build (fuzz/asan/test-asan.sh). Whoever sets a process's environment can
+// already preload code into it, so this grants nothing new.
+const addonOverride = process.env.RESOURCE_PLANE_ADDON;
 // eslint-disable-next-line @typescript-eslint/no-require-imports
-const binding = require('node-gyp-build')(packageRoot) as Binding;
+const binding = (addonOverride ? require(addonOverride) : require('node-gyp-build')(packageRoot)) as Binding;
 
 /** Every code the addon can reject with; src/errors.ts maps each one to a wire code. */
 export type NativeCode =

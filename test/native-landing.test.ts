@@ -14,7 +14,10 @@ import { makeTree, scratch } from './helpers/tree.js';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 // The raw addon, to call it the way src/native.ts must not: positionally, or with wrong types.
-const binding = createRequire(import.meta.url)('node-gyp-build')(ROOT) as Record<string, (...args: unknown[]) => unknown>;
+// RESOURCE_PLANE_ADDON: the build src/native.ts loads under `npm run test:asan`.
+const binding = (process.env.RESOURCE_PLANE_ADDON
+  ? createRequire(import.meta.url)(process.env.RESOURCE_PLANE_ADDON)
+  : createRequire(import.meta.url)('node-gyp-build')(ROOT)) as Record<string, (...args: unknown[]) => unknown>;
 /** The resolver this kernel prefers: openat2 where it has it. */
 const RESOLVER: native.ResolverKind = RESOLVERS[0]!;
 const O_CLOEXEC = 0o2000000;

@@ -31,7 +31,7 @@ beforeAll(async () => {
 afterAll(() => {
   native.closeFd(workdirFd);
   removeWorkdir(wd);
-});
+}, 600_000);
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 

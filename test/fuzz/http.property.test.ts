@@ -47,7 +47,7 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const s of served) await s.launched.close();
   removeWorkdir(wd);
-});
+}, 600_000);
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
