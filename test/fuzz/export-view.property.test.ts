@@ -106,10 +106,13 @@ describe('operator plane, in process, against the reference model', () => {
         materialise(tree, wd);
         const raws = requests.map((r) => rawRequest(r, tree.paths));
         const root = ROOT_SPELLINGS[spec.rootSpelling % ROOT_SPELLINGS.length]!;
+        // Rendered once per tree: labels are built for every check, and a deep tree renders slowly.
+        let rendered: string | undefined;
+        const treeText = () => (rendered ??= describeTree(tree));
         for (const resolver of RESOLVERS) {
           for (const containment of CLASSES) {
             const view = new ExportView({ workdirFd: () => workdirFd, root, maxBytes: MAX_BYTES, containment, resolver });
-            const where = (what: string) => `${what} under ${containment}/${resolver}, root '${root}'\ntree:\n${describeTree(tree)}`;
+            const where = (what: string) => `${what} under ${containment}/${resolver}, root '${root}'\ntree:\n${treeText()}`;
             for (const raw of raws) {
               const expected = model.read(tree.root, raw, containment, MAX_BYTES);
               const got = await outcome(async () => view.read(view.lower(raw, 'url')));

@@ -197,12 +197,13 @@ describe('operator plane over real HTTP, against the reference model', () => {
         guard(async (spec, requests, listTarget) => {
           const tree = compileTree(spec, wd);
           materialise(tree, wd);
+          const treeText = describeTree(tree); // once per tree: a deep tree renders slowly
           for (const s of served) {
             const port = Number(new URL(s.launched.url).port);
             for (const [recipe, wire] of requests) {
               const raw = rawRequest(recipe, tree.paths);
               const t = target(raw, wire, port);
-              const label = `GET ${show(t)} under ${s.containment}/${s.resolver}\ntree:\n${describeTree(tree)}`;
+              const label = `GET ${show(t)} under ${s.containment}/${s.resolver}\ntree:\n${treeText}`;
               const fetch = async () => {
                 const t0 = Date.now();
                 const res = await get(s.launched.url, Buffer.from(t, 'latin1'));
@@ -223,7 +224,7 @@ describe('operator plane over real HTTP, against the reference model', () => {
                 checkRead(res, expected.read, s, label);
               }
             }
-            await listMatches(() => get(s.launched.url, listTarget), tree, s, `GET ${listTarget} under ${s.containment}/${s.resolver}\ntree:\n${describeTree(tree)}`);
+            await listMatches(() => get(s.launched.url, listTarget), tree, s, `GET ${listTarget} under ${s.containment}/${s.resolver}\ntree:\n${treeText}`);
           }
         }),
       ),
