@@ -20,6 +20,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("openDirectory", Napi::Function::New(env, rp::OpenDirectory, "openDirectory"));
   exports.Set("closeFd", Napi::Function::New(env, rp::CloseFd, "closeFd"));
   exports.Set("read", Napi::Function::New(env, rp::Read, "read"));
+  exports.Set("readSmall", Napi::Function::New(env, rp::ReadSmall, "readSmall"));
   exports.Set("stat", Napi::Function::New(env, rp::Stat, "stat"));
   exports.Set("list", Napi::Function::New(env, rp::List, "list"));
   exports.Set("checkRoot", Napi::Function::New(env, rp::CheckRoot, "checkRoot"));

@@ -94,16 +94,12 @@ DigestCache& digest_cache() {
   return *cache;
 }
 
-namespace {
-
 // ctime + margin < start, exactly, whatever the timestamps hold (128-bit: no overflow).
 bool settled_before(const struct timespec& ctime, const struct timespec& start) {
   const __int128 c = static_cast<__int128>(ctime.tv_sec) * 1000000000 + ctime.tv_nsec;
   const __int128 s = static_cast<__int128>(start.tv_sec) * 1000000000 + start.tv_nsec;
   return c + kRacyMarginNs < s;
 }
-
-}  // namespace
 
 int64_t whole_file_digest(int fd, struct stat* st, unsigned char out[32], const StopSignal& stop,
                           Failure* failure) {

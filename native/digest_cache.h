@@ -96,6 +96,10 @@ class DigestCache {
 
 DigestCache& digest_cache();
 
+// Whether a file whose ctime is `ctime` may have its digest stored when hashing began at `start`
+// (CLOCK_REALTIME): the racy rule above.
+bool settled_before(const struct timespec& ctime, const struct timespec& start);
+
 // The digest of the whole regular file behind `fd` (open O_RDONLY), from the cache or by hashing,
 // by the rules above. `st` is the caller's fstat of `fd`; it is replaced by the fstat taken under
 // the lease when there is one, so size and mtime describe the bytes the digest is of. Returns the

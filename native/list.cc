@@ -9,14 +9,33 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
+#include <deque>
 
 #include "digest_cache.h"
 #include "read.h"
 #include "stat_call.h"
 #include "time_ms.h"
+
+// glibc 2.34 moved the pthread functions into libc under new versions; a reference to those
+// would make the prebuilds refuse to load on the older glibc they support (README, the floor).
+// Bound here to the versions every glibc since 2.17 exports (compat.cc explains the floor).
+#if defined(__GLIBC__) && defined(__GLIBC_PREREQ)
+#if __GLIBC_PREREQ(2, 34)
+#if defined(__x86_64__)
+__asm__(".symver pthread_create, pthread_create@GLIBC_2.2.5");
+__asm__(".symver pthread_join, pthread_join@GLIBC_2.2.5");
+#elif defined(__aarch64__)
+__asm__(".symver pthread_create, pthread_create@GLIBC_2.17");
+__asm__(".symver pthread_join, pthread_join@GLIBC_2.17");
+#endif
+#endif
+#endif
 
 namespace rp {
 
@@ -53,39 +72,157 @@ bool valid_utf8(const std::string& s) {
   return true;
 }
 
+// The files a walk opened, hashed by the walking thread and up to kMaxHelpers threads of its own,
+// so a first listing uses every core. The queue is bounded (each entry holds a descriptor): when
+// it is full the walker hashes one itself. Entries land in `out` in any order (sorted later).
+//
+// pthread directly, not std::thread or std::condition_variable: those would make the prebuilds
+// require a newer libstdc++ (GLIBCXX_3.4.22 and 3.4.30) than their floor (README); compat.cc
+// binds pthread_create and pthread_join to versions every supported glibc has.
+class Hashing {
+ public:
+  static constexpr size_t kQueueMax = 64;
+  static constexpr unsigned kMaxHelpers = 3;
+
+  Hashing(const StopSignal& stop, std::vector<ListEntry>* out, Failure* stopped)
+      : stop_(stop), out_(out), stopped_(stopped) {
+    pthread_mutex_init(&mu_, nullptr);
+    pthread_cond_init(&ready_, nullptr);
+  }
+  Hashing(const Hashing&) = delete;
+  Hashing& operator=(const Hashing&) = delete;
+  ~Hashing() {
+    finish();
+    pthread_cond_destroy(&ready_);
+    pthread_mutex_destroy(&mu_);
+  }
+
+  // True once the listing must end (a hash saw the stop signal): the walker unwinds.
+  bool halted() const { return halted_.load(std::memory_order_relaxed); }
+
+  void add(Fd fd, std::string path) {
+    Job job{std::move(fd), std::move(path)};
+    pthread_mutex_lock(&mu_);
+    if (!spawned_) spawn_helpers();
+    if (queue_.size() >= kQueueMax || helpers_ == 0) {
+      pthread_mutex_unlock(&mu_);
+      run(job);
+      return;
+    }
+    queue_.push_back(std::move(job));
+    pthread_cond_signal(&ready_);
+    pthread_mutex_unlock(&mu_);
+  }
+
+  // Every queued file hashed (the walker helps), helpers joined.
+  void finish() {
+    for (;;) {
+      pthread_mutex_lock(&mu_);
+      if (queue_.empty()) {
+        closing_ = true;
+        pthread_cond_broadcast(&ready_);
+        pthread_mutex_unlock(&mu_);
+        break;
+      }
+      Job job = std::move(queue_.front());
+      queue_.pop_front();
+      pthread_mutex_unlock(&mu_);
+      run(job);
+    }
+    for (unsigned i = 0; i < helpers_; i++) pthread_join(threads_[i], nullptr);
+    helpers_ = 0;
+  }
+
+ private:
+  struct Job {
+    Fd fd;
+    std::string path;
+  };
+
+  static void* help_entry(void* self) {
+    static_cast<Hashing*>(self)->help();
+    return nullptr;
+  }
+
+  void spawn_helpers() {  // with mu_ held
+    spawned_ = true;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned n = cores > 1 ? static_cast<unsigned>(std::min<long>(cores - 1, kMaxHelpers)) : 1;
+    // A thread that cannot be had (EAGAIN) only means the walker hashes more itself.
+    while (helpers_ < n && pthread_create(&threads_[helpers_], nullptr, help_entry, this) == 0) helpers_++;
+  }
+
+  void help() {
+    pthread_mutex_lock(&mu_);
+    for (;;) {
+      while (!closing_ && queue_.empty()) pthread_cond_wait(&ready_, &mu_);
+      if (queue_.empty()) break;
+      Job job = std::move(queue_.front());
+      queue_.pop_front();
+      pthread_mutex_unlock(&mu_);
+      run(job);
+      pthread_mutex_lock(&mu_);
+    }
+    pthread_mutex_unlock(&mu_);
+  }
+
+  // Adds the file behind the job's descriptor if fstat says it is a regular file. An entry that
+  // cannot be hashed is only skipped; a stop ends the listing (the first reason is kept).
+  void run(Job& job) {
+    if (halted()) return;
+    struct stat st;
+    if (stat_fd(job.fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+    ListEntry entry;
+    Failure failure;
+    // From the digest cache when a read lease proves nobody can be writing, else hashed whole.
+    int64_t hashed = whole_file_digest(job.fd.get(), &st, entry.sha256, stop_, &failure);
+    job.fd = Fd();  // closed before the lock is taken
+    pthread_mutex_lock(&mu_);
+    if (hashed < 0) {
+      if (is_stop(failure.code) && !halted()) {
+        *stopped_ = failure;
+        halted_.store(true, std::memory_order_relaxed);
+      }
+    } else {
+      entry.path = std::move(job.path);
+      // The byte count that was hashed, so size and hash agree even if the file changed under us.
+      entry.size = static_cast<uint64_t>(hashed);
+      entry.mtime_ms = epoch_ms(st.st_mtim);
+      out_->push_back(std::move(entry));
+    }
+    pthread_mutex_unlock(&mu_);
+  }
+
+  const StopSignal& stop_;
+  std::vector<ListEntry>* out_;
+  Failure* stopped_;
+  std::atomic<bool> halted_{false};
+  pthread_mutex_t mu_;
+  pthread_cond_t ready_;
+  std::deque<Job> queue_;
+  pthread_t threads_[kMaxHelpers];
+  unsigned helpers_ = 0;
+  bool spawned_ = false;
+  bool closing_ = false;
+};
+
 struct Walker {
   int root_fd;
   SymlinkPolicy policy;
   Resolver resolver;
   const StopSignal& stop;
-  std::vector<ListEntry>* out;
+  Hashing* hashing;
   Failure* stopped;  // set (Cancelled, TimeBudget) when the whole listing must end
 
-  // Adds the file behind `fd` (already opened) if fstat says it is a regular file. False when
-  // the listing must stop; an entry that cannot be hashed is only skipped.
-  bool add_if_regular(int fd, const std::string& path) {
-    struct stat st;
-    if (stat_fd(fd, &st) != 0 || !S_ISREG(st.st_mode)) return true;
-    ListEntry entry;
-    Failure failure;
-    // From the digest cache when a read lease proves nobody can be writing, else hashed whole.
-    int64_t hashed = whole_file_digest(fd, &st, entry.sha256, stop, &failure);
-    if (hashed < 0) {
-      if (!is_stop(failure.code)) return true;
-      *stopped = failure;
-      return false;
-    }
-    entry.path = path;
-    // The byte count that was hashed, so size and hash agree even if the file changed under us.
-    entry.size = static_cast<uint64_t>(hashed);
-    entry.mtime_ms = epoch_ms(st.st_mtim);
-    out->push_back(std::move(entry));
-    return true;
+  // Hands an opened file to the hashing; false when the listing must stop.
+  bool add_if_regular(Fd fd, std::string path) {
+    hashing->add(std::move(fd), std::move(path));
+    return !hashing->halted();
   }
 
   // Walks one directory; false when the listing must stop (the caller unwinds at once).
   bool walk(int dir_fd, const std::string& prefix, int depth) {
-    if (stop.should_stop(stopped)) return false;
+    if (hashing->halted() || stop.should_stop(stopped)) return false;
     // fdopendir takes ownership of its descriptor, so it gets a duplicate.
     int dup_fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
     if (dup_fd < 0) return true;
@@ -113,7 +250,7 @@ struct Walker {
       // A plain reference, not a structured binding: the lambdas below capture it, which clang
       // accepts only from version 16 (the sanitizer and fuzz builds use clang 14).
       const std::string& name = named.first;  // d_type (second) is not trusted: DT_UNKNOWN, races
-      if (stop.should_stop(stopped)) return false;
+      if (hashing->halted() || stop.should_stop(stopped)) return false;
       if (!valid_utf8(name)) continue;  // unaddressable by a request path; never listed
       std::string path = prefix.empty() ? name : prefix + "/" + name;
       if (path.size() >= PATH_MAX) continue;  // no request could name it
@@ -129,7 +266,7 @@ struct Walker {
         Fd file(retry_eintr([&] {
           return openat(dir_fd, name.c_str(), served_file_flags() | O_NOFOLLOW);
         }));
-        if (file.valid() && !add_if_regular(file.get(), path)) return false;
+        if (file.valid() && !add_if_regular(std::move(file), path)) return false;
       } else if (S_ISLNK(st.st_mode)) {
         if (policy == SymlinkPolicy::Refuse) continue;
         // Listed under its own path only if, resolved from the root by the same resolver a read
@@ -139,7 +276,7 @@ struct Walker {
         FileStat ignored;
         Fd file = open_regular_beneath(root_fd, path, SymlinkPolicy::Follow, resolver,
                                        OpenFor::Reading, &ignored, &failure);
-        if (file.valid() && !add_if_regular(file.get(), path)) return false;
+        if (file.valid() && !add_if_regular(std::move(file), path)) return false;
       }
       // FIFOs, sockets and devices are skipped without being opened.
     }
@@ -160,8 +297,18 @@ ListResult list_export_root(const ExportRequest& req) {
     }
     return result;
   }
-  Walker walker{root_fd.get(), req.policy, req.resolver, req.stop, &result.entries, &result.failure};
-  if (!walker.walk(root_fd.get(), "", 0)) {
+  // The walker's own stop and the hashers' land in separate failures: the hashers write theirs
+  // under the hashing's lock, while the walker may be writing its own.
+  Failure hash_stop;
+  bool walked;
+  {
+    Hashing hashing(req.stop, &result.entries, &hash_stop);
+    Walker walker{root_fd.get(), req.policy, req.resolver, req.stop, &hashing, &result.failure};
+    walked = walker.walk(root_fd.get(), "", 0);
+    hashing.finish();
+  }
+  if (!result.failure.failed() && hash_stop.failed()) result.failure = hash_stop;
+  if (!walked || result.failure.failed()) {
     result.entries.clear();  // a listing that stopped early is a failure, never a partial list
     return result;
   }

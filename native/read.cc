@@ -4,12 +4,14 @@
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <memory>
 
+#include "digest_cache.h"
 #include "lease.h"
 #include "stat_call.h"
 #include "time_ms.h"
@@ -80,6 +82,7 @@ ReadResult read_export_file(const ExportRequest& req) {
   FileStat st;
   Fd fd = open_export_file(req, OpenFor::Reading, &st, &result.failure);
   if (!fd.valid()) return result;
+  result.size_seen = st.size;
   // Refused before a single byte is read: an 8 GiB sparse file costs one fstat.
   if (st.size > req.max_bytes) {
     result.failure.set(Code::TooLarge);
@@ -91,6 +94,26 @@ ReadResult read_export_file(const ExportRequest& req) {
     result.failure.set(Code::OverBudget);
     return result;
   }
+  // A large file: under a read lease, a digest cached for exactly this version may stand in for
+  // hashing (see read.h). The key is taken from an fstat under the lease, when nobody can write.
+  DigestCache& cache = digest_cache();
+  struct timespec hash_start = {};
+  std::unique_ptr<ReadLease> lease;
+  struct stat under = {};
+  unsigned char cached[32];
+  bool hit = false;
+  if (st.size >= kCachedReadMinBytes) {
+    clock_gettime(CLOCK_REALTIME, &hash_start);
+    lease.reset(new ReadLease(fd.get()));
+    if (!lease->held()) {
+      cache.count_lease_refused();
+    } else if (stat_fd(fd.get(), &under) != 0) {
+      result.failure.set(Code::IoError, errno);
+      return result;
+    } else {
+      hit = cache.lookup(file_key(under), cached);
+    }
+  }
   // Start at the fstat size plus one byte to notice growth; grow up to max_bytes + 1, which is
   // the most that is ever read: one byte past the ceiling proves the file grew past it.
   const uint64_t limit = req.max_bytes + 1;
@@ -101,8 +124,22 @@ ReadResult read_export_file(const ExportRequest& req) {
     result.failure.set(Code::IoError, ENOMEM);
     return result;
   }
+  bool hashing = !hit;  // hashed as read, unless a cached digest may stand in
+  auto hash = [&](const unsigned char* p, size_t n) {
+    if (EVP_DigestUpdate(ctx.get(), p, n) == 1) return true;
+    result.failure.set(Code::IoError, EIO);
+    result.failure.detail = "sha-256 failed";
+    return false;
+  };
+  // The lease gave way to a writer: the cached digest no longer vouches for anything, so the
+  // bytes already read are hashed and the rest as it comes.
+  auto lease_lost = [&]() { return !hashing && !lease->intact(); };
   for (;;) {
     if (req.stop.should_stop(&result.failure)) return result;
+    if (lease_lost()) {
+      hashing = true;
+      if (!hash(buf.data(), buf.size())) return result;
+    }
     if (buf.spare_size() == 0) {
       if (buf.capacity() >= limit) break;
       size_t next = buf.capacity() * 2 < limit ? buf.capacity() * 2 : static_cast<size_t>(limit);
@@ -122,31 +159,51 @@ ReadResult read_export_file(const ExportRequest& req) {
     if (n == 0) break;
     // Hashed as read: the digest covers exactly the buffer, and a file that grew past the
     // ceiling is refused below whatever the digest says.
-    if (EVP_DigestUpdate(ctx.get(), buf.spare(), static_cast<size_t>(n)) != 1) {
-      result.failure.set(Code::IoError, EIO);
-      result.failure.detail = "sha-256 failed";
-      return result;
-    }
+    if (hashing && !hash(buf.spare(), static_cast<size_t>(n))) return result;
     buf.advance(static_cast<size_t>(n));
   }
   if (buf.size() > req.max_bytes) {
     result.failure.set(Code::TooLarge);
     return result;
   }
-  unsigned int len = 0;
-  if (EVP_DigestFinal_ex(ctx.get(), result.sha256, &len) != 1 || len != 32) {
-    result.failure.set(Code::IoError, EIO);
-    result.failure.detail = "sha-256 failed";
-    return result;
+  // The cached digest is used only if the lease held until after the last byte was read, and the
+  // bytes are exactly as many as the version it was cached for.
+  if (!hashing && (lease_lost() || buf.size() != static_cast<uint64_t>(under.st_size))) {
+    hashing = true;
+    if (!hash(buf.data(), buf.size())) return result;
   }
-  result.mtime_ms = st.mtime_ms;
+  if (!hashing) {
+    std::memcpy(result.sha256, cached, 32);
+    result.digest_cached = true;
+  } else {
+    unsigned int len = 0;
+    if (EVP_DigestFinal_ex(ctx.get(), result.sha256, &len) != 1 || len != 32) {
+      result.failure.set(Code::IoError, EIO);
+      result.failure.detail = "sha-256 failed";
+      return result;
+    }
+    if (lease) {
+      cache.count_hash();
+      // Stored only when no writer could have touched the bytes hashed, by the racy rule.
+      if (!lease->held() || !lease->intact()) {
+        if (lease->broken()) cache.count_lease_broken();
+      } else if (!settled_before(under.st_ctim, hash_start)) {
+        cache.count_racy();
+      } else if (buf.size() == static_cast<uint64_t>(under.st_size)) {
+        cache.store(file_key(under), result.sha256);
+      }
+    }
+  }
+  result.mtime_ms = lease && lease->held() ? epoch_ms(under.st_mtim) : st.mtime_ms;
   return result;
 }
 
 int64_t hash_whole_fd(int fd, unsigned char out[32], const StopSignal& stop, Failure* failure,
                       ReadLease* lease) {
   MdCtx ctx(EVP_MD_CTX_new());
-  OwnedBuffer chunk;
+  // One chunk per thread, kept: a listing hashes thousands of small files, and a fresh 1 MiB
+  // allocation each (an mmap and its page faults, at the pinned threshold) cost more than the hash.
+  thread_local OwnedBuffer chunk;
   if (!ctx || !chunk.reserve(kHashChunk) || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
     failure->set(Code::IoError, ENOMEM);
     return -1;

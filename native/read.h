@@ -23,6 +23,10 @@ struct ReadResult {
   OwnedBuffer bytes;  // exactly the bytes served; moves into the Node Buffer without a copy
   int64_t mtime_ms = 0;
   unsigned char sha256[32] = {};
+  // The fstat size of the file once it was opened, also when the read then failed (OverBudget:
+  // the caller learns how much room to ask for).
+  uint64_t size_seen = 0;
+  bool digest_cached = false;  // the digest came from the digest cache, under a read lease
 };
 
 // What a caller wants the descriptor for: a probe (stat only, O_PATH) or reading the bytes.
@@ -41,7 +45,12 @@ Fd open_regular_beneath(int dirfd, const std::string& rel, SymlinkPolicy policy,
 Fd open_export_file(const ExportRequest& req, OpenFor purpose, FileStat* stat, Failure* failure);
 
 // open_export_file, then at most req.max_bytes + 1 bytes read from that one descriptor, in chunks,
-// asking req.stop before each one and hashing as it goes.
+// asking req.stop before each one and hashing as it goes. A file of at least kCachedReadMinBytes is
+// read under a read lease when one is granted: a digest cached for exactly this version of the file
+// is then used instead of hashing, provided the lease is still intact after the last byte was read
+// (no writer can have changed them); a digest hashed under an intact lease is stored for the next
+// read. Whenever the lease is refused or broken, the bytes in the buffer are what is hashed.
+constexpr uint64_t kCachedReadMinBytes = 256 * 1024;
 ReadResult read_export_file(const ExportRequest& req);
 
 class ReadLease;

@@ -26,6 +26,11 @@ namespace rp {
 
 namespace {
 
+// Results up to this size are copied into V8-owned buffers (see read_result_value).
+constexpr size_t kCopiedReadMaxBytes = 64 * 1024;
+// The most readSmall reads on the JS thread.
+constexpr uint64_t kSmallReadMaxBytes = 256 * 1024;
+
 std::string hex(const unsigned char* bytes, size_t n) {
   static const char digits[] = "0123456789abcdef";
   std::string out(n * 2, '0');
@@ -215,6 +220,35 @@ class OpenDirectoryWorker final : public PromiseWorker {
   Fd fd_;
 };
 
+// A read's result as JS sees it: {bytes, mtimeMs, sha256, digestCached}.
+Napi::Object read_result_value(Napi::Env env, ReadResult& result) {
+  Napi::Object out = Napi::Object::New(env);
+  const size_t length = result.bytes.size();
+  if (length <= kCopiedReadMaxBytes) {
+    // Small: copied into a buffer V8 owns. A finalizer per response costs more than the copy.
+    out.Set("bytes", Napi::Buffer<unsigned char>::Copy(env, result.bytes.data(), length));
+  } else {
+    // Ownership moves to the Buffer's finalizer: no copy (NewOrCopy copies, and frees ours at
+    // once, only where the runtime forbids external buffers). The allocation is reported to V8 as
+    // external memory, so that buffers nobody holds any more are collected while clients come and
+    // go, not only when the JS heap happens to grow.
+    const int64_t held = static_cast<int64_t>(result.bytes.capacity());
+    Napi::MemoryManagement::AdjustExternalMemory(env, held);
+    out.Set("bytes", Napi::Buffer<unsigned char>::NewOrCopy(
+                         env, result.bytes.release(), length,
+                         [](Napi::Env e, unsigned char* p, int64_t* size) {
+                           OwnedBuffer::free_released(p);
+                           Napi::MemoryManagement::AdjustExternalMemory(e, -*size);
+                           delete size;
+                         },
+                         new int64_t(held)));
+  }
+  out.Set("mtimeMs", Napi::Number::New(env, static_cast<double>(result.mtime_ms)));
+  out.Set("sha256", Napi::String::New(env, hex(result.sha256, 32)));
+  out.Set("digestCached", Napi::Boolean::New(env, result.digest_cached));
+  return out;
+}
+
 class ReadWorker final : public PromiseWorker {
  public:
   ReadWorker(Napi::Env env, ExportRequest req) : PromiseWorker(env, "resource-plane:read"), req_(std::move(req)) {}
@@ -222,27 +256,7 @@ class ReadWorker final : public PromiseWorker {
     result_ = read_export_file(req_);
     failure_ = result_.failure;
   }
-  Napi::Value Result(Napi::Env env) override {
-    Napi::Object out = Napi::Object::New(env);
-    const size_t length = result_.bytes.size();
-    // Ownership moves to the Buffer's finalizer: no copy (NewOrCopy copies, and frees ours at
-    // once, only where the runtime forbids external buffers). The allocation is reported to V8 as
-    // external memory, so that buffers nobody holds any more are collected while clients come and
-    // go, not only when the JS heap happens to grow.
-    const int64_t held = static_cast<int64_t>(result_.bytes.capacity());
-    Napi::MemoryManagement::AdjustExternalMemory(env, held);
-    out.Set("bytes", Napi::Buffer<unsigned char>::NewOrCopy(
-                         env, result_.bytes.release(), length,
-                         [](Napi::Env e, unsigned char* p, int64_t* size) {
-                           OwnedBuffer::free_released(p);
-                           Napi::MemoryManagement::AdjustExternalMemory(e, -*size);
-                           delete size;
-                         },
-                         new int64_t(held)));
-    out.Set("mtimeMs", Napi::Number::New(env, static_cast<double>(result_.mtime_ms)));
-    out.Set("sha256", Napi::String::New(env, hex(result_.sha256, 32)));
-    return out;
-  }
+  Napi::Value Result(Napi::Env env) override { return read_result_value(env, result_); }
 
  private:
   ExportRequest req_;
@@ -496,6 +510,30 @@ Napi::Value Read(const Napi::CallbackInfo& info) {
   req.stop.operation = "read";
   req.stop.cancel = cancel_field(o);
   return queue<ReadWorker>(info.Env(), std::move(req));
+}
+
+// readSmall({workdirFd, root, relpath, maxBytes, smallBytes, refuseSymlinks, resolver}): the same
+// read, synchronously on the calling thread, of a file of at most smallBytes (at most
+// kSmallReadMaxBytes) by its fstat: {bytes, mtimeMs, sha256, digestCached}. A larger file is not
+// read: {size} is returned, its fstat size, for the caller to reserve memory and read it on the
+// pool. A failure throws the same error a rejected read carries. Small reads of regular files
+// (the O_PATH probe has refused FIFOs and devices) cost less than the pool's round trip.
+Napi::Value ReadSmall(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = options_arg(info);
+  ExportRequest req = request_from(o, Wants::FileWithCeiling);
+  const uint64_t small = byte_count_field(o, "smallBytes");
+  if (small > kSmallReadMaxBytes) throw Napi::RangeError::New(env, "smallBytes is above the synchronous read limit");
+  req.budget_bytes = small == 0 ? 1 : small;  // budget 0 would mean "no limit"
+  req.stop.operation = "read";
+  ReadResult result = read_export_file(req);
+  if (result.failure.code == Code::OverBudget) {
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("size", Napi::Number::New(env, static_cast<double>(result.size_seen)));
+    return out;
+  }
+  if (result.failure.failed()) throw to_error(env, result.failure);
+  return read_result_value(env, result);
 }
 
 // stat({workdirFd, root, relpath, refuseSymlinks, resolver})

@@ -11,6 +11,7 @@ void InitWorkers(Napi::Env env, Napi::Object exports);
 
 Napi::Value OpenDirectory(const Napi::CallbackInfo& info);
 Napi::Value Read(const Napi::CallbackInfo& info);
+Napi::Value ReadSmall(const Napi::CallbackInfo& info);
 Napi::Value Stat(const Napi::CallbackInfo& info);
 Napi::Value List(const Napi::CallbackInfo& info);
 Napi::Value CheckRoot(const Napi::CallbackInfo& info);

@@ -42,6 +42,8 @@ export interface ExportViewOptions {
   resolver: native.ResolverKind;
 }
 
+const noRelease = (): void => undefined;
+
 export class ExportView {
   readonly opts: Readonly<ExportViewOptions>;
   private readonly resolveOpts: native.ResolveOptions;
@@ -63,24 +65,40 @@ export class ExportView {
   }
 
   /**
-   * Reads one file: at most max_bytes, hashed over exactly the bytes returned. With a memory
-   * `budget`, the bytes are held against it until the caller calls `release` (the response is
-   * done): a file larger than what the budget allows is not read at all (nothing is allocated), and
-   * a read that raced others to the last of the budget drops its buffer rather than wait holding it;
-   * either way it waits for memory to be released and tries again, until the budget's wait is over
-   * (over_capacity). Bodies of at most SMALL_READ_BYTES are not counted.
+   * Reads one file: at most max_bytes, hashed over exactly the bytes returned. A file of at most
+   * SMALL_READ_BYTES is read synchronously on this thread (native.readSmall: no pool round trip)
+   * and is not counted against a memory `budget`. A larger one is read on the pool: with a
+   * `budget`, its size (known from that first look) is reserved before the read allocates
+   * anything and held until the caller calls `release` (the response is done). A file that does
+   * not fit now waits for memory to be released, and past the budget's wait is refused
+   * (over_capacity); one that grew past its reservation meanwhile is looked at again.
    */
   async read(relpath: string, budget?: ByteBudget): Promise<native.ReadResult & { release: () => void }> {
-    if (!budget) {
+    const deadline = budget ? Date.now() + budget.waitMs : 0;
+    for (;;) {
+      let first: native.ReadResult | { size: number };
       try {
-        return { ...(await native.readFile(this.opts.workdirFd(), this.opts.root, relpath, this.opts.maxBytes, this.resolveOpts)), release: () => undefined };
+        first = native.readSmall(this.opts.workdirFd(), this.opts.root, relpath, this.opts.maxBytes, SMALL_READ_BYTES, this.resolveOpts);
       } catch (error) {
         throw refusalFromNative(error);
       }
-    }
-    const deadline = Date.now() + budget.waitMs;
-    for (;;) {
-      const reservation = budget.reserve(this.opts.maxBytes);
+      if ('bytes' in first) return Object.assign(first, { release: noRelease });
+      const size = first.size;
+      if (!budget) {
+        try {
+          return Object.assign(await native.readFile(this.opts.workdirFd(), this.opts.root, relpath, this.opts.maxBytes, this.resolveOpts), { release: noRelease });
+        } catch (error) {
+          throw refusalFromNative(error);
+        }
+      }
+      const reservation = budget.reserve(size);
+      if (reservation.budgetBytes !== 0 && reservation.budgetBytes < size) {
+        reservation.cancel();
+        const left = deadline - Date.now();
+        if (left <= 0) throw new Refusal('over_capacity');
+        await budget.released(left);
+        continue;
+      }
       let result: native.ReadResult;
       try {
         result = await native.readFile(this.opts.workdirFd(), this.opts.root, relpath, this.opts.maxBytes, {
@@ -90,20 +108,18 @@ export class ExportView {
       } catch (error) {
         reservation.cancel();
         if (!(error instanceof native.NativeError) || error.code !== 'OVER_BUDGET') throw refusalFromNative(error);
-        const left = deadline - Date.now();
-        if (left <= 0) throw new Refusal('over_capacity');
-        await budget.released(left);
+        // It grew past what was reserved for it since the first look: look again.
+        if (Date.now() >= deadline) throw new Refusal('over_capacity');
         continue;
       }
-      const size = result.bytes.length;
-      const hold = reservation.settle(size);
-      return {
-        ...result,
+      const got = result.bytes.length;
+      const hold = reservation.settle(got);
+      return Object.assign(result, {
         release: () => {
           hold();
-          if (size > SMALL_READ_BYTES) noteReleased(size);
+          if (got > SMALL_READ_BYTES) noteReleased(got);
         },
-      };
+      });
     }
   }
 

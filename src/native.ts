@@ -71,6 +71,8 @@ export interface ReadResult {
   bytes: Buffer;
   mtimeMs: number;
   sha256: string;
+  /** The digest came from the digest cache, under a read lease held through the whole read. */
+  digestCached?: boolean;
 }
 
 export interface StatResult {
@@ -151,6 +153,7 @@ interface Binding {
   openDirectory(path: string): Promise<number>;
   closeFd(fd: number): void;
   read(call: ExportCall & { relpath: string; maxBytes: number; cancel?: CancelToken }): Promise<ReadResult>;
+  readSmall(call: ExportCall & { relpath: string; maxBytes: number; smallBytes: number }): ReadResult | { size: number };
   stat(call: ExportCall & { relpath: string }): Promise<StatResult>;
   list(call: ExportCall & { cancel?: CancelToken; timeBudgetMs?: number }): Promise<ListResult>;
   checkRoot(call: { workdirFd: number; root: string; resolver: ResolverKind }): Promise<boolean>;
@@ -161,14 +164,18 @@ interface Binding {
   replaceProcessImage(call: { path: string; argv: string[]; env: string[] }): LandlockStatus;
 }
 
+function nativeError(raw: unknown): NativeError {
+  const e = raw as { code?: string; detail?: string; errno?: number; message?: string };
+  const code = (NATIVE_CODES.includes(e.code ?? '') ? e.code : 'IO_ERROR') as NativeCode;
+  return new NativeError(code, e.detail ?? e.message ?? '', e.errno ?? 0);
+}
+
 // Rejections from the pool carry no JS stack; re-raise them with the caller's.
 async function call<T>(op: Promise<T>): Promise<T> {
   try {
     return await op;
   } catch (raw) {
-    const e = raw as { code?: string; detail?: string; errno?: number; message?: string };
-    const code = (NATIVE_CODES.includes(e.code ?? '') ? e.code : 'IO_ERROR') as NativeCode;
-    throw new NativeError(code, e.detail ?? e.message ?? '', e.errno ?? 0);
+    throw nativeError(raw);
   }
 }
 
@@ -219,6 +226,23 @@ export function readFile(workdirFd: number, root: string, relpath: string, maxBy
     workdirFd, root, relpath, maxBytes, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel,
     ...(opts.budgetBytes !== undefined ? { budgetBytes: opts.budgetBytes } : {}),
   }));
+}
+
+/** The most readSmall may be asked to read on the calling thread. */
+export const SMALL_SYNC_READ_MAX_BYTES = 256 * 1024;
+
+/**
+ * The read of a small file, synchronously on this thread (no pool round trip): the same
+ * resolution, checks and hash as readFile. A file larger than `smallBytes` by its fstat is not
+ * read; its size is returned instead, for the caller to reserve memory and readFile it.
+ */
+export function readSmall(workdirFd: number, root: string, relpath: string, maxBytes: number, smallBytes: number, opts: ResolveOptions): ReadResult | { size: number } {
+  try {
+    return binding.readSmall({ workdirFd, root, relpath, maxBytes, smallBytes, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver });
+  } catch (raw) {
+    if (raw instanceof TypeError || raw instanceof RangeError) throw raw;
+    throw nativeError(raw);
+  }
 }
 
 export function statFile(workdirFd: number, root: string, relpath: string, opts: ResolveOptions): Promise<StatResult> {

@@ -1,0 +1,263 @@
+// The hot path of issue 12, each guarantee on real files: a small file is read on the JS thread
+// (no pool round trip) with the same answer as the pool's read; a large one has its size reserved,
+// not max_bytes; a large file read again is answered from the digest cache only under a read lease
+// held across the whole read, and never with a digest of other bytes, whatever writers do; the
+// trace's event ids stay UUIDv7 and in creation order.
+import { execFileSync, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { closeSync, constants, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { open as openAsync } from 'node:fs/promises';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { describe, expect, it } from 'vitest';
+import { ByteBudget, SMALL_READ_BYTES } from '../src/budget.js';
+import { ExportView } from '../src/export-view.js';
+import * as native from '../src/native.js';
+import { newEventId } from '../src/trace.js';
+import { defer } from './helpers/cleanup.js';
+import { scratch } from './helpers/tree.js';
+
+const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+const RESOLVER = native.chooseResolver();
+/** The racy-entry margin of native/digest_cache.h, plus slack for a coarse clock tick. */
+const SETTLE_MS = 2_300;
+
+async function viewOf(dir: string, maxBytes = 64 * 1024 * 1024): Promise<ExportView> {
+  const fd = await native.openDirectory(dir);
+  defer(() => native.closeFd(fd));
+  return new ExportView({ workdirFd: () => fd, root: 'out', maxBytes, containment: 'sealed', resolver: RESOLVER });
+}
+
+function leasesWork(dir: string): boolean {
+  try {
+    execFileSync('python3', ['-c', 'import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); fcntl.fcntl(fd, 1024, fcntl.F_RDLCK)', join(dir, 'out', 'small')], { stdio: 'ignore' });
+    return true;
+  } catch {
+    console.warn('[hot-path] read leases are refused here: reads never use the digest cache; the cache tests are skipped');
+    return false;
+  }
+}
+
+describe('a small file is read without the thread pool', () => {
+  it('answers while every pool thread is held, and a large read waits for one', async () => {
+    const dir = scratch(['out/small: tiny', 'out/big @ 1m', 'fifos/']);
+    const view = await viewOf(dir);
+    // Hold every pool thread: each open of a FIFO without a writer blocks one until a writer comes.
+    const threads = Number(process.env.UV_THREADPOOL_SIZE ?? 4);
+    const fifos = Array.from({ length: threads + 2 }, (_, i) => join(dir, 'fifos', `p${i}`));
+    for (const p of fifos) execFileSync('mkfifo', [p]);
+    const held = fifos.map((p) => openAsync(p, 'r'));
+    // A FIFO's open returns once a writer comes; an open still queued for a thread has no reader
+    // yet (ENXIO), so writers are offered until every open has returned.
+    const released = new Set<string>();
+    const release = async () => {
+      let settled = false;
+      void Promise.allSettled(held).then(() => (settled = true));
+      while (!settled) {
+        for (const p of fifos) {
+          if (released.has(p)) continue;
+          try {
+            closeSync(openSync(p, constants.O_WRONLY | constants.O_NONBLOCK));
+            released.add(p);
+          } catch {
+            // not being opened yet
+          }
+        }
+        await sleep(10);
+      }
+      for (const h of held) await h.then((f) => f.close(), () => undefined);
+    };
+    defer(release);
+    await sleep(50); // let the opens reach the pool
+
+    let bigDone = false;
+    const big = view.read('big').then((r) => {
+      bigDone = true;
+      return r;
+    });
+    const small = await view.read('small');
+    expect(small.bytes.toString()).toBe('tiny');
+    expect(small.sha256).toBe(sha(Buffer.from('tiny')));
+    expect(bigDone, 'a 1 MiB read needs a pool thread, and none is free').toBe(false);
+
+    await release();
+    const got = await big;
+    expect(got.bytes.length).toBe(1024 * 1024);
+    expect(got.sha256).toBe(sha(got.bytes));
+  });
+
+  it('gives the same answer as the pool read, for every size around the line', async () => {
+    const sizes = [0, 1, 1024, SMALL_READ_BYTES - 1, SMALL_READ_BYTES, SMALL_READ_BYTES + 1, 300 * 1024];
+    const dir = scratch(['out/']);
+    for (const n of sizes) writeFileSync(join(dir, 'out', `f${n}`), Buffer.alloc(n, n % 251));
+    const view = await viewOf(dir);
+    const fd = await native.openDirectory(dir);
+    defer(() => native.closeFd(fd));
+    for (const n of sizes) {
+      const viaView = await view.read(`f${n}`);
+      const viaPool = await native.readFile(fd, 'out', `f${n}`, 64 * 1024 * 1024, { refuseSymlinks: false, resolver: RESOLVER });
+      expect(viaView.bytes.equals(viaPool.bytes), `f${n}`).toBe(true);
+      expect(viaView.sha256).toBe(viaPool.sha256);
+      expect(viaView.mtimeMs).toBe(viaPool.mtimeMs);
+    }
+  });
+
+  it('refuses on the JS thread exactly as the pool does: too large, FIFO, escape, missing', async () => {
+    const dir = scratch(['out/f: 0123456789', 'out/p |', 'out/esc -> ../secret', 'secret: s']);
+    const fd = await native.openDirectory(dir);
+    defer(() => native.closeFd(fd));
+    const o = { refuseSymlinks: false, resolver: RESOLVER };
+    const code = async (p: Promise<unknown>) => p.then(() => 'ok', (e: native.NativeError) => e.code);
+    const syncCode = (fn: () => unknown) => {
+      try {
+        const r = fn();
+        return 'size' in (r as object) ? 'large' : 'ok';
+      } catch (e) {
+        return (e as native.NativeError).code;
+      }
+    };
+    for (const [rel, max] of [['f', 5], ['p', 100], ['esc', 100], ['nope', 100]] as const) {
+      expect(syncCode(() => native.readSmall(fd, 'out', rel, max, SMALL_READ_BYTES, o)), rel).toBe(await code(native.readFile(fd, 'out', rel, max, o)));
+    }
+    expect(native.readSmall(fd, 'out', 'f', 100, 4, o)).toEqual({ size: 10 });
+  });
+});
+
+describe('the memory budget reserves what a large file needs, not max_bytes', () => {
+  it('lets reads of known size share a budget that max_bytes reservations could not', async () => {
+    const dir = scratch(['out/a @ 1m', 'out/b @ 1m', 'out/c @ 1m']);
+    // max_bytes 64 MiB, budget 4 MiB: reserving max_bytes, the second read would wait and fail.
+    const view = await viewOf(dir, 64 * 1024 * 1024);
+    const budget = new ByteBudget(4 * 1024 * 1024, 200);
+    const reads = await Promise.all(['a', 'b', 'c'].map((f) => view.read(f, budget)));
+    expect(budget.inUse).toBe(3 * 1024 * 1024);
+    for (const r of reads) r.release();
+    expect(budget.inUse).toBe(0);
+  });
+
+  it('still refuses over_capacity when the sizes do not fit', async () => {
+    const dir = scratch(['out/a @ 3m', 'out/b @ 3m']);
+    const view = await viewOf(dir);
+    const budget = new ByteBudget(4 * 1024 * 1024, 100);
+    const first = await view.read('a', budget);
+    await expect(view.read('b', budget)).rejects.toMatchObject({ code: 'over_capacity' });
+    first.release();
+    (await view.read('b', budget)).release();
+  });
+});
+
+describe('a large file read again takes its digest from the cache, under a read lease', () => {
+  it('hashes the first read, and reuses the digest for an unchanged file', async (ctx) => {
+    const dir = scratch(['out/small: s', 'out/big @ 2m']);
+    writeFileSync(join(dir, 'out', 'big'), Buffer.alloc(2 * 1024 * 1024, 7));
+    if (!leasesWork(dir)) return ctx.skip();
+    await sleep(SETTLE_MS); // past the racy-entry margin: a digest may be stored
+    const view = await viewOf(dir);
+    const s0 = native.digestCacheStats();
+    const first = await view.read('big');
+    const second = await view.read('big');
+    expect(first.digestCached).toBe(false);
+    expect(second.digestCached).toBe(true);
+    expect(second.sha256).toBe(sha(second.bytes));
+    expect(second.sha256).toBe(sha(readFileSync(join(dir, 'out', 'big'))));
+    const d = native.digestCacheStats();
+    expect(d.stores - s0.stores).toBe(1);
+    expect(d.hits - s0.hits).toBe(1);
+  });
+
+  it('never stores a file changed within the racy margin', async (ctx) => {
+    const dir = scratch(['out/small: s', 'out/fresh @ 1m']);
+    if (!leasesWork(dir)) return ctx.skip();
+    const view = await viewOf(dir);
+    await view.read('fresh');
+    expect((await view.read('fresh')).digestCached).toBe(false);
+  });
+
+  it('rehashes after a rewrite of the same size', async (ctx) => {
+    const dir = scratch(['out/small: s', 'out/f @ 1m']);
+    if (!leasesWork(dir)) return ctx.skip();
+    await sleep(SETTLE_MS);
+    const view = await viewOf(dir);
+    await view.read('f');
+    expect((await view.read('f')).digestCached).toBe(true);
+    writeFileSync(join(dir, 'out', 'f'), Buffer.alloc(1024 * 1024, 1));
+    const after = await view.read('f');
+    expect(after.digestCached).toBe(false);
+    expect(after.sha256).toBe(sha(Buffer.alloc(1024 * 1024, 1)));
+  });
+
+  it('never answers from the cache while a writable shared mapping exists, and the digest is of the bytes served', async (ctx) => {
+    const dir = scratch(['out/small: s', 'out/m @ 1m']);
+    if (!leasesWork(dir)) return ctx.skip();
+    await sleep(SETTLE_MS);
+    const view = await viewOf(dir);
+    await view.read('m');
+    expect((await view.read('m')).digestCached).toBe(true);
+    // A writer maps the file MAP_SHARED and writable, closes its descriptor, and keeps writing
+    // through the mapping: bytes change, and after the first dirtying no timestamp does.
+    const writer = spawn('python3', ['-c', String.raw`
+import ctypes, mmap, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+size = os.stat(sys.argv[1]).st_size
+fd = os.open(sys.argv[1], os.O_RDWR)
+addr = libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+os.close(fd)
+view = (ctypes.c_char * size).from_address(addr)
+print('ready', flush=True)
+i = 0
+while True:
+    view[(i * 4097) % size] = bytes([i % 256])
+    i += 1
+`, join(dir, 'out', 'm')]);
+    defer(() => writer.kill('SIGKILL'));
+    await new Promise<void>((resolve) => writer.stdout.once('data', () => resolve()));
+    for (let i = 0; i < 40; i++) {
+      const r = await view.read('m');
+      expect(r.digestCached, 'a writable mapping refuses the lease').toBe(false);
+      expect(r.sha256, 'the etag is the hash of exactly the bytes served').toBe(sha(r.bytes));
+    }
+  });
+
+  it('lets a writer that arrives mid-read through, and hashes exactly what was read', async (ctx) => {
+    const dir = scratch(['out/small: s', 'out/huge @ 256m']);
+    if (!leasesWork(dir)) return ctx.skip();
+    await sleep(SETTLE_MS);
+    const view = await viewOf(dir, 512 * 1024 * 1024);
+    await view.read('huge');
+    // A writer already running, told when to open: the file is opened for writing and closed
+    // again, so the lease must give way, and no timestamp changes (the next attempt may hit again).
+    const writer = spawn('python3', ['-c', 'import os, sys\nfor line in sys.stdin:\n    os.close(os.open(sys.argv[1], os.O_WRONLY))\n    print("opened", flush=True)', join(dir, 'out', 'huge')]);
+    defer(() => writer.kill('SIGKILL'));
+    const opened = () => new Promise<void>((resolve) => writer.stdout.once('data', () => resolve()));
+    let broken = 0;
+    // Count-based: until a writer's open has landed in the middle of a cached read a few times.
+    for (let attempt = 0; attempt < 40 && broken < 3; attempt++) {
+      const s0 = native.digestCacheStats();
+      const reading = view.read('huge');
+      const done = opened();
+      writer.stdin.write('go\n');
+      await done;
+      const r = await reading;
+      expect(r.sha256, 'the etag is the hash of exactly the bytes served').toBe(sha(r.bytes));
+      if (native.digestCacheStats().leaseBroken > s0.leaseBroken) {
+        broken += 1;
+        expect(r.digestCached, 'a broken lease vouches for nothing').toBe(false);
+      }
+    }
+    if (broken === 0) console.warn('[hot-path] no writer landed inside a cached read on this run; only the etag property was checked');
+    else expect(broken).toBe(3);
+  });
+});
+
+describe('trace event ids', () => {
+  it('are UUIDv7 (32 lowercase hex), unique and in creation order, also many within one millisecond', () => {
+    const ids = Array.from({ length: 20_000 }, () => newEventId());
+    for (const id of ids.slice(0, 50)) expect(id).toMatch(/^evt_[0-9a-f]{12}7[0-9a-f]{3}[89ab][0-9a-f]{15}$/);
+    expect(new Set(ids).size).toBe(ids.length);
+    for (let i = 1; i < ids.length; i++) expect(ids[i]! > ids[i - 1]!, `${ids[i - 1]} then ${ids[i]}`).toBe(true);
+    const ms = parseInt(ids[0]!.slice(4, 16), 16);
+    expect(Math.abs(ms - Date.now())).toBeLessThan(60_000);
+  });
+});
