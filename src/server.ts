@@ -8,7 +8,9 @@ import type { AddressInfo } from 'node:net';
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import type { Logger } from 'pino';
 import { Refusal, renderHttp } from './codes.js';
-import { ALL_PLANES, InFlight, planesFrameworkErrors, resourcePlanes, sendServerError, type PlaneSet } from './planes/plugin.js';
+import { ALL_PLANES, dispatch, InFlight, isPlaneTarget, planesFrameworkErrors, resourcePlanes, sendServerError, type PlaneSet } from './planes/plugin.js';
+import { rawPlaneReply } from './planes/reply.js';
+import { redactHandles } from './redact.js';
 import type { Metrics } from './metrics.js';
 import type { Session } from './session.js';
 import { HEADER } from './wire.js';
@@ -159,6 +161,22 @@ export function buildApp(
           return;
         }
         inflight.track(res);
+        // The planes answer from the raw target anyway, so /resources goes to them directly: the
+        // hot path pays for no framework work. Everything else (health, metrics, the card, 404s)
+        // is Fastify's.
+        if (isPlaneTarget(req.url ?? '/')) {
+          const reply = rawPlaneReply(req, res, session.containment, logger ? (fields, message) => logger.error(fields, message) : undefined);
+          const started = logger && logger.isLevelEnabled('debug') ? performance.now() : 0;
+          if (started) {
+            res.once('finish', () => logger && logger.debug({ method: req.method, url: redactHandles(req.url ?? ''), status: res.statusCode, ms: Math.round(performance.now() - started) }, 'request'));
+          }
+          dispatch(session, req, reply, planes, extras.metrics).catch((err: unknown) => {
+            if (logger) logger.error({ err: redactHandles(String(err)) }, 'unhandled error');
+            if (!res.headersSent) sendServerError(reply, new Refusal('io_error', 'internal error'));
+            else res.destroy();
+          });
+          return;
+        }
         handler(req, res);
       });
   }

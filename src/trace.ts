@@ -2,10 +2,9 @@
 // one write(2) on an O_APPEND descriptor so concurrent lines never interleave. Every line passes the
 // redaction boundary here: any `mh1.<seg>.<seg>` in it becomes `<handle:<id>>`, whoever built it.
 // A write that fails rejects, and callers send no file bytes unless their event was written.
-import { createHash } from 'node:crypto';
-import { closeSync, constants, fsync, mkdirSync, openSync, write, writeSync } from 'node:fs';
+import { createHash, randomFillSync } from 'node:crypto';
+import { closeSync, constants, fstatSync, fsync, mkdirSync, openSync, write, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { v7 as uuidv7 } from 'uuid';
 import { redactHandles } from './redact.js';
 
 export type TraceFields = Record<string, unknown>;
@@ -35,14 +34,55 @@ export class TraceWriteError extends Error {
   }
 }
 
+const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, '0'));
+/** Random bytes fetched in bulk: one getrandom per 409 ids rather than per id. */
+const pool = Buffer.alloc(4096);
+let poolAt = pool.length;
+let lastMs = -1;
+let counter = 0;
+
+/**
+ * `evt_` + a UUIDv7 as 32 lowercase hex (RFC 9562): 48 bits of Unix ms, version 7, a 12-bit
+ * counter (method 1, seeded at random each millisecond) so ids made in one millisecond still sort
+ * in creation order, the variant, and 62 random bits.
+ */
 export function newEventId(): string {
-  return `evt_${uuidv7().replaceAll('-', '')}`;
+  let ms = Date.now();
+  if (ms > lastMs) {
+    lastMs = ms;
+    counter = -1;
+  } else {
+    ms = lastMs;
+  }
+  if (poolAt + 10 > pool.length) {
+    randomFillSync(pool);
+    poolAt = 0;
+  }
+  const r = poolAt;
+  poolAt += 10;
+  if (counter < 0) counter = ((pool[r]! << 8) | pool[r + 1]!) & 0x7ff; // half the range left to count up
+  else if (++counter > 0xfff) {
+    // The counter ran out within one millisecond: borrow the next one, as RFC 9562 allows.
+    lastMs = ms = lastMs + 1;
+    counter = 0;
+  }
+  let out = 'evt_';
+  for (let shift = 40; shift >= 0; shift -= 8) out += HEX[Math.floor(ms / 2 ** shift) & 0xff];
+  out += HEX[0x70 | (counter >> 8)]! + HEX[counter & 0xff]!;
+  out += HEX[0x80 | (pool[r + 2]! & 0x3f)];
+  for (let i = 3; i < 10; i++) out += HEX[pool[r + i]!];
+  return out;
 }
 
 export class Trace {
   readonly path: string;
   readonly sessionId: string;
   private fd: number;
+  /**
+   * A regular file takes each line with a synchronous write(2) (page cache; no pool round trip per
+   * request). Anything else (a FIFO, a device) could block, so its lines go through the pool.
+   */
+  private readonly syncWrites: boolean;
   private parentId: string | null = null;
   private pending = new Set<Promise<void>>();
   /** Lines written, by event type: what `session_end` reports. */
@@ -52,6 +92,7 @@ export class Trace {
     this.path = path;
     this.sessionId = sessionId;
     this.fd = fd;
+    this.syncWrites = fstatSync(fd).isFile();
   }
 
   /** Opens (creating if needed) the trace for appending. Directories are created 0700. */
@@ -82,23 +123,33 @@ export class Trace {
   }
 
   /** Appends one event; resolves once the line is written, rejects with TraceWriteError. */
-  async append(eventType: string, fields: TraceFields): Promise<void> {
-    if (this.parentId === null) throw new TraceWriteError(new Error('session_start not written'));
+  append(eventType: string, fields: TraceFields): Promise<void> {
+    if (this.parentId === null) return Promise.reject(new TraceWriteError(new Error('session_start not written')));
     const buf = Buffer.from(this.render(eventType, newEventId(), this.parentId, fields));
+    if (this.syncWrites) {
+      try {
+        if (this.fd < 0) throw Object.assign(new Error('trace closed'), { code: 'EBADF' });
+        if (writeSync(this.fd, buf) !== buf.length) throw new Error('short write');
+      } catch (error) {
+        return Promise.reject(new TraceWriteError(error));
+      }
+      this.counts[eventType] = (this.counts[eventType] ?? 0) + 1;
+      return Promise.resolve();
+    }
     const op = new Promise<void>((resolve, reject) => {
       write(this.fd, buf, 0, buf.length, null, (error, written) => {
         if (error) reject(new TraceWriteError(error));
         else if (written !== buf.length) reject(new TraceWriteError(new Error('short write')));
-        else resolve();
+        else {
+          this.counts[eventType] = (this.counts[eventType] ?? 0) + 1;
+          resolve();
+        }
       });
     });
     this.pending.add(op);
-    try {
-      await op;
-      this.counts[eventType] = (this.counts[eventType] ?? 0) + 1;
-    } finally {
-      this.pending.delete(op);
-    }
+    const forget = () => this.pending.delete(op);
+    op.then(forget, forget);
+    return op;
   }
 
   /**
@@ -136,8 +187,16 @@ export class Trace {
       const v = (event as Record<string, unknown>)[key];
       if (typeof v === 'string') (event as Record<string, unknown>)[key] = boundedField(v);
     }
-    // undefined would silently drop a key; the schema wants explicit nulls.
-    const json = JSON.stringify(event, (_k, v) => (v === undefined ? null : v));
+    // undefined would silently drop a key; the schema wants explicit nulls. A flat event (every
+    // request's) is fixed up in place: a replacer function puts JSON.stringify on its slow path.
+    const flat = event as Record<string, unknown>;
+    let nested = false;
+    for (const key in flat) {
+      const v = flat[key];
+      if (v === undefined) flat[key] = null;
+      else if (typeof v === 'object' && v !== null) nested = true;
+    }
+    const json = nested ? JSON.stringify(event, (_k, v) => (v === undefined ? null : v)) : JSON.stringify(event);
     // Token characters never need JSON escaping, so redacting the rendered line is exact.
     return `${redactHandles(json)}\n`;
   }

@@ -2,12 +2,11 @@
 // written before anything is sent, a refusal is recorded with the message its body will carry, and
 // a trace that cannot be written fails the request closed (500 io_error, no file bytes). The trace
 // is the only account of what left the capsule, so nothing leaves unrecorded.
-import type { FastifyReply } from 'fastify';
 import { Refusal, renderHttp, type Rendered } from '../codes.js';
-import { sendError, type HeaderList } from './reply.js';
+import { sendError, type HeaderList, type PlaneReply } from './reply.js';
 
 export interface Exchange {
-  reply: FastifyReply;
+  reply: PlaneReply;
   context: 'files' | 'peer';
   /** Headers every refusal of this exchange carries (generation; handle id on the peer plane). */
   refusalHeaders: HeaderList;
@@ -27,7 +26,7 @@ export async function traced(x: Exchange, appendEvent: () => Promise<void>): Pro
     await appendEvent();
     return true;
   } catch (error) {
-    x.reply.log.error({ err: (error as Error).message }, 'trace write failed; refusing the request');
+    x.reply.logError({ err: (error as Error).message }, 'trace write failed; refusing the request');
     sendError(x.reply, renderHttp(x.context, new Refusal('io_error', 'the trace could not be written')), x.refusalHeaders);
     return false;
   }
@@ -49,11 +48,6 @@ export async function refuse(x: Exchange, refusal: Refusal, record: (outcome: st
 export function releaseOnClose(x: Exchange, release: () => void): void {
   if (x.reply.raw.closed || x.reply.raw.destroyed) release();
   else x.reply.raw.once('close', release);
-}
-
-/** The client a refusal is counted against: its address (`unix` on a unix socket). */
-export function clientOf(reply: FastifyReply): string {
-  return reply.request.socket.remoteAddress ?? 'unix';
 }
 
 /** Anything a plane caught: a Refusal as it is, anything else an io_error that echoes nothing. */

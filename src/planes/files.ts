@@ -1,17 +1,16 @@
 // The operator plane (SPEC section 4): the listing and the read of `exports.files.root`, routed on
 // the raw request path. Every request here leaves exactly one trace line, written before the reply
 // goes out (src/planes/exchange.ts).
-import type { FastifyReply } from 'fastify';
 import { Refusal } from '../codes.js';
 import type { ListEntry, ReadResult } from '../native.js';
 import { lowerRelpath } from '../paths.js';
 import type { Metrics } from '../metrics.js';
 import type { Session } from '../session.js';
 import { FILES_PREFIX, HEADER } from '../wire.js';
-import { asRefusal, clientOf, releaseOnClose, refuse, traced, type Exchange } from './exchange.js';
-import { headerSafe, readHeaders, send } from './reply.js';
+import { asRefusal, releaseOnClose, refuse, traced, type Exchange } from './exchange.js';
+import { headerSafe, readHeaders, type PlaneReply } from './reply.js';
 
-export async function handleFiles(session: Session, method: string, path: string, reply: FastifyReply, metrics?: Metrics): Promise<void> {
+export async function handleFiles(session: Session, method: string, path: string, reply: PlaneReply, metrics?: Metrics): Promise<void> {
   const generation = session.generation; // read once: every header and trace field agrees
   const isList = path === FILES_PREFIX || path === `${FILES_PREFIX}/`;
   const x: Exchange = {
@@ -19,7 +18,7 @@ export async function handleFiles(session: Session, method: string, path: string
     context: 'files',
     refusalHeaders: [[HEADER.generation, String(generation)]],
     maxBytes: session.files?.opts.maxBytes,
-    traceRefusal: () => session.refusals.allow(clientOf(reply)),
+    traceRefusal: () => session.refusals.allow(reply.client),
     observe: metrics ? (outcome, bytes) => metrics.answered('files', isList ? 'list' : 'read', outcome, bytes) : undefined,
   };
   if (isList) return handleList(session, x, method, generation);
@@ -68,7 +67,7 @@ async function handleList(session: Session, x: Exchange, method: string, generat
       entries: entries.map((e) => ({ path: e.path, size_bytes: e.size, mtime_ms: e.mtimeMs, sha256: e.sha256 })),
     }),
   );
-  send(x.reply, 200, [
+  x.reply.send(200, [
     ['content-type', 'application/json'],
     [HEADER.generation, String(generation)],
     [HEADER.containment, session.containment],
@@ -102,5 +101,5 @@ async function handleRead(session: Session, x: Exchange, method: string, raw: st
   releaseOnClose(x, result.release);
   if (!(await traced(x, () => record('ok', null, result.bytes.length, result.sha256)))) return;
   x.observe?.('ok', result.bytes.length);
-  send(x.reply, 200, [...readHeaders(result, generation, session.containment), [HEADER.exportRoot, headerSafe(view.opts.root)]], result.bytes);
+  x.reply.send(200, [...readHeaders(result, generation, session.containment), [HEADER.exportRoot, headerSafe(view.opts.root)]], result.bytes);
 }

@@ -17,11 +17,11 @@ import { CARD_PATH, HEADER, isFilesPath, isPeerPath, RESOURCES_PREFIX } from '..
 import { agentCard } from './card.js';
 import { handleFiles } from './files.js';
 import { handleRedeem } from './redeem.js';
-import { send, sendError } from './reply.js';
+import { fastifyPlaneReply, sendError, type PlaneReply } from './reply.js';
 
 /** Answers with a catalogued server-context code (route 404, 503 while closing, 500). */
-export function sendServerError(reply: FastifyReply, refusal: Refusal): FastifyReply {
-  return sendError(reply, renderHttp('server', refusal));
+export function sendServerError(reply: FastifyReply | PlaneReply, refusal: Refusal): void {
+  sendError('client' in reply ? reply : fastifyPlaneReply(reply), renderHttp('server', refusal));
 }
 
 /**
@@ -35,10 +35,17 @@ export interface PlaneSet {
 
 export const ALL_PLANES: Readonly<PlaneSet> = Object.freeze({ files: true, peer: true });
 
+/** What dispatch needs of a request: its raw target, method and audience header. */
+export interface PlaneRequest {
+  url?: string;
+  method?: string;
+  headers: Record<string, string | string[] | undefined>;
+}
+
 /** Routes one request under /resources by its raw path; the planes do the rest. */
-export async function dispatch(session: Session, req: FastifyRequest, reply: FastifyReply, planes: PlaneSet = ALL_PLANES, metrics?: Metrics): Promise<void> {
-  const path = requestPath(req.raw.url ?? '/');
-  const method = req.raw.method ?? 'GET';
+export async function dispatch(session: Session, req: PlaneRequest, reply: PlaneReply, planes: PlaneSet = ALL_PLANES, metrics?: Metrics): Promise<void> {
+  const path = requestPath(req.url ?? '/');
+  const method = req.method ?? 'GET';
   // A plane this listener does not serve is not there at all: no route, no trace.
   if ((isFilesPath(path) && !planes.files) || (isPeerPath(path) && !planes.peer)) {
     sendServerError(reply, new Refusal('not_found'));
@@ -147,12 +154,12 @@ export async function resourcePlanes(app: FastifyInstance, opts: PlanesOptions):
 
   // exposeHeadRoute off: HEAD is a method like any other here, answered 405 by the planes.
   const route = { exposeHeadRoute: false };
-  app.all(RESOURCES_PREFIX, route, (req, reply) => dispatch(session, req, reply, planes, opts.metrics));
-  app.all(`${RESOURCES_PREFIX}/*`, route, (req, reply) => dispatch(session, req, reply, planes, opts.metrics));
+  app.all(RESOURCES_PREFIX, route, (req, reply) => dispatch(session, req.raw, fastifyPlaneReply(reply), planes, opts.metrics));
+  app.all(`${RESOURCES_PREFIX}/*`, route, (req, reply) => dispatch(session, req.raw, fastifyPlaneReply(reply), planes, opts.metrics));
   // The card is how peers find this capsule's identity: it belongs with the peer plane's listener.
   if (planes.peer) {
     app.get(CARD_PATH, route, (_req, reply) => {
-      send(reply, 200, [['content-type', 'application/json']], Buffer.from(JSON.stringify(agentCard(session))));
+      fastifyPlaneReply(reply).send(200, [['content-type', 'application/json']], Buffer.from(JSON.stringify(agentCard(session))));
     });
   }
 }
@@ -167,7 +174,7 @@ export function planesFrameworkErrors(session: Session, planes: PlaneSet = ALL_P
     // These replies skip the onSend hooks, so the class header is set here.
     reply.header(HEADER.containment, session.containment);
     if (isPlaneTarget(req.raw.url ?? '/')) {
-      dispatch(session, req, reply, planes).catch((err: unknown) => {
+      dispatch(session, req.raw, fastifyPlaneReply(reply), planes).catch((err: unknown) => {
         (log ?? req.log).error({ err: redactHandles(String(err)) }, 'unhandled error');
         sendServerError(reply, new Refusal('io_error', 'internal error'));
       });

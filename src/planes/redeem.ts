@@ -1,7 +1,6 @@
 // The inbound half of the peer handoff (SPEC section 6): GET /resources/peer/<handle>. Checks run
 // in the spec's fixed order and nothing downstream of the MAC is evaluated before it; the file is
 // then served by the same ExportView (resolver, reader, symlink policy) as the operator plane.
-import type { FastifyReply } from 'fastify';
 import { Refusal, renderHttp } from '../codes.js';
 import { checkShape, verifyToken } from '../handle/token.js';
 import type { ReadResult } from '../native.js';
@@ -10,15 +9,15 @@ import { handleId } from '../redact.js';
 import type { Metrics } from '../metrics.js';
 import type { Session } from '../session.js';
 import { HEADER, PEER_PREFIX } from '../wire.js';
-import { asRefusal, clientOf, releaseOnClose, refuse, traced, type Exchange } from './exchange.js';
-import { readHeaders, send, sendError, type HeaderList } from './reply.js';
+import { asRefusal, releaseOnClose, refuse, traced, type Exchange } from './exchange.js';
+import { readHeaders, sendError, type HeaderList, type PlaneReply } from './reply.js';
 
 export async function handleRedeem(
   session: Session,
   method: string,
   path: string,
   audienceHeader: string | undefined,
-  reply: FastifyReply,
+  reply: PlaneReply,
   metrics?: Metrics,
 ): Promise<void> {
   const token = path.slice(PEER_PREFIX.length + 1);
@@ -45,7 +44,7 @@ export async function handleRedeem(
     context: 'peer',
     refusalHeaders: [[HEADER.generation, String(generation)], [HEADER.handleId, hid]],
     maxBytes: view?.opts.maxBytes,
-    traceRefusal: () => session.refusals.allow(clientOf(reply)),
+    traceRefusal: () => session.refusals.allow(reply.client),
     observe: metrics ? (outcome, bytes) => metrics.answered('peer', 'redeem', outcome, bytes) : undefined,
   };
   let verifiedPath: string | null = null;
@@ -87,5 +86,5 @@ export async function handleRedeem(
   if (!(await traced(x, () => record('ok', null, result.bytes.length, result.sha256)))) return;
   x.observe?.('ok', result.bytes.length);
   // Never x-murmur-export-root: the peer plane discloses no path structure.
-  send(reply, 200, [...readHeaders(result, generation, session.containment), [HEADER.handleId, hid]], result.bytes);
+  reply.send(200, [...readHeaders(result, generation, session.containment), [HEADER.handleId, hid]], result.bytes);
 }

@@ -1,5 +1,6 @@
 // Writing replies the way every plane must: headers in the spec's order, a content-length equal to
 // the body on every response, JSON error bodies from the catalogue.
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FastifyReply } from 'fastify';
 import type { Rendered } from '../codes.js';
 import type { ReadResult } from '../native.js';
@@ -7,21 +8,67 @@ import { HEADER } from '../wire.js';
 
 export type HeaderList = Array<[string, string]>;
 
-export function send(reply: FastifyReply, status: number, headers: HeaderList, body: Buffer): FastifyReply {
-  reply.code(status);
-  // Removed first: a header set earlier (frameworkErrors sets the class header) would otherwise
-  // keep its old position and break the spec's order.
-  for (const [name, value] of headers) reply.removeHeader(name).header(name, value);
-  reply.removeHeader('content-length').header('content-length', String(body.length));
-  return reply.send(body);
+/**
+ * Where a plane writes its answer: a Fastify reply (the plugin's routes, so a host app's hooks
+ * apply), or the bare Node response (the CLI's server answers /resources there, before Fastify:
+ * the hot path pays for no framework work). Either way the same headers in the same order.
+ */
+export interface PlaneReply {
+  /** The Node response: its `close` event and state. */
+  readonly raw: ServerResponse;
+  /** The client address refusals are counted against (`unix` on a unix socket). */
+  readonly client: string;
+  send(status: number, headers: HeaderList, body: Buffer): void;
+  logError(fields: object, message: string): void;
+}
+
+/** A plane answering through Fastify: the reply's hooks (the class header among them) apply. */
+export function fastifyPlaneReply(reply: FastifyReply): PlaneReply {
+  return {
+    raw: reply.raw,
+    client: reply.request.socket.remoteAddress ?? 'unix',
+    send: (status, headers, body) => {
+      reply.code(status);
+      // Removed first: a header set earlier (frameworkErrors sets the class header) would otherwise
+      // keep its old position and break the spec's order.
+      for (const [name, value] of headers) reply.removeHeader(name).header(name, value);
+      reply.removeHeader('content-length').header('content-length', String(body.length));
+      reply.send(body);
+    },
+    logError: (fields, message) => reply.log.error(fields, message),
+  };
+}
+
+/**
+ * A plane answering on the bare response. The class header, which Fastify's onSend hook adds on the
+ * plugin's routes, is added here when the plane did not set it, in the same (last) position.
+ */
+export function rawPlaneReply(req: IncomingMessage, res: ServerResponse, containment: string, log?: (fields: object, message: string) => void): PlaneReply {
+  return {
+    raw: res,
+    client: req.socket.remoteAddress ?? 'unix',
+    send: (status, headers, body) => {
+      const flat: string[] = [];
+      let classed = false;
+      for (const [name, value] of headers) {
+        flat.push(name, value);
+        if (name === HEADER.containment) classed = true;
+      }
+      if (!classed) flat.push(HEADER.containment, containment);
+      flat.push('content-length', String(body.length));
+      res.writeHead(status, flat);
+      res.end(body);
+    },
+    logError: (fields, message) => log?.(fields, message),
+  };
 }
 
 /** An error reply: content-type, then the extra headers (generation, handle id, allow). */
-export function sendError(reply: FastifyReply, error: Rendered, extra: HeaderList = []): FastifyReply {
+export function sendError(reply: PlaneReply, error: Rendered, extra: HeaderList = []): void {
   const headers: HeaderList = [['content-type', 'application/json'], ...extra];
   if (error.code === 'method_not_allowed') headers.push(['allow', 'GET']);
   if (error.status === 503) headers.push(['retry-after', '1']);
-  return send(reply, error.status, headers, error.body);
+  reply.send(error.status, headers, error.body);
 }
 
 /** The validator headers of a served file, shared by both planes, in the spec's order. */
