@@ -161,6 +161,14 @@ export function buildApp(
           return;
         }
         inflight.track(res);
+        // Node accepts a request line ended by a bare LF as HTTP/0.9 and reads what follows as
+        // headers, so `GET /resources/files/a<LF>X: y HTTP/1.1` is a request for `a`, where anything
+        // in front of this server may have seen another target. Only HTTP/1.x is answered.
+        if (req.httpVersionMajor !== 1) {
+          res.shouldKeepAlive = false;
+          sendServerError(rawPlaneReply(req, res, session.containment), new Refusal('bad_request'));
+          return;
+        }
         // The planes answer from the raw target anyway, so /resources goes to them directly: the
         // hot path pays for no framework work. Everything else (health, metrics, the card, 404s)
         // is Fastify's.

@@ -39,11 +39,17 @@ export const ALL_PLANES: Readonly<PlaneSet> = Object.freeze({ files: true, peer:
 export interface PlaneRequest {
   url?: string;
   method?: string;
+  httpVersionMajor?: number;
   headers: Record<string, string | string[] | undefined>;
 }
 
 /** Routes one request under /resources by its raw path; the planes do the rest. */
 export async function dispatch(session: Session, req: PlaneRequest, reply: PlaneReply, planes: PlaneSet = ALL_PLANES, metrics?: Metrics): Promise<void> {
+  // HTTP/0.9 is how Node reads a request line cut by a bare LF (see src/server.ts): refused.
+  if (req.httpVersionMajor !== undefined && req.httpVersionMajor !== 1) {
+    sendServerError(reply, new Refusal('bad_request'));
+    return;
+  }
   const path = requestPath(req.url ?? '/');
   const method = req.method ?? 'GET';
   // A plane this listener does not serve is not there at all: no route, no trace.

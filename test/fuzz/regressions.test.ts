@@ -137,3 +137,27 @@ describe('a rename storm elsewhere on the host never fails a `..` request (resol
     }
   });
 });
+
+describe('a request line cut by a bare LF is refused, not read as HTTP/0.9 (http-raw-bytes, seed -1082600327)', () => {
+  // Node reads `GET /resources/files/<LF>C:a/ HTTP/1.1` as an HTTP/0.9 request for
+  // /resources/files/ with a header `c: a/ HTTP/1.1`: the listing was served (200), although the
+  // target a client or proxy wrote went on past the LF. Only HTTP/1.x is answered now.
+  it('over HTTP, on every path', async () => {
+    const { rawExchange } = await import('../helpers/http.js');
+    const l: Launched = await launch({ workdir, traceDir, yaml: filesManifest('out/') });
+    try {
+      for (const target of ['/resources/files/\nC:a/', '/resources/files/a\nX: y', '/healthz\nX: y', '/resources/peer/x\nX: y']) {
+        const [res] = await rawExchange(l.url, `GET ${target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+        expect(res!.status, JSON.stringify(target)).toBe(400);
+        expect(res!.json().error).toBe('bad_request');
+        expect(res!.body.toString()).not.toContain('plain a');
+      }
+      // HTTP/1.0 is still HTTP/1.x.
+      const [ok] = await rawExchange(l.url, 'GET /resources/files/a HTTP/1.0\r\n\r\n');
+      expect(ok!.status).toBe(200);
+      expect(ok!.body.toString()).toBe('plain a');
+    } finally {
+      await l.close();
+    }
+  });
+});
