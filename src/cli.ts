@@ -5,7 +5,7 @@
 // pointing at the command's --help and exits 2; other failures exit 1.
 import { existsSync, realpathSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
-import { Presets, SingleBar } from 'cli-progress';
+import type { SingleBar } from 'cli-progress';
 import { Command, CommanderError, Option } from 'commander';
 import { pino } from 'pino';
 import type { Progress } from './client.js';
@@ -13,7 +13,8 @@ import { UsageError } from './codes.js';
 import { notConfined } from './confinement.js';
 import { checkExportRoots, checkExportRootsAt } from './launch/checks.js';
 import { confineAndReexec, landlockMode, takeHandoff } from './launch/confine.js';
-import { launch, stderrLogger, type LaunchOptions } from './launch/launch.js';
+import type { LaunchOptions } from './launch/launch.js';
+import { stderrLogger } from './launch/logger.js';
 import { DEFAULT_MANIFEST_NAME, loadManifest, readManifestBeneath } from './launch/manifest-file.js';
 import { parseContainment } from './launch/options.js';
 import { runTestHooks } from './launch/test-hooks.js';
@@ -22,7 +23,7 @@ import { parseByteCount, parseDuration } from './manifest/grammars.js';
 import type { Manifest } from './manifest/model.js';
 import * as native from './native.js';
 import { effectiveGrants, renderExplainScope } from './scope.js';
-import { DRAIN_TIMEOUT_MS } from './server.js';
+import { DRAIN_TIMEOUT_MS } from './limits.js';
 import { packageVersion } from './version.js';
 
 const PROGRAM = 'resource-plane';
@@ -135,6 +136,8 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     const { mode, why } = landlockMode(landlock);
     confinement = mode === 'off' ? notConfined(why ?? 'disabled') : await confineAndReexec(opts, (fields, msg) => root.debug(fields, msg));
   }
+  // Loaded only now: a first phase that re-executes never needs the server.
+  const { launch } = await import('./launch/launch.js');
   const launched = await launch({ ...opts, confinement });
   const { session, server } = launched;
   // From here on every line carries the session id (launch binds the request logs the same way).
@@ -237,8 +240,10 @@ function humanBytes(n: number): string {
 }
 
 /** A progress bar on stderr, only when stderr is a terminal: never in a pipe, a log or a test. */
-function terminalProgress(stream: NodeJS.WriteStream = process.stderr): Progress | null {
+async function terminalProgress(stream: NodeJS.WriteStream = process.stderr): Promise<Progress | null> {
   if (!stream.isTTY) return null;
+  // Loaded here: only `get` on a terminal draws one.
+  const { Presets, SingleBar } = (await import('cli-progress')).default;
   let bar: SingleBar | null = null;
   return {
     start(total) {
@@ -407,7 +412,7 @@ Examples:
       const onSignal = () => abort.abort();
       process.once('SIGINT', onSignal);
       process.once('SIGTERM', onSignal);
-      const r = await download(url, path, { ...flags, progress: terminalProgress(), signal: abort.signal }).catch((error) => {
+      const r = await download(url, path, { ...flags, progress: await terminalProgress(), signal: abort.signal }).catch((error) => {
         if (abort.signal.aborted) {
           process.stderr.write('error: interrupted; nothing was saved\n');
           process.exit(130);

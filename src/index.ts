@@ -3,7 +3,8 @@
 export { launch, type LaunchOptions, type Launched } from './launch/launch.js';
 export { openSession, type SessionOptions } from './launch/open-session.js';
 export { Session, type ToolName } from './session.js';
-export { bind, buildApp, serve, LIMITS, DRAIN_TIMEOUT_MS, type Listener, type ListenAddress, type RunningServer } from './server.js';
+export { bind, serve, LIMITS, DRAIN_TIMEOUT_MS, type Listener, type ListenAddress, type RunningServer } from './server.js';
+export { buildApp } from './app.js';
 export { resourcePlanes, planesFrameworkErrors, InFlight, ALL_PLANES, type PlanesOptions, type PlaneSet } from './planes/plugin.js';
 export { callTool, toolDefinitions, shareFile, fetchPeerFile, type ToolDefinition } from './tools/index.js';
 export type { ShareFileInput, ShareFileResult, ShareFileOptions } from './tools/share-file.js';

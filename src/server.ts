@@ -1,18 +1,23 @@
 // The capsule's HTTP listener: binds first (so the advertised URL, part of the session's identity,
-// is known before the session exists), then serves a Fastify app that carries both planes. The
-// app-level options here are the ones the planes' guarantees need beyond the plugin: parser errors
-// answered in the spec's shape without logging raw bytes, malformed targets under /resources still
-// answered by the planes from the raw path, no HEAD routes.
-import { createServer, type Server } from 'node:http';
+// is known before the session exists), then serves. Every request passes one gate (503 while
+// stopping, the in-flight count, HTTP/1.x only); requests under /resources go straight to the
+// planes on the bare Node request and response, so the hot path pays for no framework; everything
+// else (readiness, metrics, the card, 404s) is the Fastify app of src/app.ts, loaded when the first
+// such request arrives (start-up and idle memory do not pay for it either). Parser errors are
+// answered here in the spec's shape, without logging raw bytes.
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { createServer } from 'node:http';
+import type { Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
-import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { Refusal, renderHttp } from './codes.js';
-import { ALL_PLANES, dispatch, InFlight, isPlaneTarget, planesFrameworkErrors, resourcePlanes, sendServerError, type PlaneSet } from './planes/plugin.js';
+import type { Metrics } from './metrics.js';
+import { ALL_PLANES, dispatch, InFlight, isPlaneTarget, sendServerError, type PlaneSet } from './planes/plugin.js';
 import { rawPlaneReply } from './planes/reply.js';
 import { redactHandles } from './redact.js';
-import type { Metrics } from './metrics.js';
 import type { Session } from './session.js';
+import { DRAIN_TIMEOUT_MS, LIMITS } from './limits.js';
 import { HEADER } from './wire.js';
 
 /** The readiness route of the server's own app. */
@@ -20,28 +25,7 @@ export const HEALTH_PATH = '/healthz';
 /** Prometheus metrics, when enabled. */
 export const METRICS_PATH = '/metrics';
 
-/** How long shutdown lets responses being sent finish; then every connection is cut. */
-export const DRAIN_TIMEOUT_MS = 10_000;
-
-/**
- * The listener's limits against slow and many clients (README, "Limits"). Every one of them ends a
- * connection that is not making progress, so a crowd of idle or trickling clients cannot hold the
- * server; oversized request lines and headers are refused by Node's parser (431) before routing.
- */
-export const LIMITS = Object.freeze({
-  /** The whole header block must arrive within this. */
-  headersTimeoutMs: 10_000,
-  /** The whole request must arrive within this. */
-  requestTimeoutMs: 30_000,
-  /** An idle keep-alive connection is closed after this. */
-  keepAliveTimeoutMs: 5_000,
-  /** A connection on which nothing moves (a client that does not drain its response) is cut after this. */
-  idleTimeoutMs: 20_000,
-  /** Request line plus headers. */
-  maxHeaderBytes: 16 * 1024,
-  /** Connections beyond this are closed as they arrive. */
-  maxConnections: 1024,
-});
+export { DRAIN_TIMEOUT_MS, LIMITS } from './limits.js';
 
 export interface Listener {
   server: Server;
@@ -86,7 +70,8 @@ export async function bind(address: ListenAddress = { host: '127.0.0.1', port: 0
 }
 
 export interface RunningServer {
-  app: FastifyInstance;
+  /** The Fastify app behind the listener's non-plane routes, built on first use. */
+  app(): Promise<FastifyInstance>;
   /** The URL the listener is bound to. */
   url: string;
   /** The URL this capsule advertises (the session's identity). */
@@ -95,119 +80,83 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-/** The Fastify options the planes' guarantees need at the app level. */
-export function appOptions(session: Session, logger: Logger | false, planes: PlaneSet = ALL_PLANES): FastifyServerOptions {
-  return {
-    loggerInstance: logger || undefined,
-    logger: logger ? undefined : false,
-    // Fastify's own request lines would carry redeem URLs (tokens); the plugin logs a redacted one.
-    logController: new LogController({ disableRequestLogging: true }),
-    exposeHeadRoutes: false,
-    return503OnClosing: true,
-    // A request Node's parser rejects: Fastify's default logs the error, whose rawPacket holds the
-    // raw request bytes (a redeem token among them). Log the code only and answer in the spec's shape.
-    clientErrorHandler: (err: NodeJS.ErrnoException, socket) => {
-      if (logger) logger.debug({ code: err.code }, 'client error');
-      if (!socket.writable) {
-        socket.destroy();
-        return;
-      }
-      const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
-      const reason = status === 431 ? 'Request Header Fields Too Large' : status === 408 ? 'Request Timeout' : 'Bad Request';
-      const { body } = renderHttp('server', new Refusal('bad_request'));
-      socket.end(
-        `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\n${HEADER.containment}: ${session.containment}\r\n` +
-          `content-length: ${body.length}\r\nconnection: close\r\n\r\n${body.toString()}`,
-      );
-    },
-    // Malformed percent-encodings are rejected by the router before any handler; under
-    // /resources/ they are still answered by the planes, in the spec's shape, from the raw path.
-    frameworkErrors: planesFrameworkErrors(session, planes),
+/**
+ * What a request Node's parser rejects is answered with: a JSON 400 (431 for headers over the
+ * limit, 408 for a timeout) in the spec's shape. Fastify's default would log the error, whose
+ * rawPacket holds the raw request bytes (a redeem token among them): only the code is logged.
+ */
+export function clientErrorResponder(session: Session, logger: Logger | false) {
+  return (err: NodeJS.ErrnoException, socket: Socket): void => {
+    if (logger) logger.debug({ code: err.code }, 'client error');
+    if (!socket.writable) {
+      socket.destroy();
+      return;
+    }
+    const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
+    const reason = status === 431 ? 'Request Header Fields Too Large' : status === 408 ? 'Request Timeout' : 'Bad Request';
+    const { body } = renderHttp('server', new Refusal('bad_request'));
+    socket.end(
+      `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\n${HEADER.containment}: ${session.containment}\r\n` +
+        `content-length: ${body.length}\r\nconnection: close\r\n\r\n${body.toString()}`,
+    );
   };
 }
 
-/** A Fastify app serving `session`, its listener not yet bound (tests, and the plugin's own use). */
-export interface AppExtras {
-  /** Counted on this app's planes; `GET /metrics` is served here when `serveMetrics`. */
-  metrics?: Metrics;
-  serveMetrics?: boolean;
-}
+type Handler = (req: IncomingMessage, res: ServerResponse) => void;
 
-export function buildApp(
+/**
+ * The listener's gate: while stopping, 503; otherwise the response is counted in flight, a request
+ * that is not HTTP/1.x is refused, a target under /resources is answered by the planes, and
+ * anything else goes to `next` (the Fastify app).
+ */
+export function attachGate(
+  server: Server,
   session: Session,
-  logger: Logger | false = false,
-  server?: Server,
-  planes: PlaneSet = ALL_PLANES,
-  extras: AppExtras = {},
-): { app: FastifyInstance; inflight: InFlight } {
-  const options = appOptions(session, logger, planes);
-  const inflight = new InFlight();
-  if (server) {
-    // The gate and the in-flight count sit in front of Fastify, so every request passes them,
-    // including those Fastify answers itself (a target it fails to parse goes to frameworkErrors).
-    inflight.gatedAtListener = true;
-    options.serverFactory = (handler) =>
-      server.on('request', (req, res) => {
-        if (inflight.closing) {
-          const { body } = renderHttp('server', new Refusal('shutting_down'));
-          res.writeHead(503, {
-            'content-type': 'application/json',
-            [HEADER.containment]: session.containment,
-            'retry-after': '1',
-            'content-length': body.length,
-            connection: 'close',
-          });
-          res.end(body);
-          return;
-        }
-        inflight.track(res);
-        // Node accepts a request line ended by a bare LF as HTTP/0.9 and reads what follows as
-        // headers, so `GET /resources/files/a<LF>X: y HTTP/1.1` is a request for `a`, where anything
-        // in front of this server may have seen another target. Only HTTP/1.x is answered.
-        if (req.httpVersionMajor !== 1) {
-          res.shouldKeepAlive = false;
-          sendServerError(rawPlaneReply(req, res, session.containment), new Refusal('bad_request'));
-          return;
-        }
-        // The planes answer from the raw target anyway, so /resources goes to them directly: the
-        // hot path pays for no framework work. Everything else (health, metrics, the card, 404s)
-        // is Fastify's.
-        if (isPlaneTarget(req.url ?? '/')) {
-          const reply = rawPlaneReply(req, res, session.containment, logger ? (fields, message) => logger.error(fields, message) : undefined);
-          const started = logger && logger.isLevelEnabled('debug') ? performance.now() : 0;
-          if (started) {
-            res.once('finish', () => logger && logger.debug({ method: req.method, url: redactHandles(req.url ?? ''), status: res.statusCode, ms: Math.round(performance.now() - started) }, 'request'));
-          }
-          dispatch(session, req, reply, planes, extras.metrics).catch((err: unknown) => {
-            if (logger) logger.error({ err: redactHandles(String(err)) }, 'unhandled error');
-            if (!res.headersSent) sendServerError(reply, new Refusal('io_error', 'internal error'));
-            else res.destroy();
-          });
-          return;
-        }
-        handler(req, res);
+  inflight: InFlight,
+  planes: PlaneSet,
+  logger: Logger | false,
+  metrics: Metrics | undefined,
+  next: Handler,
+): void {
+  const logError = logger ? (fields: object, message: string) => logger.error(fields, message) : undefined;
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    if (inflight.closing) {
+      const { body } = renderHttp('server', new Refusal('shutting_down'));
+      res.writeHead(503, {
+        'content-type': 'application/json',
+        [HEADER.containment]: session.containment,
+        'retry-after': '1',
+        'content-length': body.length,
+        connection: 'close',
       });
-  }
-  const app = Fastify(options) as unknown as FastifyInstance;
-  // Everything else on this listener: no route, in the JSON error shape, with the class header.
-  app.setNotFoundHandler((_req, reply) => {
-    reply.header(HEADER.containment, session.containment);
-    sendServerError(reply, new Refusal('not_found'));
-  });
-  // Readiness for an orchestrator: untraced, and says nothing about the capsule. While the server
-  // is stopping it answers 503 like every other request (the gate sits in front).
-  app.get(HEALTH_PATH, { exposeHeadRoute: false }, (_req, reply) => {
-    reply.header('content-type', 'application/json').header('cache-control', 'no-store').send('{"status":"ok"}');
-  });
-  if (extras.metrics && extras.serveMetrics) {
-    const registry = extras.metrics.registry;
-    // Untraced, like /healthz; counts only, never a path, a handle or an audience.
-    app.get(METRICS_PATH, { exposeHeadRoute: false }, async (_req, reply) => {
-      reply.header('content-type', registry.contentType).header('cache-control', 'no-store').send(await registry.metrics());
+      res.end(body);
+      return;
+    }
+    inflight.track(res);
+    // Node accepts a request line ended by a bare LF as HTTP/0.9 and reads what follows as
+    // headers, so `GET /resources/files/a<LF>X: y HTTP/1.1` is a request for `a`, where anything
+    // in front of this server may have seen another target. Only HTTP/1.x is answered.
+    if (req.httpVersionMajor !== 1) {
+      res.shouldKeepAlive = false;
+      sendServerError(rawPlaneReply(req, res, session.containment), new Refusal('bad_request'));
+      return;
+    }
+    if (!isPlaneTarget(req.url ?? '/')) {
+      next(req, res);
+      return;
+    }
+    // The planes answer from the raw target anyway: no framework work on the hot path.
+    const reply = rawPlaneReply(req, res, session.containment, logError);
+    const started = logger && logger.isLevelEnabled('debug') ? performance.now() : 0;
+    if (started && logger) {
+      res.once('finish', () => logger.debug({ method: req.method, url: redactHandles(req.url ?? ''), status: res.statusCode, ms: Math.round(performance.now() - started) }, 'request'));
+    }
+    dispatch(session, req, reply, planes, metrics).catch((err: unknown) => {
+      logError?.({ err: redactHandles(String(err)) }, 'unhandled error');
+      if (!res.headersSent) sendServerError(reply, new Refusal('io_error', 'internal error'));
+      else res.destroy();
     });
-  }
-  app.register(resourcePlanes, { session, inflight, planes, metrics: extras.metrics });
-  return { app, inflight };
+  });
 }
 
 /** Serves `session` on `listener` (see `bind`): both planes, or those `planes` names. */
@@ -216,16 +165,29 @@ export async function serve(
   listener: Listener,
   logger: Logger | false = false,
   planes: PlaneSet = ALL_PLANES,
-  extras: AppExtras = {},
+  extras: { metrics?: Metrics; serveMetrics?: boolean } = {},
 ): Promise<RunningServer> {
   // The card and the audience say where this capsule is: a session without that identity cannot serve.
   if (session.advertisedUrl === null) throw new Error('a session is served only with the advertised URL it was opened with');
   const advertisedUrl = session.advertisedUrl;
-  const { app, inflight } = buildApp(session, logger, listener.server, planes, extras);
-  await app.ready();
+  const inflight = new InFlight();
+  inflight.gatedAtListener = true;
+  listener.server.on('clientError', clientErrorResponder(session, logger));
+  let loaded: Promise<{ app: FastifyInstance; handler: Handler }> | null = null;
+  const loadApp = () =>
+    (loaded ??= import('./app.js').then(({ buildLazyApp }) => buildLazyApp(session, logger, listener.server, planes, extras, inflight)));
+  attachGate(listener.server, session, inflight, planes, logger, extras.metrics, (req, res) => {
+    loadApp().then(
+      ({ handler }) => handler(req, res),
+      (err: unknown) => {
+        if (logger) logger.error({ err: redactHandles(String(err)) }, 'the app could not be loaded');
+        sendServerError(rawPlaneReply(req, res, session.containment), new Refusal('io_error', 'internal error'));
+      },
+    );
+  });
   let closing: Promise<void> | null = null;
   return {
-    app,
+    app: async () => (await loadApp()).app,
     url: listener.url,
     advertisedUrl,
     close: () =>
@@ -237,7 +199,7 @@ export async function serve(
         const closed = new Promise<void>((resolve) => listener.server.close(() => resolve()));
         // Whatever is still being sent (a client that reads slowly) is cut: shutdown has a bound.
         listener.server.closeAllConnections();
-        await app.close();
+        if (loaded) await (await loaded.catch(() => null))?.app.close();
         await closed;
       })()),
   };

@@ -1,9 +1,9 @@
 // Launching one served session: validate everything, bind the listener (so the advertised URL is
 // known before the session exists), open the session with that identity, serve it, and tear both
 // down cleanly. Shared by `serve`, `demo`, the public API and the tests.
-import { pino, type Logger } from 'pino';
-import { redactHandles } from '../redact.js';
+import type { Logger } from 'pino';
 import { createMetrics } from '../metrics.js';
+export { stderrLogger } from './logger.js';
 import { ALL_PLANES } from '../planes/plugin.js';
 import { bind, serve, type Listener, type RunningServer } from '../server.js';
 import type { Session } from '../session.js';
@@ -36,24 +36,6 @@ export interface Launched {
    * `session_end` with `reason` and flushes the trace.
    */
   stop(reason?: string): Promise<void>;
-}
-
-export function stderrLogger(): Logger {
-  return pino(
-    {
-      level: process.env.RESOURCE_PLANE_LOG_LEVEL ?? 'info',
-      base: { pid: process.pid },
-      // An error is logged by type, code and redacted message only: Node errors can carry raw
-      // request bytes (rawPacket), URLs and paths, any of which may hold a handle token.
-      serializers: {
-        err: (e: unknown) => {
-          const err = e as { name?: unknown; code?: unknown; message?: unknown } | null;
-          return { type: String(err?.name ?? typeof e), code: err?.code ?? null, message: redactHandles(String(err?.message ?? e)) };
-        },
-      },
-    },
-    pino.destination(2),
-  );
 }
 
 export async function launch(opts: LaunchOptions): Promise<Launched> {

@@ -7,11 +7,19 @@
 // Parsing is pure: E-CAP-007 needs the filesystem and is checked at launch (src/launch/checks.ts),
 // so that `explain-scope` can answer from the text alone.
 
-import { isAlias, isMap, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
+import { createRequire } from 'node:module';
+import type { Document } from 'yaml';
 import type { Containment } from '../wire.js';
 import { parseDestination, type Destination, type Target } from './destinations.js';
 import { ManifestError } from './diagnostics.js';
 import { BYTE_COUNT, BYTE_MULTIPLIER, DURATION, DURATION_MULTIPLIER, parseScaled } from './grammars.js';
+
+type Yaml = typeof import('yaml');
+let yamlLib: Yaml | undefined;
+/** The YAML parser, loaded on first use: a confined server's second phase never parses YAML. */
+function yaml(): Yaml {
+  return (yamlLib ??= createRequire(import.meta.url)('yaml') as Yaml);
+}
 
 export type { Containment, Destination, Target };
 export { ManifestError };
@@ -133,18 +141,18 @@ class ManifestView {
   private sourceOf(keys: readonly Key[]): string | undefined {
     let node: unknown = this.doc.contents;
     for (const key of keys) {
-      if (isAlias(node)) node = node.resolve(this.doc);
-      if (isMap(node) || isSeq(node)) node = node.get(key, true);
+      if (yaml().isAlias(node)) node = node.resolve(this.doc);
+      if (yaml().isMap(node) || yaml().isSeq(node)) node = node.get(key, true);
       else return undefined;
     }
-    if (isAlias(node)) node = node.resolve(this.doc);
-    return isScalar(node) ? node.source : undefined;
+    if (yaml().isAlias(node)) node = node.resolve(this.doc);
+    return yaml().isScalar(node) ? node.source : undefined;
   }
 }
 
 function loadDocument(text: string, shown: string): ManifestView {
-  const lineCounter = new LineCounter();
-  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true, strict: true });
+  const lineCounter = new (yaml().LineCounter)();
+  const doc = yaml().parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true, strict: true });
   const first = doc.errors[0];
   if (first) {
     const { line, col } = lineCounter.linePos(first.pos[0]);
