@@ -5,13 +5,13 @@
 // malformed targets under /resources still answered by the planes from the raw path, no HEAD
 // routes. The CLI's server (src/server.ts) answers /resources before any framework and loads this
 // module only when the first other request arrives.
-import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { Server } from 'node:http';
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import type { Logger } from 'pino';
 import { Refusal } from './codes.js';
 import type { Metrics } from './metrics.js';
 import { ALL_PLANES, InFlight, planesFrameworkErrors, resourcePlanes, sendServerError, type PlaneSet } from './planes/plugin.js';
-import { attachGate, clientErrorResponder, HEALTH_PATH, METRICS_PATH } from './server.js';
+import { attachGate, clientErrorResponder, HEALTH_PATH, METRICS_PATH, type Handler } from './gate.js';
 import type { Session } from './session.js';
 import { HEADER } from './wire.js';
 
@@ -39,8 +39,6 @@ export interface AppExtras {
   metrics?: Metrics;
   serveMetrics?: boolean;
 }
-
-type Handler = (req: IncomingMessage, res: ServerResponse) => void;
 
 /** The app's own routes, and the planes for whatever reaches the app under /resources. */
 function routes(app: FastifyInstance, session: Session, inflight: InFlight, planes: PlaneSet, extras: AppExtras): void {
