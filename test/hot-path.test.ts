@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { ByteBudget, SMALL_READ_BYTES } from '../src/budget.js';
-import { ExportView } from '../src/export-view.js';
+import { ExportView, SYNC_READ_BYTES } from '../src/export-view.js';
 import * as native from '../src/native.js';
 import { newEventId } from '../src/trace.js';
 import { defer } from './helpers/cleanup.js';
@@ -87,7 +87,7 @@ describe('a small file is read without the thread pool', () => {
   });
 
   it('gives the same answer as the pool read, for every size around the line', async () => {
-    const sizes = [0, 1, 1024, SMALL_READ_BYTES - 1, SMALL_READ_BYTES, SMALL_READ_BYTES + 1, 300 * 1024];
+    const sizes = [0, 1, 1024, SYNC_READ_BYTES - 1, SYNC_READ_BYTES, SYNC_READ_BYTES + 1, SMALL_READ_BYTES, SMALL_READ_BYTES + 1, 300 * 1024];
     const dir = scratch(['out/']);
     for (const n of sizes) writeFileSync(join(dir, 'out', `f${n}`), Buffer.alloc(n, n % 251));
     const view = await viewOf(dir);
