@@ -128,60 +128,16 @@ function checkList(res: RawResponse, tree: ReturnType<typeof compileTree>, s: Se
   });
 }
 
-/**
- * GET, asked again while the answer is the io_error an EAGAIN storm causes (any rename on the host
- * during a resolution through `..`; see EAGAIN_TEXT in export-view.property.test.ts).
- */
+/** GET, once: an EAGAIN storm on the host no longer turns into io_error (regressions.test.ts). */
 async function get(url: string, t: Buffer | string): Promise<RawResponse> {
-  let res = await rawGet(url, t);
-  for (let i = 0; i < 10 && res.status === 500 && res.body.toString().includes('resource temporarily unavailable'); i++) {
-    await new Promise((r) => setTimeout(r, Math.min(1000, 20 * 2 ** i)));
-    res = await rawGet(url, t);
-  }
-  return res;
+  return rawGet(url, t);
 }
 
-/**
- * A listing silently skips a link whose resolution failed (EAGAIN included). When entries are
- * missing and nothing else differs, look again; if they are still missing and reading them still
- * meets the storm, the case is inconclusive. A secret fails at once.
- */
+/** The listing equals the model's; a secret fails at once. */
 async function listMatches(fetch: () => Promise<RawResponse>, tree: ReturnType<typeof compileTree>, s: Served, label: string): Promise<void> {
-  const expected = model.list(tree.root, s.containment);
-  const attempt = async (): Promise<{ error: unknown; onlyMissing: string[] }> => {
-    const res = await fetch();
-    assertNoSecret(res, label);
-    let onlyMissing: string[] = [];
-    if (Array.isArray(expected) && res.status === 200) {
-      const entries = (res.json() as { entries: Array<{ path: string; sha256: string }> }).entries;
-      const got = new Map(entries.map((e) => [e.path, e]));
-      const want = new Set(expected.map((e) => e.path));
-      const agree = expected.every((m) => !got.has(m.path) || got.get(m.path)!.sha256 === sha(m.content));
-      if (agree && entries.every((e) => want.has(e.path))) onlyMissing = expected.filter((m) => !got.has(m.path)).map((m) => m.path);
-    }
-    try {
-      checkList(res, tree, s, label);
-      return { error: null, onlyMissing };
-    } catch (error) {
-      return { error, onlyMissing };
-    }
-  };
-  let result = await attempt();
-  for (let i = 0; result.error !== null && result.onlyMissing.length > 0 && i < 3; i++) {
-    await new Promise((r) => setTimeout(r, 100 * 2 ** i));
-    result = await attempt();
-  }
-  if (result.error !== null && result.onlyMissing.length > 0) {
-    for (const p of result.onlyMissing) {
-      const encoded = [...Buffer.from(p, 'utf8')].map((b) => `%${b.toString(16).padStart(2, '0')}`).join('').replaceAll('%2f', '/');
-      const probe = await get(s.launched.url, `${FILES}/${encoded}`);
-      if (probe.status === 500 && probe.body.toString().includes('resource temporarily unavailable')) {
-        console.error(`inconclusive (EAGAIN storm on this host): ${label.split('\n')[0]} missing ${result.onlyMissing.join(', ')}`);
-        return;
-      }
-    }
-  }
-  if (result.error !== null) throw result.error;
+  const res = await fetch();
+  assertNoSecret(res, label);
+  checkList(res, tree, s, label);
 }
 
 describe('operator plane over real HTTP, against the reference model', () => {
