@@ -35,19 +35,7 @@ export class ByteBudget {
    * and returns its release; `cancel` gives the reservation back (the file did not fit).
    */
   reserve(maxBytes: number): Reservation {
-    const room = this.limit - this.held;
-    let reserved: number;
-    let budgetBytes: number;
-    if (this.held === 0 && maxBytes > this.limit) {
-      reserved = maxBytes;
-      budgetBytes = 0;
-    } else if (Math.min(maxBytes, room) >= SMALL_READ_BYTES) {
-      reserved = Math.min(maxBytes, room);
-      budgetBytes = reserved;
-    } else {
-      reserved = 0;
-      budgetBytes = SMALL_READ_BYTES;
-    }
+    const { reserved, budgetBytes } = this.plan(maxBytes);
     this.held += reserved;
     return {
       budgetBytes,
@@ -66,7 +54,24 @@ export class ByteBudget {
     };
   }
 
+  /** Whether a file of `size` bytes can be held now (what `reserve(size)` would let it read). */
+  canHold(size: number): boolean {
+    const { budgetBytes } = this.plan(size);
+    return budgetBytes === 0 || budgetBytes >= size;
+  }
+
+  private plan(maxBytes: number): { reserved: number; budgetBytes: number } {
+    const room = this.limit - this.held;
+    if (this.held === 0 && maxBytes > this.limit) return { reserved: maxBytes, budgetBytes: 0 };
+    if (Math.min(maxBytes, room) >= SMALL_READ_BYTES) return { reserved: Math.min(maxBytes, room), budgetBytes: Math.min(maxBytes, room) };
+    return { reserved: 0, budgetBytes: SMALL_READ_BYTES };
+  }
+
   private give(bytes: number): void {
+    // Giving back nothing wakes nobody: a waiter that finds the budget still too small cancels its
+    // empty reservation, and waking every other waiter for that would have them spin on each
+    // other without ever yielding to the event loop.
+    if (bytes === 0) return;
     this.held -= bytes;
     this.notify();
   }

@@ -98,14 +98,15 @@ export class ExportView {
           throw refusalFromNative(error);
         }
       }
-      const reservation = budget.reserve(size);
-      if (reservation.budgetBytes !== 0 && reservation.budgetBytes < size) {
-        reservation.cancel();
+      if (!budget.canHold(size)) {
+        // Nothing is reserved while waiting, so a waiter that wakes to find too little room
+        // changes nothing for the others (they are woken by real releases only).
         const left = deadline - Date.now();
         if (left <= 0) throw new Refusal('over_capacity');
         await budget.released(left);
         continue;
       }
+      const reservation = budget.reserve(size);
       let result: native.ReadResult;
       try {
         result = await native.readFile(this.opts.workdirFd(), this.opts.root, relpath, this.opts.maxBytes, {

@@ -135,6 +135,23 @@ describe('the memory budget reserves what a large file needs, not max_bytes', ()
     expect(budget.inUse).toBe(0);
   });
 
+  it('reads waiting for room never starve the event loop', async () => {
+    const dir = scratch(['out/a @ 3m', 'out/b @ 3m']);
+    const view = await viewOf(dir);
+    const budget = new ByteBudget(4 * 1024 * 1024, 1_000);
+    const first = await view.read('a', budget);
+    // 1 MiB left: each waiter finds too little room. Once, waking to that cancelled a reservation,
+    // which woke every other waiter, which did the same: a loop of promise jobs that never let a
+    // timer, a socket or anything else run until every waiter had given up (npm run stress).
+    let settled = 0;
+    const waiting = Array.from({ length: 20 }, () => view.read('b', budget).then((r) => r.release(), () => undefined).finally(() => settled++));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(settled, 'a timer ran while the reads still waited').toBe(0);
+    first.release();
+    await Promise.all(waiting);
+    expect(budget.inUse).toBe(0);
+  });
+
   it('still refuses over_capacity when the sizes do not fit', async () => {
     const dir = scratch(['out/a @ 3m', 'out/b @ 3m']);
     const view = await viewOf(dir);
