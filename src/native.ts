@@ -228,9 +228,6 @@ export function readFile(workdirFd: number, root: string, relpath: string, maxBy
   }));
 }
 
-/** The most readSmall may be asked to read on the calling thread. */
-export const SMALL_SYNC_READ_MAX_BYTES = 256 * 1024;
-
 /**
  * The read of a small file, synchronously on this thread (no pool round trip): the same
  * resolution, checks and hash as readFile. A file larger than `smallBytes` by its fstat is not
