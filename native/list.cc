@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <climits>
 #include <deque>
+#include <new>
 
 #include "digest_cache.h"
 #include "read.h"
@@ -109,7 +110,14 @@ class Hashing {
       run(job);
       return;
     }
-    queue_.push_back(std::move(job));
+    // No exception may leave with mu_ held (the listing would deadlock in finish()).
+    try {
+      queue_.push_back(std::move(job));
+    } catch (const std::bad_alloc&) {
+      pthread_mutex_unlock(&mu_);
+      run(job);  // push_back leaves the job as it was when it throws
+      return;
+    }
     pthread_cond_signal(&ready_);
     pthread_mutex_unlock(&mu_);
   }
@@ -188,7 +196,15 @@ class Hashing {
       // The byte count that was hashed, so size and hash agree even if the file changed under us.
       entry.size = static_cast<uint64_t>(hashed);
       entry.mtime_ms = epoch_ms(st.st_mtim);
-      out_->push_back(std::move(entry));
+      try {
+        out_->push_back(std::move(entry));
+      } catch (const std::bad_alloc&) {
+        // An entry that cannot be kept ends the listing: never a silently shorter list.
+        if (!halted()) {
+          stopped_->set(Code::IoError, ENOMEM);
+          halted_.store(true, std::memory_order_relaxed);
+        }
+      }
     }
     pthread_mutex_unlock(&mu_);
   }

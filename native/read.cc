@@ -114,9 +114,14 @@ ReadResult read_export_file(const ExportRequest& req) {
       hit = cache.lookup(file_key(under), cached);
     }
   }
-  // Start at the fstat size plus one byte to notice growth; grow up to max_bytes + 1, which is
-  // the most that is ever read: one byte past the ceiling proves the file grew past it.
-  const uint64_t limit = req.max_bytes + 1;
+  // Start at the fstat size plus one byte to notice growth; grow up to the ceiling + 1, which is
+  // the most that is ever read: one byte past the ceiling proves the file grew past it. With a
+  // memory budget the ceiling is what the caller can hold: a file that grows after the fstat is
+  // never read past it (OverBudget, and the caller looks again), so a small synchronous read stays
+  // small and a reservation is never exceeded.
+  const bool budgeted = req.budget_bytes != 0 && req.budget_bytes < req.max_bytes;
+  const uint64_t ceiling = budgeted ? req.budget_bytes : req.max_bytes;
+  const uint64_t limit = ceiling + 1;
   OwnedBuffer& buf = result.bytes;
   MdCtx ctx(EVP_MD_CTX_new());
   if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1 ||
@@ -131,12 +136,13 @@ ReadResult read_export_file(const ExportRequest& req) {
     result.failure.detail = "sha-256 failed";
     return false;
   };
-  // The lease gave way to a writer: the cached digest no longer vouches for anything, so the
-  // bytes already read are hashed and the rest as it comes.
-  auto lease_lost = [&]() { return !hashing && !lease->intact(); };
+  // Polled between chunks whenever a lease is held, so a waiting writer is let through within one
+  // chunk. Once it gives way, a cached digest no longer vouches for anything: the bytes already
+  // read are hashed and the rest as they come.
+  auto lease_lost = [&]() { return lease && lease->held() && !lease->intact(); };
   for (;;) {
     if (req.stop.should_stop(&result.failure)) return result;
-    if (lease_lost()) {
+    if (lease_lost() && !hashing) {
       hashing = true;
       if (!hash(buf.data(), buf.size())) return result;
     }
@@ -162,13 +168,18 @@ ReadResult read_export_file(const ExportRequest& req) {
     if (hashing && !hash(buf.spare(), static_cast<size_t>(n))) return result;
     buf.advance(static_cast<size_t>(n));
   }
-  if (buf.size() > req.max_bytes) {
-    result.failure.set(Code::TooLarge);
+  if (buf.size() > ceiling) {
+    if (budgeted) {
+      result.failure.set(Code::OverBudget);
+      result.size_seen = buf.size();  // at least this: what to ask room for next time
+    } else {
+      result.failure.set(Code::TooLarge);
+    }
     return result;
   }
   // The cached digest is used only if the lease held until after the last byte was read, and the
   // bytes are exactly as many as the version it was cached for.
-  if (!hashing && (lease_lost() || buf.size() != static_cast<uint64_t>(under.st_size))) {
+  if (!hashing && (!lease->held() || !lease->intact() || buf.size() != static_cast<uint64_t>(under.st_size))) {
     hashing = true;
     if (!hash(buf.data(), buf.size())) return result;
   }

@@ -123,6 +123,48 @@ describe('a small file is read without the thread pool', () => {
   });
 });
 
+describe('a file that grows while it is read', () => {
+  it('is never read past the small limit on the JS thread, nor past a reservation', async () => {
+    const dir = scratch(['out/grow: x']);
+    const path = join(dir, 'out', 'grow');
+    // A writer that keeps cutting the file to 1 byte and appending 8 MiB: most reads see a 1-byte
+    // fstat and then a file that is still growing.
+    const writer = spawn(process.execPath, ['-e', `
+const fs = require('fs'); const big = Buffer.alloc(8 << 20, 0x61); const fd = fs.openSync(process.argv[1], 'r+');
+process.stdout.write('ready\\n');
+for (;;) { fs.ftruncateSync(fd, 1); fs.writeSync(fd, big, 0, big.length, 1); }`, path]);
+    defer(() => writer.kill('SIGKILL'));
+    await new Promise<void>((resolve) => writer.stdout.once('data', () => resolve()));
+    const fd = await native.openDirectory(dir);
+    defer(() => native.closeFd(fd));
+    const o = { refuseSymlinks: false, resolver: RESOLVER };
+    // Count-based: until a few reads met the file growing (the read stops one byte past the
+    // limit and says so: size 16 KiB + 1), or a cap of reads.
+    let grewPast = 0;
+    for (let i = 0; i < 200_000 && grewPast < 5; i++) {
+      const r = native.readSmall(fd, 'out', 'grow', 64 << 20, 16 * 1024, o);
+      if ('size' in r) {
+        if (r.size === 16 * 1024 + 1) grewPast++;
+        continue;
+      }
+      expect(r.bytes.length, 'read on the JS thread').toBeLessThanOrEqual(16 * 1024);
+      expect(r.sha256).toBe(sha(r.bytes));
+    }
+    // Through a budget: every byte held is accounted for while it is held.
+    const view = await viewOf(dir);
+    const budget = new ByteBudget(64 * 1024 * 1024, 2_000);
+    for (let i = 0; i < 60; i++) {
+      const r = await view.read('grow', budget).catch(() => null);
+      if (!r) continue;
+      if (r.bytes.length > SMALL_READ_BYTES) expect(budget.inUse, 'a held read is counted').toBeGreaterThanOrEqual(r.bytes.length);
+      expect(r.sha256).toBe(sha(r.bytes));
+      r.release();
+    }
+    expect(budget.inUse).toBe(0);
+    if (grewPast === 0) console.warn('[hot-path] the file never grew during a small read on this run');
+  });
+});
+
 describe('the memory budget reserves what a large file needs, not max_bytes', () => {
   it('lets reads of known size share a budget that max_bytes reservations could not', async () => {
     const dir = scratch(['out/a @ 1m', 'out/b @ 1m', 'out/c @ 1m']);

@@ -7,7 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { planesFrameworkErrors, resourcePlanes, InFlight } from '../src/planes/plugin.js';
 import { openSession } from '../src/launch/open-session.js';
 import { parseManifest } from '../src/manifest/model.js';
-import { filesManifest } from './helpers/capsule.js';
+import { capsule, filesManifest } from './helpers/capsule.js';
 import { rawGet, rawRequest, readTrace } from './helpers/http.js';
 import { makeTree, removeTree, tempDir } from './helpers/tree.js';
 
@@ -66,6 +66,27 @@ describe('resourcePlanes registered into a plain Fastify app', () => {
       expect(events).toContainEqual(['resource_read', 'method_not_allowed']);
       // The agent card is there for peers.
       expect((await rawGet(h.url, '/.well-known/agent-card.json')).json().name).toBe('plane-test');
+    } finally {
+      await h.close();
+    }
+  });
+
+  it("sends the same headers in the same order as the CLI's server, which answers /resources without Fastify", async () => {
+    const h = await hostApp({ frameworkErrors: true });
+    try {
+      const c = await capsule({ yaml: filesManifest('out/'), tree: ['out/a.txt: plugin bytes', 'secret.txt: HOST-SECRET', 'out/esc -> ../secret.txt'], containment: 'sealed' });
+      const names = (r: { headerNames: string[] }) => r.headerNames.filter((n) => !['date', 'connection', 'keep-alive'].includes(n));
+      const cases: Array<{ method?: string; target: string }> = [
+        { target: '/resources/files/a.txt' }, { target: '/resources/files' }, { target: '/resources/files/nope' },
+        { target: '/resources/files/esc' }, { target: '/resources/files/%2e%2e/secret.txt' }, { method: 'POST', target: '/resources/files/a.txt' },
+        { method: 'HEAD', target: '/resources/files/a.txt' }, { target: '/resources/peer/mh1.x.y' }, { target: '/resources/other' },
+      ];
+      for (const k of cases) {
+        const viaPlugin = await rawRequest(h.url, { method: k.method, target: k.target });
+        const viaServer = await rawRequest(c.url, { method: k.method, target: k.target });
+        expect(viaServer.status, `${k.method ?? 'GET'} ${k.target}`).toBe(viaPlugin.status);
+        expect(names(viaServer), `${k.method ?? 'GET'} ${k.target}`).toEqual(names(viaPlugin));
+      }
     } finally {
       await h.close();
     }

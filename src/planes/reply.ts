@@ -41,7 +41,8 @@ export function fastifyPlaneReply(reply: FastifyReply): PlaneReply {
 
 /**
  * A plane answering on the bare response. The class header, which Fastify's onSend hook adds on the
- * plugin's routes, is added here when the plane did not set it, in the same (last) position.
+ * plugin's routes, is added here when the plane did not set it, in the same position: last, after
+ * content-length.
  */
 export function rawPlaneReply(req: IncomingMessage, res: ServerResponse, containment: string, log?: (fields: object, message: string) => void): PlaneReply {
   return {
@@ -54,8 +55,8 @@ export function rawPlaneReply(req: IncomingMessage, res: ServerResponse, contain
         flat.push(name, value);
         if (name === HEADER.containment) classed = true;
       }
-      if (!classed) flat.push(HEADER.containment, containment);
       flat.push('content-length', String(body.length));
+      if (!classed) flat.push(HEADER.containment, containment);
       res.writeHead(status, flat);
       res.end(body);
     },
