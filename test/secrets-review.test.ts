@@ -391,7 +391,10 @@ describe('2. the instance key lives in secure memory only, and only while it mus
       });
     });
     const { alive, withPlanted, closed } = JSON.parse(out) as { alive: number[]; withPlanted: number; closed: number[] };
-    expect(withPlanted).toBe(2);
+    // The scanner finds a planted copy (the calibration). Planting may leave V8's own transient
+    // copy too (TypedArray#set from an external buffer; seen on Node 22 and 24 under load), so
+    // this is at least one more than alive[0]; the property itself is `alive` and `closed`.
+    expect(withPlanted).toBeGreaterThanOrEqual(alive[0]! + 1);
     // One copy: the sodium_malloc'd key itself. No ipad/opad residue from 500+ MACs.
     expect(alive).toEqual([1, 0, 0]);
     expect(closed).toEqual([0, 0, 0]);
