@@ -362,12 +362,14 @@ describe('2. the instance key lives in secure memory only, and only while it mus
       }
       globalThis.gc();
       const alive = [scan(kx, mask), scan(ix, mask), scan(ox, mask)];
-      // The scanner's own proof that it finds a copy: plant one in ordinary memory, count, wipe it.
+      // The scanner's own proof that it finds a copy: plant a random stand-in in ordinary memory
+      // and count it. Never the key itself: copying it would leave V8's transient copies behind
+      // (TypedArray#set), which the closed scan below would then find.
+      const probeMask = Buffer.alloc(32); sodium.randombytes_buf(probeMask);
+      const probeX = Buffer.alloc(32); sodium.randombytes_buf(probeX);
       const planted = Buffer.alloc(32);
-      sodium.sodium_mprotect_readonly(key);
-      planted.set(key);
-      sodium.sodium_mprotect_noaccess(key);
-      const withPlanted = scan(kx, mask);
+      for (let i = 0; i < 32; i++) planted[i] = probeX[i] ^ probeMask[i];
+      const withPlanted = scan(probeX, probeMask);
       planted.fill(0);
       await server.close();
       await session.close();
@@ -391,10 +393,8 @@ describe('2. the instance key lives in secure memory only, and only while it mus
       });
     });
     const { alive, withPlanted, closed } = JSON.parse(out) as { alive: number[]; withPlanted: number; closed: number[] };
-    // The scanner finds a planted copy (the calibration). Planting may leave V8's own transient
-    // copy too (TypedArray#set from an external buffer; seen on Node 22 and 24 under load), so
-    // this is at least one more than alive[0]; the property itself is `alive` and `closed`.
-    expect(withPlanted).toBeGreaterThanOrEqual(alive[0]! + 1);
+    // The scanner finds a planted value in ordinary memory (the calibration).
+    expect(withPlanted).toBeGreaterThanOrEqual(1);
     // One copy: the sodium_malloc'd key itself. No ipad/opad residue from 500+ MACs.
     expect(alive).toEqual([1, 0, 0]);
     expect(closed).toEqual([0, 0, 0]);
