@@ -1,6 +1,6 @@
 // The MCP control channel as a runtime drives it: the SDK's own client spawning
 // `resource-plane serve --control stdio`, for every combination of declared grants.
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -11,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defer, reap } from './helpers/cleanup.js';
 import { CLI } from './helpers/cli.js';
-import { scratch } from './helpers/tree.js';
+import { childPids, scratch } from './helpers/tree.js';
 
 const LISTENING = 'notifications/resource_plane/listening';
 const ListeningSchema = z.object({
@@ -179,9 +179,8 @@ describe('closing stdin ends the session', () => {
     await listening;
     // Every stdout line is a JSON-RPC message.
     for (const line of out.trim().split('\n')) expect(JSON.parse(line).jsonrpc).toBe('2.0');
-    // ps exits 1 when nothing matches: no child processes at all.
-    const ps = spawnSync('ps', ['--ppid', String(child.pid), '-o', 'pid=']);
-    expect(ps.stdout.toString().trim()).toBe('');
+    // No child processes at all.
+    expect(childPids(child.pid!)).toEqual([]);
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
     child.stdin.end();
     expect(await exited).toBe(0);

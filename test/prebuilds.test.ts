@@ -12,6 +12,15 @@ import { compareVersions, readElfRequirements } from './helpers/elf.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const PREBUILDS = join(ROOT, 'prebuilds');
+// These tests are about the committed prebuilds, so their children never inherit a sanitizer build
+// (npm run test:asan preloads an x64 runtime and names its own addon). PREBUILDS_ONLY: a checkout
+// may hold an x64 build/Release, which node-gyp-build would prefer.
+const SANITIZER_ENV = ['LD_PRELOAD', 'ASAN_OPTIONS', 'UBSAN_OPTIONS', 'RESOURCE_PLANE_ADDON', 'RESOURCE_PLANE_ASAN'];
+function prebuildEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env, PREBUILDS_ONLY: '1', ...extra };
+  for (const name of SANITIZER_ENV) delete env[name];
+  return env;
+}
 const committed = readdirSync(PREBUILDS).flatMap((dir) => readdirSync(join(PREBUILDS, dir)).map((f) => `${dir}/${f}`));
 
 /** The README's floor table: version-name prefix (GLIBC_, GLIBCXX_, …) → the highest allowed. */
@@ -113,7 +122,7 @@ describe('libc-tagged prebuilds', () => {
   // root as src/native.ts asks; PREBUILDS_ONLY keeps a local build/Release out of the way.
   const resolveFrom = (env: Record<string, string>) =>
     execFileSync(process.execPath, ['-e', 'const p = require("node-gyp-build").path(process.argv[1]); require(p); console.log(p)', ROOT], {
-      cwd: ROOT, env: { ...process.env, PREBUILDS_ONLY: '1', ...env }, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'],
+      cwd: ROOT, env: prebuildEnv(env), encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'],
     }).trim();
 
   it('are named <package>.glibc.node, one per platform-arch', () => {
@@ -185,8 +194,7 @@ describe('the linux-arm64 prebuild under qemu-user', () => {
     if (process.env.CI) throw new Error(`CI must run the arm64 prebuild: ${found.reason}`);
     console.warn(`SKIPPING the arm64 prebuild tests: ${found.reason}`);
   }, 300_000);
-  // PREBUILDS_ONLY: a checkout may hold an x64 build/Release, which node-gyp-build would prefer.
-  const env = () => ({ ...process.env, PREBUILDS_ONLY: '1' });
+  const env = () => prebuildEnv();
   const run = (args: string[]) => execFileSync(QEMU, ['-L', SYSROOT, armNode, ...args], { cwd: ROOT, env: env(), encoding: 'utf8', timeout: 120_000 });
 
   it('is an AArch64 binary, and the arm64 node really is arm64', (ctx) => {
@@ -278,7 +286,7 @@ describe(`the x64 prebuild on Debian ${OLD_SUITE}'s glibc 2.31 and GCC 10's libs
   it('loads and does every native operation right', (ctx) => {
     if (!old) return ctx.skip('the older libraries are unavailable (see the warning above)');
     const run = (args: string[]) => execFileSync(old!.loader, ['--library-path', old!.libraryPath, process.execPath, ...args], {
-      cwd: ROOT, env: { ...process.env, PREBUILDS_ONLY: '1' }, encoding: 'utf8', timeout: 120_000,
+      cwd: ROOT, env: prebuildEnv(), encoding: 'utf8', timeout: 120_000,
     });
     // This Node really runs on the older C library and C++ runtime.
     expect(run(['-p', 'process.report.getReport().header.glibcVersionRuntime']).trim()).toBe('2.31');

@@ -4,7 +4,7 @@
 //   's ='           a UNIX socket        'z @ 8g'       a sparse file of that size (k/m/g)
 // `scratch` is the usual way in: a fresh temp directory holding such a tree, gone after the test.
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readdirSync, mkdtempSync, openSync, closeSync, ftruncateSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, mkdtempSync, openSync, closeSync, ftruncateSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { defer } from './cleanup.js';
@@ -66,4 +66,22 @@ export function makeTree(base: string, lines: string[]): void {
 
 export function fdCount(): number {
   return readdirSync('/proc/self/fd').length;
+}
+
+/** The pids whose parent is `pid`, read from /proc (no `ps`: it deadlocks with ASan preloaded). */
+export function childPids(pid: number): number[] {
+  const children: number[] = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+    } catch {
+      continue; // exited while we looked
+    }
+    // The command name may hold spaces and parentheses: fields resume after the last ')'.
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    if (ppid === pid) children.push(Number(name));
+  }
+  return children;
 }
