@@ -2,6 +2,8 @@
 // with release(): the Node Buffer's finalizer then frees it, so the bytes are never copied and
 // every early return in between frees them by leaving scope, with no free() written by hand.
 // malloc rather than new[] because ownership ends in a C finalizer that calls std::free.
+// Or it borrows memory the caller owns (a reused JS Buffer, kept alive by the caller for the whole
+// read): then it never grows past that memory and never frees it.
 #pragma once
 
 #include <cstddef>
@@ -15,27 +17,43 @@ class OwnedBuffer {
   OwnedBuffer(const OwnedBuffer&) = delete;
   OwnedBuffer& operator=(const OwnedBuffer&) = delete;
   OwnedBuffer(OwnedBuffer&& other) noexcept
-      : data_(other.data_), size_(other.size_), capacity_(other.capacity_) {
+      : data_(other.data_), size_(other.size_), capacity_(other.capacity_), borrowed_(other.borrowed_) {
     other.data_ = nullptr;
     other.size_ = other.capacity_ = 0;
+    other.borrowed_ = false;
   }
   OwnedBuffer& operator=(OwnedBuffer&& other) noexcept {
     if (this != &other) {
-      std::free(data_);
+      if (!borrowed_) std::free(data_);
       data_ = other.data_;
       size_ = other.size_;
       capacity_ = other.capacity_;
+      borrowed_ = other.borrowed_;
       other.data_ = nullptr;
       other.size_ = other.capacity_ = 0;
+      other.borrowed_ = false;
     }
     return *this;
   }
-  ~OwnedBuffer() { std::free(data_); }
+  ~OwnedBuffer() {
+    if (!borrowed_) std::free(data_);
+  }
+
+  // Fills `capacity` bytes at `data` instead of an allocation of its own (an empty buffer only).
+  void borrow(unsigned char* data, size_t capacity) {
+    if (!borrowed_) std::free(data_);
+    data_ = data;
+    size_ = 0;
+    capacity_ = capacity;
+    borrowed_ = true;
+  }
+  bool borrowed() const { return borrowed_; }
 
   // Grows the allocation to at least `capacity` bytes (never shrinks, keeps the contents). False,
   // with the buffer unchanged, when memory runs out.
   bool reserve(size_t capacity) {
     if (capacity <= capacity_ && data_) return true;
+    if (borrowed_) return false;  // the caller's memory is all there is
     if (capacity == 0) capacity = 1;  // a zero-byte file still gets a real pointer to hand over
     void* grown = std::realloc(data_, capacity);
     if (!grown) return false;
@@ -52,7 +70,8 @@ class OwnedBuffer {
   size_t spare_size() const { return capacity_ - size_; }
   void advance(size_t n) { size_ += n; }
 
-  // Gives up ownership: the caller frees the pointer with std::free (free_released below).
+  // Gives up ownership: the caller frees the pointer with std::free (free_released below). Never
+  // called on a borrowed buffer (its owner already has it).
   unsigned char* release() {
     unsigned char* p = data_;
     data_ = nullptr;
@@ -65,6 +84,7 @@ class OwnedBuffer {
   unsigned char* data_ = nullptr;
   size_t size_ = 0;
   size_t capacity_ = 0;
+  bool borrowed_ = false;
 };
 
 }  // namespace rp

@@ -123,6 +123,14 @@ ReadResult read_export_file(const ExportRequest& req) {
   const uint64_t ceiling = budgeted ? req.budget_bytes : req.max_bytes;
   const uint64_t limit = ceiling + 1;
   OwnedBuffer& buf = result.bytes;
+  if (req.into != nullptr) {
+    if (req.into_capacity < limit) {  // the binding refuses this; never read past the memory
+      result.failure.set(Code::IoError, EINVAL);
+      result.failure.detail = "the buffer given is smaller than the read may take";
+      return result;
+    }
+    buf.borrow(req.into, req.into_capacity);
+  }
   MdCtx ctx(EVP_MD_CTX_new());
   if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1 ||
       !buf.reserve(static_cast<size_t>(st.size + 1 < limit ? st.size + 1 : limit))) {

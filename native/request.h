@@ -22,6 +22,10 @@ struct ExportRequest {
   // read only: memory the caller can hold for this file now; 0 means no limit. A larger file is
   // refused (OverBudget) after the fstat and before any buffer is allocated.
   uint64_t budget_bytes = 0;
+  // read only: caller-owned memory to read into instead of a fresh allocation (a reused buffer),
+  // alive for the whole call. Never smaller than the most the read may take (the binding checks).
+  unsigned char* into = nullptr;
+  size_t into_capacity = 0;
   StopSignal stop;         // cancel token and deadline, asked between chunks (read, list)
 };
 

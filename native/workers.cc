@@ -220,11 +220,15 @@ class OpenDirectoryWorker final : public PromiseWorker {
   Fd fd_;
 };
 
-// A read's result as JS sees it: {bytes, mtimeMs, sha256, digestCached}.
-Napi::Object read_result_value(Napi::Env env, ReadResult& result) {
+// A read's result as JS sees it: {bytes, mtimeMs, sha256, digestCached}. `into`: the caller's
+// buffer the bytes were read into, if any; bytes is then a view of its first bytes.
+Napi::Object read_result_value(Napi::Env env, ReadResult& result, Napi::Object into = Napi::Object()) {
   Napi::Object out = Napi::Object::New(env);
   const size_t length = result.bytes.size();
-  if (length <= kCopiedReadMaxBytes) {
+  if (result.bytes.borrowed()) {
+    Napi::Function subarray = into.Get("subarray").As<Napi::Function>();
+    out.Set("bytes", subarray.Call(into, {Napi::Number::New(env, 0), Napi::Number::New(env, static_cast<double>(length))}));
+  } else if (length <= kCopiedReadMaxBytes) {
     // Small: copied into a buffer V8 owns. A finalizer per response costs more than the copy.
     out.Set("bytes", Napi::Buffer<unsigned char>::Copy(env, result.bytes.data(), length));
   } else {
@@ -251,16 +255,24 @@ Napi::Object read_result_value(Napi::Env env, ReadResult& result) {
 
 class ReadWorker final : public PromiseWorker {
  public:
-  ReadWorker(Napi::Env env, ExportRequest req) : PromiseWorker(env, "resource-plane:read"), req_(std::move(req)) {}
+  // `into`: the caller's buffer the read fills (req.into points into it); held here, so it stays
+  // alive until the read is done whatever the caller drops meanwhile.
+  ReadWorker(Napi::Env env, ExportRequest req, Napi::Object into)
+      : PromiseWorker(env, "resource-plane:read"), req_(std::move(req)) {
+    if (!into.IsEmpty()) into_ = Napi::Persistent(into);
+  }
   void Execute() override {
     result_ = read_export_file(req_);
     failure_ = result_.failure;
   }
-  Napi::Value Result(Napi::Env env) override { return read_result_value(env, result_); }
+  Napi::Value Result(Napi::Env env) override {
+    return read_result_value(env, result_, into_.IsEmpty() ? Napi::Object() : into_.Value());
+  }
 
  private:
   ExportRequest req_;
   ReadResult result_;
+  Napi::ObjectReference into_;
 };
 
 class StatWorker final : public PromiseWorker {
@@ -503,13 +515,30 @@ Napi::Value OpenDirectory(const Napi::CallbackInfo& info) {
   return queue<OpenDirectoryWorker>(info.Env(), info[0].As<Napi::String>().Utf8Value());
 }
 
-// read({workdirFd, root, relpath, maxBytes, refuseSymlinks, resolver, cancel?})
+// read({workdirFd, root, relpath, maxBytes, budgetBytes?, into?, refuseSymlinks, resolver, cancel?})
+// `into`: a Buffer to read into instead of a fresh allocation, at least one byte longer than the
+// most the read may take (budgetBytes when it is set and below maxBytes, else maxBytes); the
+// result's bytes are then a view of it. The caller must not touch it until the promise settles.
 Napi::Value Read(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
   Napi::Object o = options_arg(info);
   ExportRequest req = request_from(o, Wants::FileWithCeiling);
   req.stop.operation = "read";
   req.stop.cancel = cancel_field(o);
-  return queue<ReadWorker>(info.Env(), std::move(req));
+  Napi::Value into = field(o, "into");
+  Napi::Object held;
+  if (!into.IsUndefined()) {
+    if (!into.IsTypedArray() || into.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
+      throw Napi::TypeError::New(env, "into must be a Buffer");
+    Napi::Buffer<unsigned char> buffer = into.As<Napi::Buffer<unsigned char>>();
+    const uint64_t most = req.budget_bytes != 0 && req.budget_bytes < req.max_bytes ? req.budget_bytes : req.max_bytes;
+    if (static_cast<uint64_t>(buffer.Length()) <= most)
+      throw Napi::RangeError::New(env, "into must be longer than the most the read may take");
+    req.into = buffer.Data();
+    req.into_capacity = buffer.Length();
+    held = buffer;
+  }
+  return queue<ReadWorker>(env, std::move(req), held);
 }
 
 // readSmall({workdirFd, root, relpath, maxBytes, smallBytes, refuseSymlinks, resolver}): the same

@@ -5,7 +5,11 @@
 // release, and past a short wait is refused (503 over_capacity). So a crowd of clients that never
 // drain cannot pin more than the budget, plus at most one max_bytes buffer per pool thread.
 
+import { BufferPool } from './buffer-pool.js';
+
 export const DEFAULT_MEMORY_BUDGET_BYTES = 256 * 1024 * 1024;
+/** The most idle read buffers kept for reuse: an eighth of the budget, and at most this. */
+export const POOLED_BYTES_MAX = 32 * 1024 * 1024;
 /** How long a read waits for its share before it is refused. */
 export const DEFAULT_BUDGET_WAIT_MS = 2_000;
 /** Bodies at most this large are not counted: the connection cap bounds them (1024 × 64 KiB). */
@@ -21,7 +25,12 @@ export class ByteBudget {
   private held = 0;
   private releaseWaiters: Array<() => void> = [];
 
-  constructor(readonly limit: number = DEFAULT_MEMORY_BUDGET_BYTES, readonly waitMs: number = DEFAULT_BUDGET_WAIT_MS) {}
+  /** Buffers of finished responses, reused by the next large reads (outside the budget, bounded). */
+  readonly buffers: BufferPool;
+
+  constructor(readonly limit: number = DEFAULT_MEMORY_BUDGET_BYTES, readonly waitMs: number = DEFAULT_BUDGET_WAIT_MS) {
+    this.buffers = new BufferPool(Math.min(POOLED_BYTES_MAX, Math.floor(limit / 8)));
+  }
 
   get inUse(): number {
     return this.held;

@@ -42,7 +42,9 @@ export interface ExportViewOptions {
   resolver: native.ResolverKind;
 }
 
-const noRelease = (): void => undefined;
+/** Given back when the response closes; `finished`: it was all handed to the kernel. */
+export type Release = (finished: boolean) => void;
+const noRelease: Release = () => undefined;
 
 /**
  * Files up to this size are read on the JS thread (native.readSmall). Larger ones go to the pool:
@@ -80,7 +82,7 @@ export class ExportView {
    * not fit now waits for memory to be released, and past the budget's wait is refused
    * (over_capacity); one that grew past its reservation meanwhile is looked at again.
    */
-  async read(relpath: string, budget?: ByteBudget): Promise<native.ReadResult & { release: () => void }> {
+  async read(relpath: string, budget?: ByteBudget): Promise<native.ReadResult & { release: Release }> {
     const deadline = budget ? Date.now() + budget.waitMs : 0;
     for (;;) {
       let first: native.ReadResult | { size: number };
@@ -107,14 +109,19 @@ export class ExportView {
         continue;
       }
       const reservation = budget.reserve(size);
+      // A reused buffer, one byte longer than the most this read may take (the addon's rule).
+      const most = reservation.budgetBytes ? Math.min(reservation.budgetBytes, this.opts.maxBytes) : 0;
+      const into = most > SMALL_READ_BYTES ? budget.buffers.take(most + 1) : null;
       let result: native.ReadResult;
       try {
         result = await native.readFile(this.opts.workdirFd(), this.opts.root, relpath, this.opts.maxBytes, {
           ...this.resolveOpts,
           ...(reservation.budgetBytes ? { budgetBytes: reservation.budgetBytes } : {}),
+          ...(into ? { into } : {}),
         });
       } catch (error) {
         reservation.cancel();
+        if (into) budget.buffers.give(into); // the read is over and nothing else saw it
         if (!(error instanceof native.NativeError) || error.code !== 'OVER_BUDGET') throw refusalFromNative(error);
         // It grew past what was reserved for it since the first look: look again.
         if (Date.now() >= deadline) throw new Refusal('over_capacity');
@@ -123,9 +130,13 @@ export class ExportView {
       const got = result.bytes.length;
       const hold = reservation.settle(got);
       return Object.assign(result, {
-        release: () => {
+        release: (finished: boolean) => {
           hold();
-          if (got > SMALL_READ_BYTES) noteReleased(got);
+          // Reused only once its response was all handed to the kernel: a cut one may still have
+          // a write queued on it.
+          if (into && finished && budget.buffers.give(into)) return;
+          const held = into ? into.length : got;
+          if (held > SMALL_READ_BYTES) noteReleased(held);
         },
       });
     }

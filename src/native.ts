@@ -56,6 +56,12 @@ export interface ReadOptions extends ResolveOptions {
    * OVER_BUDGET after the fstat, before any buffer is allocated. Absent: no limit.
    */
   budgetBytes?: number;
+  /**
+   * A buffer to read into instead of a fresh allocation (a reused one): longer than the most the
+   * read may take (budgetBytes when set and below maxBytes, else maxBytes). The bytes are then a
+   * view of it. Not to be touched until the read settles.
+   */
+  into?: Buffer;
 }
 
 export interface ListOptions extends ResolveOptions {
@@ -152,7 +158,7 @@ interface Binding {
   probeOpenat2(): boolean;
   openDirectory(path: string): Promise<number>;
   closeFd(fd: number): void;
-  read(call: ExportCall & { relpath: string; maxBytes: number; cancel?: CancelToken }): Promise<ReadResult>;
+  read(call: ExportCall & { relpath: string; maxBytes: number; budgetBytes?: number; into?: Buffer; cancel?: CancelToken }): Promise<ReadResult>;
   readSmall(call: ExportCall & { relpath: string; maxBytes: number; smallBytes: number }): ReadResult | { size: number };
   stat(call: ExportCall & { relpath: string }): Promise<StatResult>;
   list(call: ExportCall & { cancel?: CancelToken; timeBudgetMs?: number }): Promise<ListResult>;
@@ -225,6 +231,7 @@ export function readFile(workdirFd: number, root: string, relpath: string, maxBy
   return call(binding.read({
     workdirFd, root, relpath, maxBytes, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel,
     ...(opts.budgetBytes !== undefined ? { budgetBytes: opts.budgetBytes } : {}),
+    ...(opts.into !== undefined ? { into: opts.into } : {}),
   }));
 }
 

@@ -44,10 +44,14 @@ export async function refuse(x: Exchange, refusal: Refusal, record: (outcome: st
   if (await traced(x, () => record(rendered.code, rendered.message))) sendError(x.reply, rendered, x.refusalHeaders);
 }
 
-/** Gives a read's share of the memory budget back once its response closes (sent, cut or abandoned). */
-export function releaseOnClose(x: Exchange, release: () => void): void {
-  if (x.reply.raw.closed || x.reply.raw.destroyed) release();
-  else x.reply.raw.once('close', release);
+/**
+ * Gives a read's share of the memory budget (and its buffer) back once its response closes: sent,
+ * cut or abandoned. `finished` says it was sent whole, so no write of the buffer is pending.
+ */
+export function releaseOnClose(x: Exchange, release: (finished: boolean) => void): void {
+  const raw = x.reply.raw;
+  if (raw.closed || raw.destroyed) release(raw.writableFinished);
+  else raw.once('close', () => release(raw.writableFinished));
 }
 
 /** Anything a plane caught: a Refusal as it is, anything else an io_error that echoes nothing. */

@@ -3,6 +3,7 @@
 // goes out (src/planes/exchange.ts).
 import { Refusal } from '../codes.js';
 import type { ListEntry, ReadResult } from '../native.js';
+import type { Release } from '../export-view.js';
 import { lowerRelpath } from '../paths.js';
 import type { Metrics } from '../metrics.js';
 import type { Session } from '../session.js';
@@ -92,7 +93,7 @@ async function handleRead(session: Session, x: Exchange, method: string, raw: st
   if (method !== 'GET') return refused(new Refusal('method_not_allowed'));
   if (!view) return refused(new Refusal('no_resource_plane'));
   if (!lowered.ok) return refused(new Refusal('outside_root'));
-  let result: ReadResult & { release: () => void };
+  let result: ReadResult & { release: Release };
   try {
     result = await view.read(lowered.relpath, session.memory);
   } catch (error) {

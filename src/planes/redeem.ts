@@ -4,6 +4,7 @@
 import { Refusal, renderHttp } from '../codes.js';
 import { checkShape, verifyToken } from '../handle/token.js';
 import type { ReadResult } from '../native.js';
+import type { Release } from '../export-view.js';
 import { canonicalRelpath } from '../paths.js';
 import { handleId } from '../redact.js';
 import type { Metrics } from '../metrics.js';
@@ -76,7 +77,7 @@ export async function handleRedeem(
   // The payload is ours (the MAC proved it), but it is judged again rather than trusted.
   const relpath = canonicalRelpath(verdict.payload.p);
   if (relpath === null) return refused(new Refusal('outside_root'));
-  let result: ReadResult & { release: () => void };
+  let result: ReadResult & { release: Release };
   try {
     result = await view.read(relpath, session.memory);
   } catch (error) {
