@@ -8,8 +8,6 @@
 import { BufferPool } from './buffer-pool.js';
 
 export const DEFAULT_MEMORY_BUDGET_BYTES = 256 * 1024 * 1024;
-/** The most idle read buffers kept for reuse: an eighth of the budget, and at most this. */
-export const POOLED_BYTES_MAX = 32 * 1024 * 1024;
 /** How long a read waits for its share before it is refused. */
 export const DEFAULT_BUDGET_WAIT_MS = 2_000;
 /** Bodies at most this large are not counted: the connection cap bounds them (1024 × 64 KiB). */
@@ -25,11 +23,21 @@ export class ByteBudget {
   private held = 0;
   private releaseWaiters: Array<() => void> = [];
 
-  /** Buffers of finished responses, reused by the next large reads (outside the budget, bounded). */
+  /**
+   * Buffers of finished responses, reused by the next reads of their size. Idle buffers count as
+   * held: a reservation that needs their room evicts them first, so reads in flight and idle
+   * buffers together stay within the limit.
+   */
   readonly buffers: BufferPool;
 
   constructor(readonly limit: number = DEFAULT_MEMORY_BUDGET_BYTES, readonly waitMs: number = DEFAULT_BUDGET_WAIT_MS) {
-    this.buffers = new BufferPool(Math.min(POOLED_BYTES_MAX, Math.floor(limit / 8)));
+    this.buffers = new BufferPool(limit);
+  }
+
+  /** Keeps a finished read's buffer for reuse if the limit has room for it idle; false if not. */
+  recycle(buffer: Buffer): boolean {
+    if (this.held + this.buffers.idleBytes + buffer.length > this.limit) return false;
+    return this.buffers.give(buffer);
   }
 
   get inUse(): number {
@@ -45,6 +53,8 @@ export class ByteBudget {
    */
   reserve(maxBytes: number): Reservation {
     const { reserved, budgetBytes } = this.plan(maxBytes);
+    const over = this.held + reserved + this.buffers.idleBytes - this.limit;
+    if (over > 0) this.buffers.evict(over);
     this.held += reserved;
     return {
       budgetBytes,

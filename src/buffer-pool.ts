@@ -1,21 +1,24 @@
 // Read buffers reused across responses. A large read into a fresh buffer costs page faults on every
 // page, an munmap, and V8 collections driven by the churn (a third of a 4 MiB read's time in the
-// profile); a buffer whose response was fully handed to the kernel is kept here for the next one.
-// Only a response that finished gives its buffer back: one that was cut may still have a write
-// queued on it, so its buffer is left to the collector. Idle buffers are dropped after a while.
+// profile); a buffer whose response was fully handed to the kernel is kept here for the next read
+// of the same size. Only a response that finished gives its buffer back: one that was cut may still
+// have a write queued on it, so its buffer is left to the collector. The memory budget counts idle
+// buffers as held and evicts them when a read needs the room (src/budget.ts); idle buffers are
+// also dropped after a while.
+import { noteReleased } from './reclaim.js';
 
-/** Capacities are rounded up to this, so files of nearby sizes share buffers. */
-const GRANULE = 64 * 1024;
+/** Capacities are whole pages, so a buffer is never more than 4 KiB longer than asked for. */
+const PAGE = 4096;
 /** Pooled buffers are dropped once no read took one for this long. */
 export const POOL_IDLE_MS = 5_000;
 
 export class BufferPool {
-  private free: Buffer[] = [];
+  private free: Buffer[] = []; // oldest first
   private pooledBytes = 0;
   private lastTake = 0;
   private timer: NodeJS.Timeout | null = null;
 
-  /** `limit`: most bytes kept idle; a buffer larger than it is never pooled. */
+  /** `limit`: most bytes kept idle; a buffer longer than it is never pooled. */
   constructor(readonly limit: number) {}
 
   /** Bytes held idle now. */
@@ -24,23 +27,21 @@ export class BufferPool {
   }
 
   /**
-   * A buffer of at least `length` bytes, exclusively the caller's until it gives it back: a pooled
-   * one no more than twice as long, else a new one. Null when it could never be pooled (the caller
-   * lets the addon allocate).
+   * A buffer of at least `length` bytes (rounded up to whole pages), exclusively the caller's
+   * until it gives it back: a pooled one of exactly that capacity, else a new one. Null when it
+   * could never be pooled (the caller lets the addon allocate).
    */
   take(length: number): Buffer | null {
-    const capacity = Math.ceil(length / GRANULE) * GRANULE;
+    const capacity = Math.ceil(length / PAGE) * PAGE;
     if (length <= 0 || capacity > this.limit) return null;
     this.lastTake = Date.now();
-    let best = -1;
-    for (let i = 0; i < this.free.length; i++) {
-      const size = this.free[i]!.length;
-      if (size >= length && size <= 2 * capacity && (best < 0 || size < this.free[best]!.length)) best = i;
+    for (let i = this.free.length - 1; i >= 0; i--) {
+      if (this.free[i]!.length !== capacity) continue;
+      const [buffer] = this.free.splice(i, 1);
+      this.pooledBytes -= capacity;
+      return buffer!;
     }
-    if (best < 0) return Buffer.allocUnsafeSlow(capacity);
-    const [buffer] = this.free.splice(best, 1);
-    this.pooledBytes -= buffer!.length;
-    return buffer!;
+    return Buffer.allocUnsafeSlow(capacity);
   }
 
   /** Takes back a buffer from take() whose every use is over (its response finished). */
@@ -52,10 +53,18 @@ export class BufferPool {
     return true;
   }
 
+  /** Drops idle buffers, oldest first, until at least `bytes` are let go (or none is left). */
+  evict(bytes: number): number {
+    let dropped = 0;
+    while (dropped < bytes && this.free.length > 0) dropped += this.free.shift()!.length;
+    this.pooledBytes -= dropped;
+    if (dropped > 0) noteReleased(dropped);
+    return dropped;
+  }
+
   /** Drops every idle buffer. */
   clear(): void {
-    this.free = [];
-    this.pooledBytes = 0;
+    this.evict(Infinity);
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
   }

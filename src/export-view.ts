@@ -121,7 +121,7 @@ export class ExportView {
         });
       } catch (error) {
         reservation.cancel();
-        if (into) budget.buffers.give(into); // the read is over and nothing else saw it
+        if (into) budget.recycle(into); // the read is over and nothing else saw it
         if (!(error instanceof native.NativeError) || error.code !== 'OVER_BUDGET') throw refusalFromNative(error);
         // It grew past what was reserved for it since the first look: look again.
         if (Date.now() >= deadline) throw new Refusal('over_capacity');
@@ -134,7 +134,7 @@ export class ExportView {
           hold();
           // Reused only once its response was all handed to the kernel: a cut one may still have
           // a write queued on it.
-          if (into && finished && budget.buffers.give(into)) return;
+          if (into && finished && budget.recycle(into)) return;
           const held = into ? into.length : got;
           if (held > SMALL_READ_BYTES) noteReleased(held);
         },
