@@ -1,14 +1,13 @@
 // Read buffers reused across responses. A large read into a fresh buffer costs page faults on every
 // page, an munmap, and V8 collections driven by the churn (a third of a 4 MiB read's time in the
-// profile); a buffer whose response was fully handed to the kernel is kept here for the next read
-// of the same size. Only a response that finished gives its buffer back: one that was cut may still
-// have a write queued on it, so its buffer is left to the collector. The memory budget counts idle
-// buffers as held and evicts them when a read needs the room (src/budget.ts); idle buffers are
-// also dropped after a while.
+// profile); a buffer whose response has closed is kept here for the next read of exactly its
+// length. Reuse after the response's 'close' is safe because by then no write can still use the
+// buffer: 'close' follows either 'finish' (every write of the response completed, so the kernel
+// holds its own copy) or the socket's handle closing (libuv completes or cancels every queued
+// write before it reports the close). The memory budget counts idle buffers as held and evicts
+// them when a read needs the room (src/budget.ts); idle buffers are also dropped after a while.
 import { noteReleased } from './reclaim.js';
 
-/** Capacities are whole pages, so a buffer is never more than 4 KiB longer than asked for. */
-const PAGE = 4096;
 /** Pooled buffers are dropped once no read took one for this long. */
 export const POOL_IDLE_MS = 5_000;
 
@@ -27,25 +26,27 @@ export class BufferPool {
   }
 
   /**
-   * A buffer of at least `length` bytes (rounded up to whole pages), exclusively the caller's
-   * until it gives it back: a pooled one of exactly that capacity, else a new one. Null when it
-   * could never be pooled (the caller lets the addon allocate).
+   * A buffer of exactly `length` bytes, exclusively the caller's until it gives it back: a pooled
+   * one, else a new one (its bytes are whatever the last user left). Exact, so that the budget
+   * can count what a read holds without slack. Null when it could never be pooled (the caller
+   * lets the addon allocate).
    */
   take(length: number): Buffer | null {
-    const capacity = Math.ceil(length / PAGE) * PAGE;
-    if (length <= 0 || capacity > this.limit) return null;
+    if (length <= 0 || length > this.limit) return null;
     this.lastTake = Date.now();
     for (let i = this.free.length - 1; i >= 0; i--) {
-      if (this.free[i]!.length !== capacity) continue;
+      if (this.free[i]!.length !== length) continue;
       const [buffer] = this.free.splice(i, 1);
-      this.pooledBytes -= capacity;
+      this.pooledBytes -= length;
       return buffer!;
     }
-    return Buffer.allocUnsafeSlow(capacity);
+    return Buffer.allocUnsafeSlow(length);
   }
 
-  /** Takes back a buffer from take() whose every use is over (its response finished). */
+  /** Takes back a buffer from take() once nothing uses it any more (its response closed). */
   give(buffer: Buffer): boolean {
+    // Twice would hand one buffer to two reads: refused, whatever the caller's bug.
+    if (this.free.includes(buffer)) return false;
     if (this.pooledBytes + buffer.length > this.limit) return false;
     this.free.push(buffer);
     this.pooledBytes += buffer.length;

@@ -42,8 +42,8 @@ export interface ExportViewOptions {
   resolver: native.ResolverKind;
 }
 
-/** Given back when the response closes; `finished`: it was all handed to the kernel. */
-export type Release = (finished: boolean) => void;
+/** Gives a read's memory back; called once its response has closed (sent, cut or abandoned). */
+export type Release = () => void;
 const noRelease: Release = () => undefined;
 
 /**
@@ -127,15 +127,18 @@ export class ExportView {
         if (Date.now() >= deadline) throw new Refusal('over_capacity');
         continue;
       }
-      const got = result.bytes.length;
-      const hold = reservation.settle(got);
+      // What the response holds until it closes: with a reused buffer, all of it (the file may
+      // have shrunk since the first look, and the bytes are a view that keeps it alive), less the
+      // one byte that was there to see it grow, so an unchanged file counts as its size.
+      const held = into ? Math.max(result.bytes.length, into.length - 1) : result.bytes.length;
+      const hold = reservation.settle(held);
+      let released = false;
       return Object.assign(result, {
-        release: (finished: boolean) => {
+        release: () => {
+          if (released) return;
+          released = true;
           hold();
-          // Reused only once its response was all handed to the kernel: a cut one may still have
-          // a write queued on it.
-          if (into && finished && budget.recycle(into)) return;
-          const held = into ? into.length : got;
+          if (into && budget.recycle(into)) return;
           if (held > SMALL_READ_BYTES) noteReleased(held);
         },
       });

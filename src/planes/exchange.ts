@@ -45,13 +45,12 @@ export async function refuse(x: Exchange, refusal: Refusal, record: (outcome: st
 }
 
 /**
- * Gives a read's share of the memory budget (and its buffer) back once its response closes: sent,
- * cut or abandoned. `finished` says it was sent whole, so no write of the buffer is pending.
+ * Gives a read's share of the memory budget (and its buffer, for reuse) back once its response
+ * closes: sent, cut or abandoned. Not before: until then a write may still be using the buffer.
  */
-export function releaseOnClose(x: Exchange, release: (finished: boolean) => void): void {
-  const raw = x.reply.raw;
-  if (raw.closed || raw.destroyed) release(raw.writableFinished);
-  else raw.once('close', () => release(raw.writableFinished));
+export function releaseOnClose(x: Exchange, release: () => void): void {
+  if (x.reply.raw.closed || x.reply.raw.destroyed) release();
+  else x.reply.raw.once('close', release);
 }
 
 /** Anything a plane caught: a Refusal as it is, anything else an io_error that echoes nothing. */
