@@ -119,8 +119,8 @@ ReadResult read_export_file(const ExportRequest& req) {
   // memory budget the ceiling is what the caller can hold: a file that grows after the fstat is
   // never read past it (OverBudget, and the caller looks again), so a small synchronous read stays
   // small and a reservation is never exceeded.
-  const bool budgeted = req.budget_bytes != 0 && req.budget_bytes < req.max_bytes;
-  const uint64_t ceiling = budgeted ? req.budget_bytes : req.max_bytes;
+  const uint64_t ceiling = read_ceiling(req);
+  const bool budgeted = ceiling < req.max_bytes;
   const uint64_t limit = ceiling + 1;
   OwnedBuffer& buf = result.bytes;
   if (req.into != nullptr) {
@@ -144,13 +144,14 @@ ReadResult read_export_file(const ExportRequest& req) {
     result.failure.detail = "sha-256 failed";
     return false;
   };
-  // Polled between chunks whenever a lease is held, so a waiting writer is let through within one
-  // chunk. Once it gives way, a cached digest no longer vouches for anything: the bytes already
-  // read are hashed and the rest as they come.
-  auto lease_lost = [&]() { return lease && lease->held() && !lease->intact(); };
+  // Whether a lease is held and no writer waits for it (one F_GETLEASE; a waiting writer makes it
+  // let go at once). Polled between chunks while a cached digest stands in, so a writer is let
+  // through within one chunk; once it gives way, that digest no longer vouches for anything: the
+  // bytes already read are hashed and the rest as they come.
+  auto lease_intact = [&]() { return lease && lease->intact(); };
   for (;;) {
     if (req.stop.should_stop(&result.failure)) return result;
-    if (lease_lost() && !hashing) {
+    if (!hashing && !lease_intact()) {
       hashing = true;
       if (!hash(buf.data(), buf.size())) return result;
     }
@@ -187,7 +188,7 @@ ReadResult read_export_file(const ExportRequest& req) {
   }
   // The cached digest is used only if the lease held until after the last byte was read, and the
   // bytes are exactly as many as the version it was cached for.
-  if (!hashing && (!lease->held() || !lease->intact() || buf.size() != static_cast<uint64_t>(under.st_size))) {
+  if (!hashing && (!lease_intact() || buf.size() != static_cast<uint64_t>(under.st_size))) {
     hashing = true;
     if (!hash(buf.data(), buf.size())) return result;
   }
@@ -204,7 +205,7 @@ ReadResult read_export_file(const ExportRequest& req) {
     if (lease) {
       cache.count_hash();
       // Stored only when no writer could have touched the bytes hashed, by the racy rule.
-      if (!lease->held() || !lease->intact()) {
+      if (!lease_intact()) {
         if (lease->broken()) cache.count_lease_broken();
       } else if (!settled_before(under.st_ctim, hash_start)) {
         cache.count_racy();

@@ -53,6 +53,12 @@ Fd open_export_file(const ExportRequest& req, OpenFor purpose, FileStat* stat, F
 constexpr uint64_t kCachedReadMinBytes = 256 * 1024;
 ReadResult read_export_file(const ExportRequest& req);
 
+// The most bytes read_export_file returns for `req`: its memory budget when one is set below
+// max_bytes, else max_bytes. It reads at most one byte more (to see the file grow past it).
+inline uint64_t read_ceiling(const ExportRequest& req) {
+  return req.budget_bytes != 0 && req.budget_bytes < req.max_bytes ? req.budget_bytes : req.max_bytes;
+}
+
 class ReadLease;
 
 // Hashes a whole descriptor from offset 0 (listing: no size bound), asking `stop` before every

@@ -531,8 +531,7 @@ Napi::Value Read(const Napi::CallbackInfo& info) {
     if (!into.IsTypedArray() || into.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
       throw Napi::TypeError::New(env, "into must be a Buffer");
     Napi::Buffer<unsigned char> buffer = into.As<Napi::Buffer<unsigned char>>();
-    const uint64_t most = req.budget_bytes != 0 && req.budget_bytes < req.max_bytes ? req.budget_bytes : req.max_bytes;
-    if (static_cast<uint64_t>(buffer.Length()) <= most)
+    if (static_cast<uint64_t>(buffer.Length()) <= read_ceiling(req))
       throw Napi::RangeError::New(env, "into must be longer than the most the read may take");
     req.into = buffer.Data();
     req.into_capacity = buffer.Length();
