@@ -59,15 +59,8 @@ export function attachGate(
   const logError = logger ? (fields: object, message: string) => logger.error(fields, message) : undefined;
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     if (inflight.closing) {
-      const { body } = renderHttp('server', new Refusal('shutting_down'));
-      res.writeHead(503, {
-        'content-type': 'application/json',
-        [HEADER.containment]: session.containment,
-        'retry-after': '1',
-        'content-length': body.length,
-        connection: 'close',
-      });
-      res.end(body);
+      res.shouldKeepAlive = false; // connection: close
+      sendServerError(rawPlaneReply(req, res, session.containment), new Refusal('shutting_down'));
       return;
     }
     inflight.track(res);

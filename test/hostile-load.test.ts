@@ -45,6 +45,12 @@ describe('shutdown gate', () => {
     const plain = await rawGet(srv.url, '/resources/files/n.txt');
     expect([side.status, plain.status]).toEqual([503, 503]);
     expect(side.json()).toEqual({ error: 'shutting_down', message: 'the capsule is shutting down' });
+    for (const r of [side, plain]) {
+      expect(r.header('content-type')).toBe('application/json');
+      expect(r.header('retry-after')).toBe('1');
+      expect(r.header('connection')).toBe('close');
+      expect(r.header('x-murmur-containment')).toBe(srv.session.containment);
+    }
     expect(side.body.toString()).not.toContain('secret-by-the-side-door');
     holder.destroy();
     await stopping;
