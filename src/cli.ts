@@ -8,9 +8,9 @@ import { dirname, join, resolve } from 'node:path';
 import type { SingleBar } from 'cli-progress';
 import { Command, CommanderError, Option } from 'commander';
 import { pino } from 'pino';
-import type { Progress } from './client.js';
+import type { Progress } from './cli/client.js';
 import { UsageError } from './codes.js';
-import { notConfined } from './confinement.js';
+import { notConfined } from './launch/confinement.js';
 import { checkExportRoots, checkExportRootsAt } from './launch/checks.js';
 import { confineAndReexec, landlockMode, takeHandoff } from './launch/confine.js';
 import type { LaunchOptions } from './launch/launch.js';
@@ -22,8 +22,8 @@ import { ManifestError } from './manifest/diagnostics.js';
 import { parseByteCount, parseDuration } from './manifest/grammars.js';
 import type { Manifest } from './manifest/model.js';
 import * as native from './native.js';
-import { effectiveGrants, renderExplainScope } from './scope.js';
-import { DRAIN_TIMEOUT_MS } from './limits.js';
+import { effectiveGrants, renderExplainScope } from './manifest/scope.js';
+import { DRAIN_TIMEOUT_MS } from './server/limits.js';
 import { packageVersion } from './version.js';
 
 const PROGRAM = 'resource-plane';
@@ -173,7 +173,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   };
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => void shutdown(signal));
   if (flags.control === 'stdio') {
-    const { runControl } = await import('./control.js');
+    const { runControl } = await import('./tools/control.js');
     await runControl(launched, ready, () => shutdown('control channel closed'));
   } else {
     // The launcher reads this one line from stdout instead of scraping logs.
@@ -363,7 +363,7 @@ Examples:
       } catch (error) {
         fail(error, 'demo');
       }
-      const { runDemo } = await import('./demo.js');
+      const { runDemo } = await import('./cli/demo.js');
       await runDemo().catch((error) => fail(error, 'demo'));
     });
   shortErrors(demo, 'demo');
@@ -381,7 +381,7 @@ Examples:
   ${PROGRAM} ls unix:/run/cap/operator.sock --json`,
     )
     .action(async (url: string, flags: { json?: boolean }) => {
-      const { list } = await import('./client.js');
+      const { list } = await import('./cli/client.js');
       process.stdout.write(await list(url, { json: flags.json === true }).catch((error) => fail(error, 'ls')));
     });
   shortErrors(ls, 'ls');
@@ -406,7 +406,7 @@ Examples:
   ${PROGRAM} get unix:/run/cap/operator.sock report.md -o - | less`,
     )
     .action(async (url: string, path: string, flags: { output?: string; force?: boolean }) => {
-      const { get: download } = await import('./client.js');
+      const { get: download } = await import('./cli/client.js');
       // An interrupt stops the download and removes what it wrote, then exits as interrupted.
       const abort = new AbortController();
       const onSignal = () => abort.abort();

@@ -3,8 +3,8 @@
 export { launch, type LaunchOptions, type Launched } from './launch/launch.js';
 export { openSession, type SessionOptions } from './launch/open-session.js';
 export { Session, type ToolName } from './session.js';
-export { bind, serve, LIMITS, DRAIN_TIMEOUT_MS, type Listener, type ListenAddress, type RunningServer } from './server.js';
-export { buildApp } from './app.js';
+export { bind, serve, LIMITS, DRAIN_TIMEOUT_MS, type Listener, type ListenAddress, type RunningServer } from './server/listener.js';
+export { buildApp } from './server/app.js';
 export { resourcePlanes, planesFrameworkErrors, InFlight, ALL_PLANES, type PlanesOptions, type PlaneSet } from './planes/plugin.js';
 export { callTool, toolDefinitions, shareFile, fetchPeerFile, type ToolDefinition } from './tools/index.js';
 export type { ShareFileInput, ShareFileResult, ShareFileOptions } from './tools/share-file.js';
@@ -16,5 +16,5 @@ export {
 export { parseManifest, type Manifest, type FilesExport, type PeerFilesExport } from './manifest/model.js';
 export { ManifestError, type ManifestErrorCode } from './manifest/diagnostics.js';
 export type { Destination, Target } from './manifest/destinations.js';
-export { effectiveGrants, renderExplainScope, RUNTIME_WRITES, type EffectiveGrants, type RuntimeWrite } from './scope.js';
+export { effectiveGrants, renderExplainScope, RUNTIME_WRITES, type EffectiveGrants, type RuntimeWrite } from './manifest/scope.js';
 export { CONTAINMENT_CLASSES, type Containment } from './wire.js';

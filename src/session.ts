@@ -6,15 +6,15 @@ import { createHash, randomBytes } from 'node:crypto';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { Refusal, UsageError } from './codes.js';
-import { ByteBudget } from './budget.js';
-import type { Confinement } from './confinement.js';
-import { ExportView } from './export-view.js';
-import { RefusalLimiter } from './refusal-limit.js';
+import { ByteBudget } from './export/budget.js';
+import type { Confinement } from './launch/confinement.js';
+import { ExportView } from './export/export-view.js';
+import { RefusalLimiter } from './trace/refusal-limit.js';
 import { InstanceKey } from './handle/key.js';
 import type { Manifest } from './manifest/model.js';
 import * as native from './native.js';
-import { effectiveGrants, type EffectiveGrants } from './scope.js';
-import type { Trace } from './trace.js';
+import { effectiveGrants, type EffectiveGrants } from './manifest/scope.js';
+import type { Trace } from './trace/trace.js';
 import type { Containment } from './wire.js';
 
 export type ToolName = 'share-file' | 'fetch-peer-file';
@@ -73,9 +73,9 @@ export class Session {
   readonly peerFiles: ExportView | null;
   readonly key: InstanceKey | null;
   readonly advertisedUrl: string | null;
-  /** Bytes held by reads and redeems in flight (src/budget.ts). */
+  /** Bytes held by reads and redeems in flight (src/export/budget.ts). */
   readonly memory: ByteBudget;
-  /** Which refusals are traced one by one, per client (src/refusal-limit.ts). */
+  /** Which refusals are traced one by one, per client (src/trace/refusal-limit.ts). */
   readonly refusals: RefusalLimiter;
   private workdirFd: number;
   /** Aborted when the session starts stopping: listings in flight are cancelled. */

@@ -11,7 +11,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { list as clientList } from '../src/client.js';
+import { list as clientList } from '../src/cli/client.js';
 import type { Containment } from '../src/manifest/model.js';
 import * as native from '../src/native.js';
 import { mintToken, randomNonceHex } from '../src/handle/token.js';
@@ -878,7 +878,7 @@ describe('resource exhaustion', () => {
   // links to it multiply that. Fix: cap the listing's hash at max_bytes (report the real size with
   // a null hash above it), cache hashes by (dev, ino, size, mtime, ctime), and run listings on a
   // separate queue with a concurrency of one so they cannot starve reads and the trace.
-  // Fixed by running listings one at a time per root (src/export-view.ts): the read is answered
+  // Fixed by running listings one at a time per root (src/export/export-view.ts): the read is answered
   // before the second listing finishes, whatever the machine's speed. Order, not a timer, is asserted.
   it('a read is not starved by four concurrent listings of a root holding a 1 GiB sparse file', async () => {
     const work = scratch(['out/small: small', 'out/sparse @ 1g']);
@@ -939,7 +939,7 @@ describe('resource exhaustion', () => {
 
 describe('the operator client renders a hostile listing', () => {
   // Was a WEAKNESS, now fixed and held by this test (operator-facing integrity): `resource-plane ls` prints each path raw
-  // (src/client.ts list(), the `line()` helper). File names are chosen by the capsule, and a name
+  // (src/cli/client.ts list(), the `line()` helper). File names are chosen by the capsule, and a name
   // holding a newline forges whole rows of the table (size, time, hash prefix, path of a file that
   // does not exist, or a fake hash for one that does); ESC sequences reach the operator's terminal.
   // Fix: escape control characters (and a bare newline) when rendering, e.g. JSON.stringify-style

@@ -1,4 +1,4 @@
-// Large reads reuse the buffers of closed responses (src/buffer-pool.ts): the bytes served are
+// Large reads reuse the buffers of closed responses (src/export/buffer-pool.ts): the bytes served are
 // always exactly the file's, whatever an earlier file left in the buffer (a file that shrank after
 // the first look is read into a buffer holding more); a buffer goes back only once its response
 // closed, and serves the next read of the same length exactly, cut connections and pipelined
@@ -11,9 +11,9 @@ import { connect } from 'node:net';
 import { appendFileSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it, vi } from 'vitest';
-import { BufferPool, POOL_IDLE_MS } from '../src/buffer-pool.js';
-import { ByteBudget } from '../src/budget.js';
-import { ExportView } from '../src/export-view.js';
+import { BufferPool, POOL_IDLE_MS } from '../src/export/buffer-pool.js';
+import { ByteBudget } from '../src/export/budget.js';
+import { ExportView } from '../src/export/export-view.js';
 import * as native from '../src/native.js';
 import { capsule } from './helpers/capsule.js';
 import { defer } from './helpers/cleanup.js';

@@ -2,7 +2,7 @@
 // and message, refusals render the same way at each edge, and nothing is parsed back out of text.
 import { describe, expect, it } from 'vitest';
 import { CATALOGUE, CODES, isPeerPlaneCode, messageFor, NATIVE_TO_CODE, Refusal, renderHttp, renderTool, type Code } from '../src/codes.js';
-import { refusalFromNative } from '../src/export-view.js';
+import { refusalFromNative } from '../src/export/export-view.js';
 import { NATIVE_CODES, NativeError, type NativeCode } from '../src/native.js';
 
 describe('error catalogue', () => {

@@ -6,7 +6,7 @@ import { connect, type Socket } from 'node:net';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { TRACE_FIELD_MAX_CHARS } from '../src/trace.js';
+import { TRACE_FIELD_MAX_CHARS } from '../src/trace/trace.js';
 import { capsule, filesManifest, type Capsule } from './helpers/capsule.js';
 import { rawGet, readTrace } from './helpers/http.js';
 import { startServe } from './helpers/cli.js';
@@ -167,7 +167,7 @@ describe('listings that end', () => {
 
 describe('refusals past a client allowance', () => {
   it('are answered but summarised, not traced one by one: the trace grows by a bounded amount', async (ctx) => {
-    const { REFUSAL_BURST } = await import('../src/refusal-limit.js');
+    const { REFUSAL_BURST } = await import('../src/trace/refusal-limit.js');
     const srv = await up(['out/a: a']);
     const notFoundLines = () => readTrace(srv.tracePath).filter((l) => l.event_type === 'resource_read' && l.outcome === 'not_found').length;
     // Sent until the trace stops keeping up with the refusals (a busy machine refills the bucket
@@ -195,7 +195,7 @@ describe('refusals past a client allowance', () => {
   });
 
   it('refill at a fixed rate per client, and one client cannot spend another\'s allowance', async () => {
-    const { RefusalLimiter } = await import('../src/refusal-limit.js');
+    const { RefusalLimiter } = await import('../src/trace/refusal-limit.js');
     let t = 0;
     const written: Array<{ client: string; suppressed: number }> = [];
     const limiter = new RefusalLimiter(async (f) => void written.push(f), 3, 2, () => t);
@@ -242,7 +242,7 @@ describe('the memory budget holds the peak, not only the steady state', () => {
   });
 
   it('reserves before reading: a file that does not fit is not read, a small one always is', async () => {
-    const { ByteBudget, SMALL_READ_BYTES } = await import('../src/budget.js');
+    const { ByteBudget, SMALL_READ_BYTES } = await import('../src/export/budget.js');
     const b = new ByteBudget(10 << 20, 50);
     const big = b.reserve(8 << 20);
     expect(big.budgetBytes).toBe(8 << 20);

@@ -10,10 +10,10 @@ import { open as openAsync } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import { ByteBudget, SMALL_READ_BYTES } from '../src/budget.js';
-import { ExportView, SYNC_READ_BYTES } from '../src/export-view.js';
+import { ByteBudget, SMALL_READ_BYTES } from '../src/export/budget.js';
+import { ExportView, SYNC_READ_BYTES } from '../src/export/export-view.js';
 import * as native from '../src/native.js';
-import { newEventId } from '../src/trace.js';
+import { newEventId } from '../src/trace/trace.js';
 import { defer } from './helpers/cleanup.js';
 import { scratch } from './helpers/tree.js';
 

@@ -12,7 +12,7 @@ import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { callTool, launch as launchInProcess, parseManifest } from '../src/index.js';
-import type { Confinement } from '../src/confinement.js';
+import type { Confinement } from '../src/launch/confinement.js';
 import { HANDOFF_ENV } from '../src/launch/confine.js';
 import { UNCHECKED_CONNECT_ENV, UNCHECKED_READ_ENV } from '../src/launch/test-hooks.js';
 import { landlockAbi } from '../src/native.js';

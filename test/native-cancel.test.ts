@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { renderHttp } from '../src/codes.js';
-import { refusalFromNative } from '../src/export-view.js';
+import { refusalFromNative } from '../src/export/export-view.js';
 import * as native from '../src/native.js';
 import { removeTree, tempDir } from './helpers/tree.js';
 

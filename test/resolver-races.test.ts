@@ -5,7 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { ExportView, type Containment } from '../src/export-view.js';
+import { ExportView, type Containment } from '../src/export/export-view.js';
 import { Refusal } from '../src/codes.js';
 import * as native from '../src/native.js';
 import { reap } from './helpers/cleanup.js';

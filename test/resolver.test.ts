@@ -2,7 +2,7 @@
 // modes and every containment class, on a real tree with secrets planted beside the root.
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ExportView, type Containment } from '../src/export-view.js';
+import { ExportView, type Containment } from '../src/export/export-view.js';
 import { Refusal, renderHttp } from '../src/codes.js';
 import * as native from '../src/native.js';
 import { buildEscapeTree, ESCAPE_CASES, LISTED_FOLLOW, LISTED_SCOPED, MAX_BYTES, SECRET, SECRET_SHA } from './helpers/escape-cases.js';

@@ -8,12 +8,12 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import * as scope from '../src/scope.js';
+import * as scope from '../src/manifest/scope.js';
 import { scanProject, scanSource, type WriteSite } from './helpers/write-scanner.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
-/** Each declared row is referenced in code through one exported constant of src/scope.ts. */
+/** Each declared row is referenced in code through one exported constant of src/manifest/scope.ts. */
 const ROW_CONSTANTS: Record<string, keyof typeof scope> = { 'peer-in': 'PEER_INBOX_DIR' };
 
 interface Exemption {
@@ -30,19 +30,19 @@ const EXEMPT: Exemption[] = [
   // defined on the class, appends only to the temporary file Landing.open created in the declared row.
   { file: 'src/native.ts', call: 'write', match: 'write(chunk: Buffer): Promise<void>;', reason: 'the addon landing handle\'s write, as declared: it appends only to the temporary file Landing.open created' },
   { file: 'src/native.ts', call: 'write', match: 'write(chunk: Buffer): Promise<void> {', reason: 'the Landing wrapper\'s own write method: it appends only to the temporary file Landing.open created' },
-  { file: 'src/trace.ts', call: 'mkdirSync', match: 'mkdirSync(dirname(path)', reason: 'the trace lives in the records directory, outside the workdir (an operator --trace is the operator\'s choice)' },
-  { file: 'src/trace.ts', call: 'openSync', match: 'openSync(path, flags', reason: 'the trace file itself, in the records directory' },
-  { file: 'src/trace.ts', call: 'writeSync', match: 'writeSync(this.fd, buf.subarray', reason: 'appends session_start to the trace' },
-  { file: 'src/trace.ts', call: 'writeSync', match: 'writeSync(this.fd, buf)', reason: 'appends an event to a trace that is a regular file' },
-  { file: 'src/trace.ts', call: 'write', match: 'write(this.fd', reason: 'appends an event to the trace' },
+  { file: 'src/trace/trace.ts', call: 'mkdirSync', match: 'mkdirSync(dirname(path)', reason: 'the trace lives in the records directory, outside the workdir (an operator --trace is the operator\'s choice)' },
+  { file: 'src/trace/trace.ts', call: 'openSync', match: 'openSync(path, flags', reason: 'the trace file itself, in the records directory' },
+  { file: 'src/trace/trace.ts', call: 'writeSync', match: 'writeSync(this.fd, buf.subarray', reason: 'appends session_start to the trace' },
+  { file: 'src/trace/trace.ts', call: 'writeSync', match: 'writeSync(this.fd, buf)', reason: 'appends an event to a trace that is a regular file' },
+  { file: 'src/trace/trace.ts', call: 'write', match: 'write(this.fd', reason: 'appends an event to the trace' },
   { file: 'src/launch/open-session.ts', call: 'mkdirSync', match: 'mkdirSync(requested', reason: 'creates the workdir itself when it does not exist yet, not a path beneath it' },
-  { file: 'src/demo.ts', call: 'mkdtempSync', match: 'mkdtempSync(join(tmpdir()', reason: 'the demo makes a scratch directory in the system temp dir to hold its example workdirs' },
-  { file: 'src/demo.ts', call: 'cpSync', match: 'cpSync(join(examples, name)', reason: 'the demo copies an example capsule to become a workdir before any session starts' },
-  { file: 'src/demo.ts', call: 'rmSync', match: 'rmSync(scratch, { recursive: true, force: true })', reason: 'the demo removes the scratch directory it made in the system temp dir, on every way out' },
-  { file: 'src/client.ts', call: 'open', match: 'open(temp, target === null', reason: 'the operator client streams a download into its own exclusive temporary file beside where the operator asked (-o), or a spool in the system temp dir for -o -, on the operator side; its writes go through this handle' },
-  { file: 'src/client.ts', call: 'linkSync', match: 'linkSync(temp, target)', reason: 'the operator client giving its own verified download its name without replacing anything' },
-  { file: 'src/client.ts', call: 'renameSync', match: 'renameSync(temp, target)', reason: 'the operator client moving its own verified download into place (--force)' },
-  { file: 'src/client.ts', call: 'unlinkSync', match: 'unlinkSync(path)', reason: 'the operator client discarding its own temporary download name' },
+  { file: 'src/cli/demo.ts', call: 'mkdtempSync', match: 'mkdtempSync(join(tmpdir()', reason: 'the demo makes a scratch directory in the system temp dir to hold its example workdirs' },
+  { file: 'src/cli/demo.ts', call: 'cpSync', match: 'cpSync(join(examples, name)', reason: 'the demo copies an example capsule to become a workdir before any session starts' },
+  { file: 'src/cli/demo.ts', call: 'rmSync', match: 'rmSync(scratch, { recursive: true, force: true })', reason: 'the demo removes the scratch directory it made in the system temp dir, on every way out' },
+  { file: 'src/cli/client.ts', call: 'open', match: 'open(temp, target === null', reason: 'the operator client streams a download into its own exclusive temporary file beside where the operator asked (-o), or a spool in the system temp dir for -o -, on the operator side; its writes go through this handle' },
+  { file: 'src/cli/client.ts', call: 'linkSync', match: 'linkSync(temp, target)', reason: 'the operator client giving its own verified download its name without replacing anything' },
+  { file: 'src/cli/client.ts', call: 'renameSync', match: 'renameSync(temp, target)', reason: 'the operator client moving its own verified download into place (--force)' },
+  { file: 'src/cli/client.ts', call: 'unlinkSync', match: 'unlinkSync(path)', reason: 'the operator client discarding its own temporary download name' },
   // The landing mechanism itself, reachable only through native.Landing.open, whose call sites are
   // held to the declared rows: each of its writes by name.
   { file: 'native/write.cc', call: 'mkdirat', match: 'mkdirat(workdir_fd, inbox.c_str(), 0755)', reason: 'the landing creates peer-in beneath the workdir descriptor when it is missing: the peer-in row' },

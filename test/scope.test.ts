@@ -1,4 +1,4 @@
-// Tests for src/scope.ts: the runtime-writes table, the effective-grants object (its exact JSON,
+// Tests for src/manifest/scope.ts: the runtime-writes table, the effective-grants object (its exact JSON,
 // key order and defaults, since it is recorded verbatim in the trace), and the exact human
 // rendering of explain-scope for a fully declared and an undeclared capsule.
 
@@ -11,7 +11,7 @@ import {
   renderRuntimeWrites,
   RUNTIME_WRITES,
   SESSION_ID_PLACEHOLDER,
-} from '../src/scope.js';
+} from '../src/manifest/scope.js';
 
 const MINIMAL = parseManifest('name: bare\nversion: 1.0.0\n');
 

@@ -182,12 +182,12 @@ describe('1. a handle token stays out of every record', () => {
   // "the agent card of '${input.peer}' could not be fetched") and throws them without
   // redactHandles, unlike fetch-peer-file's refuse() (src/tools/fetch-peer-file.ts:138). An agent that puts a
   // handle it holds into `peer` (or a runtime that forwards one) gets the token back in the MCP
-  // error result (src/control.ts:36 copies refusal.message verbatim), which is exactly the message
+  // error result (src/tools/control.ts:36 copies refusal.message verbatim), which is exactly the message
   // log the audience binding is meant to make tokens harmless in, and which must not hold tokens.
-  // The trace line is redacted (src/trace.ts), so the two records disagree.
+  // The trace line is redacted (src/trace/trace.ts), so the two records disagree.
   // Fix: in mint.ts refuse(), `new Refusal(error.code, redactHandles(error.message))` as fetch.ts
   // does; better, redact once at the tool boundary (callTool's catch in src/tools.ts and the error
-  // branch of src/control.ts) so no future message can carry one.
+  // branch of src/tools/control.ts) so no future message can carry one.
   it.each([
     ['a bare token as the peer', (t: string) => t],
     ['a token in the peer\'s path', (t: string) => `localhost:1/${t}`],
@@ -232,7 +232,7 @@ describe('1. a handle token stays out of every record', () => {
 
   // Was a VIOLATION, now fixed (src/tools.ts:66 and :93): callTool echoes caller text unredacted into its refusals:
   // `unknown argument '${key}'` and `no tool named '${name}' exists here`. Over MCP these become
-  // the error result's text (src/control.ts:36). Fix: redactHandles the message at the boundary
+  // the error result's text (src/tools/control.ts:36). Fix: redactHandles the message at the boundary
   // (one place: the catch in callTool / the error branch in control.ts), or do not echo the text.
   it('tool-level refusals never echo a token (unknown tool name, unknown argument name)', async () => {
     const unknownTool = await refusal(callTool(reporter.session, token, {}));
@@ -243,7 +243,7 @@ describe('1. a handle token stays out of every record', () => {
     expect(leaks(unknownArg.message, token), `message: ${redactHandles(unknownArg.message)}`).toEqual([]);
   });
 
-  // Was a VIOLATION, now fixed (src/server.ts:56, the Fastify({...}) options in buildApp): no clientErrorHandler is given to Fastify, so its
+  // Was a VIOLATION, now fixed (src/server/listener.ts:56, the Fastify({...}) options in buildApp): no clientErrorHandler is given to Fastify, so its
   // defaultClientErrorHandler (node_modules/fastify/fastify.js:1026) logs `{ err }` for any request
   // Node's parser rejects (a bad header line, a header block over 16 KiB). Node's parser error
   // carries `rawPacket`, the request bytes, and pino's err serializer writes that Buffer out as a

@@ -26,11 +26,11 @@ import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, rea
 import { dirname, join, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { UsageError } from '../codes.js';
-import { notConfined, type Confinement } from '../confinement.js';
+import { notConfined, type Confinement } from './confinement.js';
 import type { Destination, Manifest } from '../manifest/model.js';
 import * as native from '../native.js';
-import { PEER_INBOX_DIR } from '../scope.js';
-import { Trace } from '../trace.js';
+import { PEER_INBOX_DIR } from '../manifest/scope.js';
+import { Trace } from '../trace/trace.js';
 import { prepareSession, type SessionOptions } from './open-session.js';
 import { parseAdvertise, parseListen, parseOperatorListen } from './options.js';
 

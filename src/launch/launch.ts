@@ -2,10 +2,10 @@
 // known before the session exists), open the session with that identity, serve it, and tear both
 // down cleanly. Shared by `serve`, `demo`, the public API and the tests.
 import type { Logger } from 'pino';
-import { createMetrics } from '../metrics.js';
+import { createMetrics } from '../server/metrics.js';
 export { stderrLogger } from './logger.js';
 import { ALL_PLANES } from '../planes/plugin.js';
-import { bind, serve, type Listener, type RunningServer } from '../server.js';
+import { bind, serve, type Listener, type RunningServer } from '../server/listener.js';
 import type { Session } from '../session.js';
 import { prepareSession, type SessionOptions } from './open-session.js';
 import { parseAdvertise, parseListen, parseOperatorListen } from './options.js';

@@ -3,12 +3,12 @@
 // through is kept for the session, the trace is opened and `session_start` written.
 import { existsSync, mkdirSync, realpathSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { IN_PROCESS_LAUNCH, type Confinement } from '../confinement.js';
+import { IN_PROCESS_LAUNCH, type Confinement } from './confinement.js';
 import { ManifestError } from '../manifest/diagnostics.js';
 import type { Manifest } from '../manifest/model.js';
 import * as native from '../native.js';
 import { defaultTracePath, parseSessionId, Session } from '../session.js';
-import { Trace } from '../trace.js';
+import { Trace } from '../trace/trace.js';
 import type { Containment } from '../wire.js';
 import { checkExportRoots } from './checks.js';
 import { DEFAULT_MANIFEST_NAME, loadManifest, readManifestBeneath } from './manifest-file.js';

@@ -3,9 +3,9 @@
 // goes out (src/planes/exchange.ts).
 import { Refusal } from '../codes.js';
 import type { ListEntry, ReadResult } from '../native.js';
-import type { Release } from '../export-view.js';
+import type { Release } from '../export/export-view.js';
 import { lowerRelpath } from '../paths.js';
-import type { Metrics } from '../metrics.js';
+import type { Metrics } from '../server/metrics.js';
 import type { Session } from '../session.js';
 import { FILES_PREFIX, HEADER } from '../wire.js';
 import { asRefusal, releaseOnClose, refuse, traced, type Exchange } from './exchange.js';

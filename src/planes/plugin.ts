@@ -5,13 +5,13 @@
 // gate and one in-flight count. The plugin is encapsulated: its hooks, body parsing and error
 // handling apply to its own routes only, never to the host app's. One guarantee needs the app's
 // constructor: a target the router cannot decode (`/resources/files/x%ZZ`) never reaches a route,
-// so pass `frameworkErrors: planesFrameworkErrors(session)` (src/server.ts's app does).
+// so pass `frameworkErrors: planesFrameworkErrors(session)` (src/server/listener.ts's app does).
 import { METHODS } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Refusal, renderHttp } from '../codes.js';
 import { requestPath } from '../paths.js';
 import { redactHandles } from '../redact.js';
-import type { Metrics } from '../metrics.js';
+import type { Metrics } from '../server/metrics.js';
 import type { Session } from '../session.js';
 import { CARD_PATH, HEADER, isFilesPath, isPeerPath, RESOURCES_PREFIX } from '../wire.js';
 import { agentCard } from './card.js';
@@ -45,7 +45,7 @@ export interface PlaneRequest {
 
 /** Routes one request under /resources by its raw path; the planes do the rest. */
 export async function dispatch(session: Session, req: PlaneRequest, reply: PlaneReply, planes: PlaneSet = ALL_PLANES, metrics?: Metrics): Promise<void> {
-  // HTTP/0.9 is how Node reads a request line cut by a bare LF (see src/server.ts): refused.
+  // HTTP/0.9 is how Node reads a request line cut by a bare LF (see src/server/listener.ts): refused.
   if (req.httpVersionMajor !== undefined && req.httpVersionMajor !== 1) {
     sendServerError(reply, new Refusal('bad_request'));
     return;
@@ -81,7 +81,7 @@ export class InFlight {
   private count = 0;
   private waiters: Array<() => void> = [];
   closing = false;
-  /** Set when the listener itself gates and counts (src/server.ts); the plugin's hook then does not. */
+  /** Set when the listener itself gates and counts (src/server/listener.ts); the plugin's hook then does not. */
   gatedAtListener = false;
 
   track(res: { once(event: 'close', fn: () => void): unknown }): void {
@@ -111,7 +111,7 @@ export interface PlanesOptions {
   inflight?: InFlight;
   /** Default: both planes (and the card, which goes with the peer plane). */
   planes?: PlaneSet;
-  /** Counts answers when given (src/metrics.ts). */
+  /** Counts answers when given (src/server/metrics.ts). */
   metrics?: Metrics;
 }
 

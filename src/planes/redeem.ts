@@ -4,10 +4,10 @@
 import { Refusal, renderHttp } from '../codes.js';
 import { checkShape, verifyToken } from '../handle/token.js';
 import type { ReadResult } from '../native.js';
-import type { Release } from '../export-view.js';
+import type { Release } from '../export/export-view.js';
 import { canonicalRelpath } from '../paths.js';
 import { handleId } from '../redact.js';
-import type { Metrics } from '../metrics.js';
+import type { Metrics } from '../server/metrics.js';
 import type { Session } from '../session.js';
 import { HEADER, PEER_PREFIX } from '../wire.js';
 import { asRefusal, releaseOnClose, refuse, traced, type Exchange } from './exchange.js';

@@ -13,7 +13,7 @@ import { checkShape, decodePayloadUnverified } from '../handle/token.js';
 import { destinationMatches, targetFromPeer, type Target } from '../manifest/destinations.js';
 import * as native from '../native.js';
 import { handleId, redactHandles } from '../redact.js';
-import { PEER_INBOX_DIR } from '../scope.js';
+import { PEER_INBOX_DIR } from '../manifest/scope.js';
 import type { Session } from '../session.js';
 import { CAPSULE_EXTENSION_URI, HEADER, PEER_PREFIX } from '../wire.js';
 import { fetchCard } from './peer-card.js';

@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
 import { Refusal } from '../../src/codes.js';
-import { ExportView } from '../../src/export-view.js';
+import { ExportView } from '../../src/export/export-view.js';
 import * as native from '../../src/native.js';
 import { tempDir } from '../helpers/tree.js';
 import { describeTree, show } from './describe.js';

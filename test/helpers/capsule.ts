@@ -12,7 +12,7 @@ import { launch, type Launched } from '../../src/launch/launch.js';
 import { openSession, type SessionOptions } from '../../src/launch/open-session.js';
 import { parseManifest } from '../../src/manifest/model.js';
 import type { ResolverKind } from '../../src/native.js';
-import type { RunningServer } from '../../src/server.js';
+import type { RunningServer } from '../../src/server/listener.js';
 import type { Session } from '../../src/session.js';
 import type { Containment } from '../../src/wire.js';
 import { defer } from './cleanup.js';

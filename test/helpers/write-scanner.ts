@@ -1,5 +1,5 @@
 // Finds every place the project's own source can write to the filesystem, so a test can hold each
-// one to the runtime-writes declaration (src/scope.ts) or to a written exemption. Textual on
+// one to the runtime-writes declaration (src/manifest/scope.ts) or to a written exemption. Textual on
 // purpose: it reads source the way a reviewer does and cannot be satisfied by running the code.
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';

@@ -5,7 +5,7 @@
 import { createHash, randomFillSync } from 'node:crypto';
 import { closeSync, constants, fstatSync, fsync, mkdirSync, openSync, write, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { redactHandles } from './redact.js';
+import { redactHandles } from '../redact.js';
 
 export type TraceFields = Record<string, unknown>;
 

@@ -2,24 +2,24 @@
 // is known before the session exists), then serves. Every request passes one gate (503 while
 // stopping, the in-flight count, HTTP/1.x only); requests under /resources go straight to the
 // planes on the bare Node request and response, so the hot path pays for no framework; everything
-// else (readiness, metrics, the card, 404s) is the Fastify app of src/app.ts, loaded when the first
+// else (readiness, metrics, the card, 404s) is the Fastify app of src/server/app.ts, loaded when the first
 // such request arrives (start-up and idle memory do not pay for it either). The gate and the
-// parser-error answers are src/gate.ts.
+// parser-error answers are src/planes/admission.ts.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
-import { Refusal } from './codes.js';
-import { attachGate, clientErrorResponder, type Handler } from './gate.js';
+import { Refusal } from '../codes.js';
+import { attachGate, clientErrorResponder, type Handler } from '../planes/admission.js';
 import { DRAIN_TIMEOUT_MS, LIMITS } from './limits.js';
 import type { Metrics } from './metrics.js';
-import { ALL_PLANES, InFlight, sendServerError, type PlaneSet } from './planes/plugin.js';
-import { rawPlaneReply } from './planes/reply.js';
-import { redactHandles } from './redact.js';
-import type { Session } from './session.js';
+import { ALL_PLANES, InFlight, sendServerError, type PlaneSet } from '../planes/plugin.js';
+import { rawPlaneReply } from '../planes/reply.js';
+import { redactHandles } from '../redact.js';
+import type { Session } from '../session.js';
 
 export { DRAIN_TIMEOUT_MS, LIMITS } from './limits.js';
-export { HEALTH_PATH, METRICS_PATH } from './gate.js';
+export { HEALTH_PATH, METRICS_PATH } from '../planes/admission.js';
 
 export interface Listener {
   server: Server;

@@ -5,7 +5,7 @@
 // buffer: 'close' follows either 'finish' (every write of the response completed, so the kernel
 // holds its own copy) or the socket's handle closing (libuv completes or cancels every queued
 // write before it reports the close). The memory budget counts idle buffers as held and evicts
-// them when a read needs the room (src/budget.ts); idle buffers are also dropped after a while.
+// them when a read needs the room (src/export/budget.ts); idle buffers are also dropped after a while.
 import { noteReleased } from './reclaim.js';
 
 /** Pooled buffers are dropped once no read took one for this long. */

@@ -4,10 +4,10 @@
 // neutral Refusal (src/codes.ts); the edge that answers renders it.
 import { SMALL_READ_BYTES, type ByteBudget } from './budget.js';
 import { noteReleased } from './reclaim.js';
-import { NATIVE_TO_CODE, Refusal } from './codes.js';
-import * as native from './native.js';
-import { lowerRelpath } from './paths.js';
-import type { Containment } from './wire.js';
+import { NATIVE_TO_CODE, Refusal } from '../codes.js';
+import * as native from '../native.js';
+import { lowerRelpath } from '../paths.js';
+import type { Containment } from '../wire.js';
 
 /**
  * Any failure of a native call, as a Refusal carrying the native detail (errno text, never a

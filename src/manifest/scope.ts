@@ -6,8 +6,8 @@
 //
 // Everything here is a pure function of a parsed manifest and the achieved containment class.
 
-import type { Manifest } from './manifest/model.js';
-import type { Containment } from './wire.js';
+import type { Manifest } from './model.js';
+import type { Containment } from '../wire.js';
 
 /** One path the server writes inside a workdir. */
 export interface RuntimeWrite {

@@ -1,17 +1,17 @@
-// The gate in front of every request on a capsule's listener (src/server.ts, and buildApp given a
+// The gate in front of every request on a capsule's listener (src/server/listener.ts, and buildApp given a
 // server): 503 while stopping, the in-flight count, HTTP/1.x only; then /resources straight to the
 // planes on the bare Node request and response (no framework on the hot path), anything else to the
 // app. Also the answer to a request Node's parser rejects, in the spec's shape.
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
-import { Refusal, renderHttp } from './codes.js';
-import type { Metrics } from './metrics.js';
-import { dispatch, isPlaneTarget, sendServerError, type InFlight, type PlaneSet } from './planes/plugin.js';
-import { rawPlaneReply } from './planes/reply.js';
-import { redactHandles } from './redact.js';
-import type { Session } from './session.js';
-import { HEADER } from './wire.js';
+import { Refusal, renderHttp } from '../codes.js';
+import type { Metrics } from '../server/metrics.js';
+import { dispatch, isPlaneTarget, sendServerError, type InFlight, type PlaneSet } from './plugin.js';
+import { rawPlaneReply } from './reply.js';
+import { redactHandles } from '../redact.js';
+import type { Session } from '../session.js';
+import { HEADER } from '../wire.js';
 
 /** The readiness route of the server's own app. */
 export const HEALTH_PATH = '/healthz';

@@ -9,9 +9,9 @@ import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { launch, stderrLogger, type Launched } from './launch/launch.js';
-import { fetchPeerFile } from './tools/fetch-peer-file.js';
-import { shareFile } from './tools/share-file.js';
+import { launch, stderrLogger, type Launched } from '../launch/launch.js';
+import { fetchPeerFile } from '../tools/fetch-peer-file.js';
+import { shareFile } from '../tools/share-file.js';
 
 const examples = join(dirname(fileURLToPath(import.meta.url)), '..', 'examples');
 

@@ -10,12 +10,12 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { CallToolRequestSchema, ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { Refusal, renderTool } from './codes.js';
-import type { Launched } from './launch/launch.js';
-import { redactHandles } from './redact.js';
-import type { Session } from './session.js';
-import { callTool, parseToolArguments, toolSpecs, type ToolSpec } from './tools/index.js';
-import { packageIdentity } from './version.js';
+import { Refusal, renderTool } from '../codes.js';
+import type { Launched } from '../launch/launch.js';
+import { redactHandles } from '../redact.js';
+import type { Session } from '../session.js';
+import { callTool, parseToolArguments, toolSpecs, type ToolSpec } from './index.js';
+import { packageIdentity } from '../version.js';
 
 export const TASK_COMPLETED = 'notifications/task_completed';
 export const LISTENING = 'notifications/resource_plane/listening';

@@ -3,17 +3,17 @@
 // embeds them (`buildApp`). The app-level options here are the ones the planes' guarantees need
 // beyond the plugin: parser errors answered in the spec's shape without logging raw bytes,
 // malformed targets under /resources still answered by the planes from the raw path, no HEAD
-// routes. The CLI's server (src/server.ts) answers /resources before any framework and loads this
+// routes. The CLI's server (src/server/listener.ts) answers /resources before any framework and loads this
 // module only when the first other request arrives.
 import type { Server } from 'node:http';
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import type { Logger } from 'pino';
-import { Refusal } from './codes.js';
+import { Refusal } from '../codes.js';
 import type { Metrics } from './metrics.js';
-import { ALL_PLANES, InFlight, planesFrameworkErrors, resourcePlanes, sendServerError, type PlaneSet } from './planes/plugin.js';
-import { attachGate, clientErrorResponder, HEALTH_PATH, METRICS_PATH, type Handler } from './gate.js';
-import type { Session } from './session.js';
-import { HEADER } from './wire.js';
+import { ALL_PLANES, InFlight, planesFrameworkErrors, resourcePlanes, sendServerError, type PlaneSet } from '../planes/plugin.js';
+import { attachGate, clientErrorResponder, HEALTH_PATH, METRICS_PATH, type Handler } from '../planes/admission.js';
+import type { Session } from '../session.js';
+import { HEADER } from '../wire.js';
 
 /** The Fastify options the planes' guarantees need at the app level. */
 export function appOptions(session: Session, logger: Logger | false, planes: PlaneSet = ALL_PLANES): FastifyServerOptions {
@@ -86,7 +86,7 @@ export function buildApp(
 }
 
 /**
- * The app src/server.ts loads on first use, for a listener whose gate, raw lane and parser-error
+ * The app src/server/listener.ts loads on first use, for a listener whose gate, raw lane and parser-error
  * answers are already attached: it only takes the handler for what the gate passes on.
  */
 export async function buildLazyApp(
