@@ -59,6 +59,8 @@ export interface SessionInit {
   listingBudgetMs?: number;
   /** What the process confined itself to (or why not), recorded in session_start. */
   confinement: Confinement;
+  /** The clock handles are minted and verified against (Unix ms); default Date.now. Tests inject one. */
+  now?: () => number;
 }
 
 export class Session {
@@ -77,6 +79,8 @@ export class Session {
   readonly memory: ByteBudget;
   /** Which refusals are traced one by one, per client (src/trace/refusal-limit.ts). */
   readonly refusals: RefusalLimiter;
+  /** The clock handles are minted and verified against (Unix ms): Date.now unless injected. */
+  readonly now: () => number;
   private workdirFd: number;
   /** Aborted when the session starts stopping: listings in flight are cancelled. */
   private readonly stopping = new AbortController();
@@ -93,6 +97,7 @@ export class Session {
     this.resolver = init.resolver;
     this.trace = init.trace;
     this.advertisedUrl = init.advertisedUrl;
+    this.now = init.now ?? Date.now;
     this.memory = new ByteBudget(init.memoryBudgetBytes);
     this.refusals = new RefusalLimiter((fields) => this.trace.append('refusals_suppressed', fields));
     this.grants = effectiveGrants(init.manifest, init.containment);

@@ -34,6 +34,8 @@ export interface SessionOptions {
   listingBudgetMs?: number;
   /** What the process confined itself to, for session_start; default: nothing (an in-process launch). */
   confinement?: Confinement;
+  /** The clock handles are minted and verified against (Unix ms); default Date.now (tests inject one). */
+  now?: () => number;
 }
 
 /** A launch that passed every check and holds the workdir descriptor, before its session exists. */
@@ -85,7 +87,7 @@ export async function prepareSession(opts: SessionOptions): Promise<PreparedSess
       let trace: Trace | null = null;
       try {
         trace = Trace.open(tracePath, sessionId);
-        return new Session({ manifest: grants, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl, memoryBudgetBytes: opts.memoryBudgetBytes, listingBudgetMs: opts.listingBudgetMs, confinement: opts.confinement ?? IN_PROCESS_LAUNCH });
+        return new Session({ manifest: grants, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl, memoryBudgetBytes: opts.memoryBudgetBytes, listingBudgetMs: opts.listingBudgetMs, confinement: opts.confinement ?? IN_PROCESS_LAUNCH, now: opts.now });
       } catch (error) {
         void trace?.close();
         native.closeFd(workdirFd);

@@ -169,7 +169,7 @@ export async function shareFile(session: Session, input: ShareFileInput, opts: S
   let token: string;
   let expiresAtMs: number;
   try {
-    expiresAtMs = Date.now() + ttlSecs * 1000;
+    expiresAtMs = session.now() + ttlSecs * 1000;
     token = mintToken(key, { v: PAYLOAD_VERSION, iss: session.sessionId, p: relpath, exp: expiresAtMs, n: randomNonceHex() }, audience);
   } catch {
     // A destroyed key (the session closed under us) or a failed RNG: nothing to hand out.
