@@ -100,6 +100,11 @@ export interface FuzzSpec<Ts> {
   property: () => fc.IAsyncProperty<Ts> | fc.IProperty<Ts>;
   /** Per-test timeout in the bounded run (scaled with the runs). */
   timeoutMs?: number;
+  /**
+   * Fixed cases run first in every run, whatever the seed (fast-check's `examples`), so that every
+   * run reaches every threshold and every kind of entry; the random runs come after, `runs` of them.
+   */
+  examples?: () => Ts[];
 }
 
 /** Runs the property once with explicit parameters; throws a report naming seed, path and replay. */
@@ -110,8 +115,9 @@ export async function checkProperty<Ts>(spec: FuzzSpec<Ts>): Promise<void> {
   const started = Date.now();
   current.firstFailure = null;
   current.shrinkDeadline = Infinity;
+  const examples = spec.examples?.() ?? [];
   // Replaying a path runs that case as it is: no further shrinking.
-  const details = await fc.check(spec.property() as fc.IAsyncProperty<Ts>, { seed, path, numRuns, endOnFailure: path !== undefined });
+  const details = await fc.check(spec.property() as fc.IAsyncProperty<Ts>, { seed, path, numRuns: numRuns + examples.length, examples, endOnFailure: path !== undefined });
   if (env.FUZZ_LOG) {
     appendFileSync(env.FUZZ_LOG, `${JSON.stringify({
       property: spec.name, seed, runs: details.numRuns, shrinks: details.numShrinks, ms: Date.now() - started,

@@ -1,0 +1,169 @@
+// Change between requests. A served file is read and listed (so any digest cache has had its
+// chance to remember it), then changed under the server by a mutation step (test/fuzz/mutate-files.ts:
+// same-length write, truncate, rename-over, replace, a write through a shared mapping after a read
+// fault), then read and listed again, several times over. Every read's body must be the file's
+// current bytes and its etag their SHA-256; every listing entry's size and sha256 must be those of
+// the current bytes (SPEC 4: "SHA-256 over exactly the buffer served"; the listing hashes the whole
+// file; SPEC 10: the cache may stand in only for an unchanged file). Run on the repository's disk
+// (ext4) and on /dev/shm (tmpfs, where a mapped write changes no timestamp), with files on both
+// sides of every size threshold, and files old enough for the digest cache to keep (its racy-entry
+// rule stores nothing changed in the last 2 s, so a pool of files is created ahead and aged).
+import { createHash } from 'node:crypto';
+import { mkdirSync, mkdtempSync, realpathSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect } from 'vitest';
+import { rawGet, type RawResponse } from '../helpers/http.js';
+import { removeTree, tempDir } from '../helpers/tree.js';
+import { serveCapsule, type Served } from './capsules.js';
+import { applyMutation, bytesFor, MapWriter, mutationArb, onDisk, type Mutation } from './mutate-files.js';
+import { FUZZ_SCALE, fuzzIt, guard } from './runner.js';
+import { BIG_MAX_BYTES, EDGE_SIZES } from './thresholds.js';
+
+const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+
+/** The digest cache's racy-entry margin (native/digest_cache.h: kRacyMarginNs), plus slack. */
+const AGED_MS = 2_300;
+
+interface Place {
+  name: 'disk' | 'tmpfs';
+  base: string;
+  served: Served;
+  /** What each file under out/ holds, as the test wrote it. */
+  files: Map<string, Buffer>;
+  /** Files not touched since they were created, with when that was. */
+  untouched: Array<{ name: string; created: number }>;
+  next: number;
+}
+
+const places: Place[] = [];
+let maps: MapWriter;
+
+/** Creates `n` files of edge sizes under out/, untouched from here on until a case takes one. */
+function grow(p: Place, n: number): void {
+  const created = Date.now();
+  for (let i = 0; i < n; i++) {
+    const k = p.next++;
+    const size = EDGE_SIZES[k % EDGE_SIZES.length]!;
+    const name = `f${k}`;
+    const bytes = bytesFor(size, k);
+    writeFileSync(join(p.served.workdir, 'out', name), bytes);
+    p.files.set(name, bytes);
+    p.untouched.push({ name, created });
+  }
+}
+
+/** An untouched file old enough for the digest cache to store it (waits for the pool to age). */
+async function takeAged(p: Place): Promise<string> {
+  if (p.untouched.length === 0) grow(p, EDGE_SIZES.length);
+  const f = p.untouched.shift()!;
+  const ctime = statSync(join(p.served.workdir, 'out', f.name)).ctimeMs;
+  const wait = Math.max(f.created, ctime) + AGED_MS - Date.now();
+  if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  return f.name;
+}
+
+beforeAll(async () => {
+  maps = MapWriter.start();
+  const roots = [
+    { name: 'disk' as const, base: tempDir('rp-fuzz-change-') },
+    { name: 'tmpfs' as const, base: realpathSync(mkdtempSync('/dev/shm/rp-fuzz-change-')) },
+  ];
+  const yaml = `name: changes\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n    max_bytes: ${BIG_MAX_BYTES}\n`;
+  for (const r of roots) {
+    const workdir = join(r.base, 'workdir');
+    mkdirSync(join(workdir, 'out'), { recursive: true });
+    const served = await serveCapsule({ workdir, yaml, traceDir: join(r.base, 'traces') });
+    const p: Place = { name: r.name, base: r.base, served, files: new Map(), untouched: [], next: 0 };
+    // Enough aged files for every case of the bounded run; a longer run grows the pool as it goes.
+    grow(p, Math.min(2 * EDGE_SIZES.length, Math.ceil(RUNS * FUZZ_SCALE) + EDGE_SIZES.length));
+    places.push(p);
+  }
+});
+
+afterAll(async () => {
+  maps?.stop();
+  for (const p of places) {
+    await p.served.close();
+    removeTree(p.base);
+  }
+});
+
+function checkRead(res: RawResponse, expected: Buffer, label: string): void {
+  if (expected.length > BIG_MAX_BYTES) {
+    expect(res.status, label).toBe(413);
+    expect(res.json().error, label).toBe('too_large');
+    return;
+  }
+  expect(res.status, label).toBe(200);
+  expect(res.body.length, `${label}: body length`).toBe(expected.length);
+  expect(res.body.equals(expected), `${label}: the body is the file's current bytes`).toBe(true);
+  expect(res.header('etag'), `${label}: the etag is the SHA-256 of the body`).toBe(`"sha256:${sha(expected)}"`);
+}
+
+function checkList(res: RawResponse, files: Map<string, Buffer>, label: string): void {
+  expect(res.status, label).toBe(200);
+  const entries = (res.json() as { entries: Array<{ path: string; size_bytes: number; sha256: string }> }).entries;
+  const names = [...files.keys()].sort((a, b) => (Buffer.compare(Buffer.from(a), Buffer.from(b))));
+  expect(entries.map((e) => e.path), label).toEqual(names);
+  for (const e of entries) {
+    const bytes = files.get(e.path)!;
+    expect(e.size_bytes, `${label}: size of ${e.path}`).toBe(bytes.length);
+    expect(e.sha256, `${label}: the listed sha256 of ${e.path} is of its current bytes`).toBe(sha(bytes));
+  }
+}
+
+type Step = { mu: Mutation; then: 'read' | 'list' | 'both' };
+const stepArb: fc.Arbitrary<Step> = fc.record({ mu: mutationArb, then: fc.constantFrom('read', 'list', 'both') as fc.Arbitrary<Step['then']> });
+
+const RUNS = 12;
+
+/** Every mutation kind, once each, on an aged file, in every run. */
+const coverage = (): Array<[Step[]]> =>
+  (['write', 'mmap-write', 'truncate', 'rename-over', 'replace'] as const).map((m) => [[{
+    mu: m === 'write' || m === 'mmap-write' ? { m, at: 7, len: 9, salt: 5 } : m === 'truncate' ? { m, size: 1 } : { m, size: 4096, salt: 9 },
+    then: 'both',
+  } as Step]]);
+
+async function runCase(p: Place, steps: Step[]): Promise<void> {
+  const name = await takeAged(p);
+  const path = join(p.served.workdir, 'out', name);
+  const scratch = join(p.served.workdir, `scratch-${name}`);
+  const url = p.served.url;
+  const read = async (label: string) => checkRead(await rawGet(url, `/resources/files/${name}`), p.files.get(name)!, label);
+  const list = async (label: string) => checkList(await rawGet(url, '/resources/files'), p.files, label);
+  // Read and listed unchanged first: whatever can remember this version has seen it.
+  await read(`${p.name}: read ${name} before any change`);
+  await list(`${p.name}: list before any change`);
+  await read(`${p.name}: read ${name} again before any change`);
+  const done: string[] = [];
+  for (const step of steps) {
+    const next = await applyMutation(step.mu, path, p.files.get(name)!, scratch, maps);
+    p.files.set(name, next);
+    done.push(JSON.stringify(step.mu));
+    // The harness's own check: the model holds what is on disk.
+    expect(onDisk(path).equals(next), 'harness: the mutation step wrote what it recorded').toBe(true);
+    const label = `${p.name}: ${name} after ${done.join(', ')}`;
+    if (step.then !== 'list') await read(`${label}, read`);
+    if (step.then !== 'read') await list(`${label}, list`);
+  }
+  await read(`${p.name}: ${name} after ${done.join(', ')}, final read`);
+  await list(`${p.name}: after ${done.join(', ')}, final list`);
+}
+
+describe('the etag, the listing and the body follow the bytes across changes', () => {
+  for (const which of ['disk', 'tmpfs'] as const) {
+    fuzzIt({
+      name: `change-${which}`,
+      file: import.meta.filename,
+      runs: RUNS,
+      timeoutMs: 120_000,
+      examples: coverage,
+      // Invariant: after any change, a read's body and etag and a listing's size and sha256 are those of the file's current bytes.
+      property: () =>
+        fc.asyncProperty(fc.array(stepArb, { minLength: 1, maxLength: 4 }), guard(async (steps) => {
+          await runCase(places.find((p) => p.name === which)!, steps);
+        })),
+    });
+  }
+});
