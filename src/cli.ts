@@ -12,7 +12,7 @@ import type { Progress } from './cli/client.js';
 import { UsageError } from './codes.js';
 import { notConfined } from './launch/confinement.js';
 import { checkExportRoots, checkExportRootsAt } from './launch/checks.js';
-import { confineAndReexec, landlockMode, takeHandoff } from './launch/confine.js';
+import { confineAndReexec, landlockMode, takeHandoff } from './launch/confine-apply.js';
 import type { LaunchOptions } from './launch/launch.js';
 import { stderrLogger } from './launch/logger.js';
 import { DEFAULT_MANIFEST_NAME, loadManifest, readManifestBeneath } from './launch/manifest-file.js';

@@ -13,7 +13,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { callTool, launch as launchInProcess, parseManifest } from '../src/index.js';
 import type { Confinement } from '../src/launch/confinement.js';
-import { HANDOFF_ENV } from '../src/launch/confine.js';
+import { HANDOFF_ENV } from '../src/launch/confine-apply.js';
 import { UNCHECKED_CONNECT_ENV, UNCHECKED_READ_ENV } from '../src/launch/test-hooks.js';
 import { landlockAbi } from '../src/native.js';
 import { defer, reap } from './helpers/cleanup.js';

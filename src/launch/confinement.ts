@@ -1,5 +1,6 @@
 // The confinement report: what the process restricted itself to (Landlock), or why it did not,
-// as `session_start.confinement` records it. Pure data; src/launch/confine.ts decides and applies.
+// as `session_start.confinement` records it. Pure data; src/launch/confine-plan.ts plans the
+// ruleset and src/launch/confine-apply.ts applies it.
 
 /** `session_start.confinement`. Every key is always present; null means "not restricted". */
 export interface Confinement {
