@@ -26,7 +26,7 @@
 import { closeSync, mkdirSync, openSync } from 'node:fs';
 import { join } from 'node:path';
 import { UsageError } from '../codes.js';
-import { notConfined, type Confinement } from './confinement.js';
+import { notConfined, unhandledRights, type Confinement } from './confinement.js';
 import type { Manifest } from '../manifest/model.js';
 import * as native from '../native.js';
 import { PEER_INBOX_DIR } from '../manifest/scope.js';
@@ -76,6 +76,7 @@ function report(plan: Plan, applied: native.LandlockApplied): Confinement {
     bind_ports: net.includes('bind_tcp') ? plan.bindPorts : null,
     connect_ports: net.includes('connect_tcp') ? (plan.connectPorts ?? []) : null,
     scoped: applied.scoped,
+    unhandled: unhandledRights(applied.abi),
     skipped: applied.skipped.map((s) => `${plan.rules[s.index]!.path}: ${s.detail}`),
     notes: [
       ...plan.notes,
