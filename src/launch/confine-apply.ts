@@ -176,7 +176,25 @@ export function takeHandoff(env: NodeJS.ProcessEnv = process.env): Omit<Handoff,
   if (confinement.applied && !rootIsDenied()) {
     confinement = notConfined(`${HANDOFF_ENV} claims a Landlock domain, but none is in force ('/' is readable)`, confinement.landlock_abi);
   }
+  if (confinement.applied && !pinOwnProc()) {
+    confinement = { ...confinement, notes: [...confinement.notes, `/proc/${process.pid} is not readable: process metrics (memory, descriptors) read 0`] };
+  }
   return { workdir: handoff.workdir, manifest: handoff.manifest, sessionId: handoff.sessionId, tracePath: handoff.tracePath, confinement };
+}
+
+/**
+ * Holds /proc/<pid> open for the life of the process. The rule on it binds the inode, and procfs
+ * makes a new inode for a pid directory each time its dentry is looked up afresh: pinned, the
+ * dentry (and so the inode the rule names) is never reclaimed.
+ */
+let ownProc: number | null = null;
+function pinOwnProc(): boolean {
+  try {
+    ownProc ??= openSync(`/proc/${process.pid}`, 'r');
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 function rootIsDenied(): boolean {

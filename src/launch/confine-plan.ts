@@ -35,12 +35,14 @@ export interface PlanInput {
   listenPort: number;
   /** `--operator-listen`, parsed: its TCP port is bound too, or its unix socket made (and removed at close). */
   operatorListen?: { host: string; port: number } | { path: string } | null;
-  /** Defaults: this package's root, process.execPath, process.env, /proc/self/maps. */
+  /** Defaults: this package's root, process.execPath, process.env, /proc/self/maps, process.pid. */
   packageRoot?: string;
   execPath?: string;
   env?: NodeJS.ProcessEnv;
   mappedFiles?: string[];
   execArgv?: string[];
+  /** The process that will run confined (the re-exec keeps the PID): its own /proc entries are read. */
+  pid?: number;
 }
 
 type Role = 'read' | 'execute' | 'write';
@@ -220,6 +222,13 @@ export function planConfinement(input: PlanInput): Plan {
   for (const file of SYSTEM_READ_FILES) readFile(file);
   for (const name of ['NODE_EXTRA_CA_CERTS', 'SSL_CERT_FILE'] as const) if (env[name]) readFile(env[name]);
   for (const dir of (env.SSL_CERT_DIR ?? '').split(':').filter(Boolean)) readDir(dir);
+
+  // The process's own /proc entries (status, stat, limits, fd/): what process.memoryUsage() and
+  // --metrics read through /proc/self. Landlock rules bind inodes, and /proc/self is a link that
+  // resolves per caller, so the rule names the real directory of this PID, which the re-exec keeps.
+  // Nothing there reaches another file: its links (fd/N, cwd, root, exe) are checked at their
+  // targets, and it is read, never written.
+  readDir(`/proc/${input.pid ?? process.pid}`);
 
   // What the session writes: its trace (the file itself, created before confinement) and, when it
   // may fetch, the landing directory. peer-in lies in the capsule's workdir, so it is optional: a
