@@ -1,14 +1,15 @@
 // The operator plane apart (--operator-listen): peers that can reach the main listener to redeem a
 // handle can no longer list or read the export there; the operator plane lives on its own listener,
-// a unix socket created 0600 outside the workdir being the recommended deployment.
+// a unix socket created 0600 outside the workdir being the recommended deployment, in a private
+// directory (the only kind accepted: the confined server may make and remove files there).
 import { request } from 'node:http';
-import { statSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { launch } from '../src/launch/launch.js';
 import { parseManifest } from '../src/manifest/model.js';
 import { capsule, filesManifest, type Capsule } from './helpers/capsule.js';
-import { runCliAsync, startServe } from './helpers/cli.js';
+import { runCli, runCliAsync, startServe } from './helpers/cli.js';
 import { rawGet, readTrace } from './helpers/http.js';
 import { makeTree, scratch } from './helpers/tree.js';
 
@@ -78,6 +79,69 @@ describe('--operator-listen unix:PATH', () => {
     await expect(launch({ workdir, manifest, operatorListen: 'unix:op.sock' })).rejects.toThrow(/absolute path/);
     writeFileSync(join(base, 'taken'), '');
     await expect(launch({ workdir, manifest, operatorListen: `unix:${join(base, 'taken')}` })).rejects.toThrow(/must not exist/);
+  });
+});
+
+describe('--operator-listen unix:PATH in a directory that is not private', () => {
+  /** A directory with `mode` (and owner `uid`) beside the workdir, and a socket path in it. */
+  function socketIn(mode: number, uid?: number): { base: string; dir: string; sock: string; workdir: string } {
+    const { base, workdir } = layout();
+    const dir = join(base, 'sockets');
+    mkdirSync(dir);
+    chmodSync(dir, mode);
+    if (uid !== undefined) chownSync(dir, uid, uid);
+    return { base, dir, sock: join(dir, 'op.sock'), workdir };
+  }
+  const refused = async (sock: string, workdir: string, why: RegExp) => {
+    await expect(launch({ workdir, manifest: parseManifest(YAML), operatorListen: `unix:${sock}` })).rejects.toThrow(why);
+    expect(existsSync(sock)).toBe(false);
+  };
+
+  it('refuses one writable by others, with or without the sticky bit, /tmp itself included', async () => {
+    const open = socketIn(0o777);
+    await refused(open.sock, open.workdir, new RegExp(`the directory '${open.dir}' is writable by group and others \\(mode 0777\\)`));
+    const sticky = socketIn(0o1777);
+    await refused(sticky.sock, sticky.workdir, /is writable by group and others \(mode 1777\)/);
+    const others = socketIn(0o703);
+    await refused(others.sock, others.workdir, /is writable by others \(mode 0703\)/);
+    await refused(`/tmp/rp-op-${process.pid}.sock`, layout().workdir, /the directory '\/tmp' is writable by/);
+  });
+
+  it('refuses one writable by its group', async () => {
+    const { sock, workdir } = socketIn(0o770);
+    await refused(sock, workdir, /is writable by group \(mode 0770\)/);
+  });
+
+  it('refuses one owned by another user, private as it is', async () => {
+    const { dir, sock, workdir } = socketIn(0o700, 65534);
+    await refused(sock, workdir, new RegExp(`the directory '${dir}' is owned by uid 65534, not by this server's uid ${process.getuid!()}`));
+  });
+
+  it('refuses a directory named through a symlink, and one that does not exist', async () => {
+    const { base, dir, workdir } = socketIn(0o700);
+    symlinkSync(dir, join(base, 'link'));
+    await refused(join(base, 'link', 'op.sock'), workdir, /the directory '.*\/link' is a symbolic link/);
+    await refused(join(base, 'missing', 'op.sock'), workdir, /the directory '.*\/missing' does not exist/);
+  });
+
+  it('accepts a private one (0700, or 0750: readable, not writable, by the group) and serves there', async () => {
+    for (const mode of [0o700, 0o750]) {
+      const { sock } = socketIn(mode);
+      const l = await up(`unix:${sock}`);
+      expect(await unixGet(sock, '/resources/files/a.txt')).toEqual({ status: 200, body: 'operator bytes' });
+      await l.close();
+    }
+  });
+
+  it('serve refuses it as a usage error, before anything of the session exists', () => {
+    const { sock, workdir } = socketIn(0o777);
+    writeFileSync(join(workdir, 'murmur.yaml'), filesManifest('out/'));
+    const records = scratch();
+    const r = runCli(['serve', '--workdir', workdir, '--operator-listen', `unix:${sock}`], { RESOURCE_PLANE_RECORDS_DIR: records });
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/^error: --operator-listen unix:PATH: the directory '.*\/sockets' is writable by group and others \(mode 0777\); use a private directory/);
+    expect(existsSync(sock)).toBe(false);
+    expect(readdirSync(records)).toEqual([]);
   });
 });
 

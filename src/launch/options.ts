@@ -1,6 +1,6 @@
 // Launch options as typed on a command line, each validated in one place: the listen address, the
 // advertised URL and the containment class. (The session id's one validation is in src/session.ts.)
-import { existsSync, realpathSync } from 'node:fs';
+import { existsSync, lstatSync, realpathSync, type Stats } from 'node:fs';
 import { basename, dirname, isAbsolute, resolve } from 'node:path';
 import { UsageError } from '../codes.js';
 import { CONTAINMENT_CLASSES, isContainment, type Containment } from '../wire.js';
@@ -14,8 +14,9 @@ export function parseListen(value: string): { host: string; port: number } {
 }
 
 /**
- * `--operator-listen`: `HOST:PORT`, or `unix:PATH` with an absolute path that does not exist yet
- * and is not inside the workdir (a capsule must not reach the operator plane through its own tree).
+ * `--operator-listen`: `HOST:PORT`, or `unix:PATH` with an absolute path that does not exist yet,
+ * is not inside the workdir (a capsule must not reach the operator plane through its own tree) and
+ * lies in a private directory (see checkPrivateSocketDir).
  */
 export function parseOperatorListen(value: string, workdir: string): { host: string; port: number } | { path: string } {
   if (!value.startsWith('unix:')) {
@@ -39,8 +40,35 @@ export function parseOperatorListen(value: string, workdir: string): { host: str
   if (dir === wd || dir.startsWith(`${wd}/`)) {
     throw new UsageError(`--operator-listen unix:PATH must be outside the workdir (got '${value}')`);
   }
+  checkPrivateSocketDir(resolve(dirname(path)));
   if (existsSync(path)) throw new UsageError(`--operator-listen unix:PATH must not exist yet (got '${value}')`);
   return { path: resolve(dir, basename(path)) };
+}
+
+/**
+ * The operator socket's directory must be private: owned by this process's user, writable by no
+ * one else, and not a symlink. The confined server may make sockets and remove files anywhere in
+ * it, and whoever else can write there could swap the socket for their own.
+ */
+function checkPrivateSocketDir(dir: string): void {
+  const refuse = (what: string): never => {
+    throw new UsageError(`--operator-listen unix:PATH: the directory '${dir}' ${what}; use a private directory (owned by this user, mode 0700)`);
+  };
+  let st: Stats;
+  try {
+    st = lstatSync(dir);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    return refuse(code === 'ENOENT' ? 'does not exist' : `cannot be examined (${code ?? String(error)})`);
+  }
+  if (st.isSymbolicLink()) refuse('is a symbolic link');
+  // The rule covers the whole hierarchy beneath it.
+  if (dir === '/') refuse('is the root of the filesystem');
+  if (!st.isDirectory()) refuse('is not a directory');
+  const uid = process.getuid?.();
+  if (uid !== undefined && st.uid !== uid) refuse(`is owned by uid ${st.uid}, not by this server's uid ${uid}`);
+  const writers = [st.mode & 0o020 ? 'group' : null, st.mode & 0o002 ? 'others' : null].filter(Boolean);
+  if (writers.length > 0) refuse(`is writable by ${writers.join(' and ')} (mode ${(st.mode & 0o7777).toString(8).padStart(4, '0')})`);
 }
 
 export function parseContainment(value: string | undefined): Containment {
