@@ -14,8 +14,9 @@
 //
 //   1. unconfined: validate everything (options, manifest, export roots: a refusal exits here as
 //      before), settle what the session needs (workdir, session id, trace path, the manifest as
-//      read once), create the trace file and peer-in, plan the ruleset; then, on the main thread,
-//      restrict that thread and execve the same command from it;
+//      read once), plan the ruleset, bind the listen ports (held until the execve closes them, so
+//      a port in use fails before anything of the session exists), create the trace file and
+//      peer-in; then, on the main thread, restrict that thread and execve the same command from it;
 //   2. the new image starts with that one thread, already in the domain, so every thread Node and
 //      libuv create from then on is inside it. It takes the settled launch from an environment
 //      variable (the manifest is not read again: after confinement it may not be readable), checks
@@ -23,8 +24,9 @@
 //
 // Nothing here runs for a library launch (launch()): confining the caller's process would be a
 // surprise, so those sessions record that they are not confined.
-import { closeSync, mkdirSync, openSync } from 'node:fs';
-import { join } from 'node:path';
+import { closeSync, mkdirSync, openSync, unlinkSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
+import { dirname, join } from 'node:path';
 import { UsageError } from '../codes.js';
 import { notConfined, unhandledRights, type Confinement } from './confinement.js';
 import type { Manifest } from '../manifest/model.js';
@@ -32,7 +34,7 @@ import * as native from '../native.js';
 import { PEER_INBOX_DIR } from '../manifest/scope.js';
 import { Trace } from '../trace/trace.js';
 import { planConfinement, type Plan } from './confine-plan.js';
-import { prepareSession, type SessionOptions } from './open-session.js';
+import { prepareSession, removeEmptyUpTo, type SessionOptions } from './open-session.js';
 import { parseAdvertise, parseListen, parseOperatorListen } from './options.js';
 
 /** Carries a confined launch's settled state across the execve (phase 1 → phase 2). */
@@ -92,9 +94,64 @@ export interface ConfineOptions extends Omit<SessionOptions, 'advertisedUrl' | '
 }
 
 /**
+ * The listen addresses bound here and held until the execve closes them (libuv's sockets are
+ * close-on-exec): a port already taken fails the launch before anything of the session exists,
+ * as launch() binds before it opens the session. A unix socket is not held (closing would have to
+ * unlink it): parseOperatorListen has refused an existing path.
+ */
+async function holdPorts(addresses: { host: string; port: number }[]): Promise<{ release(): Promise<void> }> {
+  const held: Server[] = [];
+  const release = () => Promise.all(held.map((s) => new Promise<void>((done) => s.close(() => done())))).then(() => undefined);
+  try {
+    for (const { host, port } of addresses) {
+      const server = createServer();
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen({ host, port, exclusive: true }, () => {
+          server.off('error', reject);
+          resolve();
+        });
+      });
+      held.push(server);
+    }
+  } catch (error) {
+    await release();
+    throw error;
+  }
+  return { release };
+}
+
+/**
+ * Creates the trace file as the session will open it (so a bad --trace fails here with the same
+ * error), remembering what it made: `undo` removes the file and the directories it created, for a
+ * launch that goes on unconfined (with a new session) instead of re-executing.
+ */
+async function createTraceFile(tracePath: string, sessionId: string): Promise<{ undo(): void }> {
+  const firstMade = mkdirSync(dirname(tracePath), { recursive: true, mode: 0o700 });
+  let made = false;
+  const undo = () => {
+    try {
+      if (made) unlinkSync(tracePath);
+      if (firstMade !== undefined) removeEmptyUpTo(dirname(tracePath), firstMade);
+    } catch {
+      // Best effort: an unconfined launch still serves.
+    }
+  };
+  try {
+    await Trace.open(tracePath, sessionId).close();
+    made = true;
+  } catch (error) {
+    undo();
+    throw error;
+  }
+  return { undo };
+}
+
+/**
  * Phase 1. Validates the launch as serve would, then confines the main thread and re-executes the
  * same command inside the domain: on success it does not return. It returns only a report of why
- * nothing was applied, and the caller then serves in this process, unconfined.
+ * nothing was applied, and the caller then serves in this process, unconfined (launch() then
+ * prepares its own session: nothing of this one is left behind).
  */
 export async function confineAndReexec(opts: ConfineOptions, log: (fields: { session_id: string }, msg: string) => void): Promise<Confinement> {
   const listen = parseListen(opts.listen ?? '127.0.0.1:0');
@@ -102,22 +159,11 @@ export async function confineAndReexec(opts: ConfineOptions, log: (fields: { ses
   const operatorListen = opts.operatorListen === undefined ? null : parseOperatorListen(opts.operatorListen, opts.workdir);
   // Every check a launch makes, with the same diagnostics; the workdir is created if missing.
   const prepared = await prepareSession(opts);
-  prepared.abandon();
+  prepared.release();
   const { workdir, manifest, sessionId, tracePath } = prepared;
 
   const abi = native.landlockAbi();
   if (!abi.ok) return notConfined(`Landlock is unavailable: ${abi.code} (${abi.detail})`);
-
-  // The trace file must exist for its rule (the rule names the file, not its whole directory). Made
-  // exactly as the session will open it, so a bad --trace fails here with the same error.
-  await Trace.open(tracePath, sessionId).close();
-  if (manifest.peerFetchAllow !== null) {
-    try {
-      mkdirSync(join(workdir, PEER_INBOX_DIR), { mode: 0o755 });
-    } catch {
-      // Already there (or unusable: the rule is optional and the landing refuses it on its own).
-    }
-  }
 
   const plan = planConfinement({ workdir, tracePath, manifest, listenPort: listen.port, operatorListen });
   if (plan.rules.some((r) => r.role === 'read' && r.path === '/')) {
@@ -128,13 +174,43 @@ export async function confineAndReexec(opts: ConfineOptions, log: (fields: { ses
     return notConfined('the parsed manifest is too large to hand to the confined process', abi.abi);
   }
 
+  // Nothing of the session exists before its ports are bound: a port in use fails here, and the
+  // workdir this launch created goes with it.
+  let ports: { release(): Promise<void> };
+  try {
+    ports = await holdPorts([listen, ...(operatorListen !== null && 'port' in operatorListen ? [operatorListen] : [])]);
+  } catch (error) {
+    prepared.abandon();
+    throw error;
+  }
+  let trace: { undo(): void };
+  try {
+    // The trace file must exist for its rule (the rule names the file, not its whole directory).
+    trace = await createTraceFile(tracePath, sessionId);
+  } catch (error) {
+    await ports.release();
+    prepared.abandon();
+    throw error;
+  }
+  if (manifest.peerFetchAllow !== null) {
+    try {
+      mkdirSync(join(workdir, PEER_INBOX_DIR), { mode: 0o755 });
+    } catch {
+      // Already there (or unusable: the rule is optional and the landing refuses it on its own).
+    }
+  }
+
   const applied = native.landlockRestrictSelf({
     paths: plan.rules.map(({ path, access, directory, optional }) => ({ path, access, directory, optional })),
     bindPorts: plan.bindPorts,
     restrictConnect: plan.connectPorts !== null,
     connectPorts: plan.connectPorts ?? [],
   });
-  if (!applied.ok) return notConfined(`the Landlock ruleset was not applied: ${applied.code} (${applied.detail})`, applied.abi || abi.abi);
+  if (!applied.ok) {
+    trace.undo();
+    await ports.release();
+    return notConfined(`the Landlock ruleset was not applied: ${applied.code} (${applied.detail})`, applied.abi || abi.abi);
+  }
 
   const handoff: Handoff = { ...handoffBase, confinement: report(plan, applied) };
   const env = Object.entries({ ...process.env, [HANDOFF_ENV]: JSON.stringify(handoff) })
@@ -144,7 +220,9 @@ export async function confineAndReexec(opts: ConfineOptions, log: (fields: { ses
   const argv = [process.execPath, ...process.execArgv, ...process.argv.slice(1)];
   const failed = native.replaceProcessImage(process.execPath, argv, env);
   // Still here: the main thread is confined for good, the threads already running are not. Serve
-  // on (the session works: what the main thread opens is in the ruleset), but say it plainly.
+  // on (the session works: what the main thread opens is in the ruleset), but say it plainly. The
+  // trace file stays: the confined main thread may not remove it.
+  await ports.release();
   return notConfined(
     `the re-exec into the Landlock domain failed (${failed.code}: ${failed.detail}); this process's main thread is confined, its other threads are not`,
     applied.abi,

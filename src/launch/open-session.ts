@@ -1,8 +1,9 @@
 // Building a Session from options: everything is validated first (options, manifest, export roots)
 // so that a refused launch creates nothing; then the workdir descriptor the roots were checked
-// through is kept for the session, the trace is opened and `session_start` written.
-import { existsSync, mkdirSync, realpathSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+// through is kept for the session, the trace is opened and `session_start` written. A launch that
+// fails between the two (its listener did not bind) removes the workdir it created.
+import { existsSync, mkdirSync, realpathSync, rmdirSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 import { IN_PROCESS_LAUNCH, type Confinement } from './confinement.js';
 import { ManifestError } from '../manifest/diagnostics.js';
 import type { Manifest } from '../manifest/model.js';
@@ -47,8 +48,22 @@ export interface PreparedSession {
   readonly tracePath: string;
   /** Builds the session (the descriptor passes to it) with its identity fixed. */
   open(advertisedUrl: string | null): Session;
-  /** Releases the descriptor of a launch that goes no further. */
+  /** Releases the descriptor (a confined launch re-opens it after the re-exec); open() is then refused. */
+  release(): void;
+  /** For a launch that goes no further: releases the descriptor and removes the workdir if this created it and it is still empty. */
   abandon(): void;
+}
+
+/** rmdir `dir`, then its parents up to and including `top`, stopping at the first that is not empty. */
+export function removeEmptyUpTo(dir: string, top: string): void {
+  for (let at = dir; ; at = dirname(at)) {
+    try {
+      rmdirSync(at);
+    } catch {
+      return;
+    }
+    if (at === top || dirname(at) === at) return;
+  }
 }
 
 export async function prepareSession(opts: SessionOptions): Promise<PreparedSession> {
@@ -62,7 +77,7 @@ export async function prepareSession(opts: SessionOptions): Promise<PreparedSess
   // after every check passed, so a refused launch leaves nothing behind.
   const existed = existsSync(requested);
   if (!existed && manifest === null) throw new ManifestError('E-MAN-003', `cannot read the manifest '${defaultManifest}': ENOENT`, 'pass --manifest FILE, or put murmur.yaml at the workdir root');
-  if (!existed) mkdirSync(requested, { recursive: true, mode: 0o755 });
+  const firstMade = existed ? undefined : mkdirSync(requested, { recursive: true, mode: 0o755 });
   const workdir = realpathSync(requested);
   const workdirFd = await native.openDirectory(workdir);
   try {
@@ -76,6 +91,12 @@ export async function prepareSession(opts: SessionOptions): Promise<PreparedSess
   const grants: Manifest = manifest;
   const tracePath = opts.tracePath ? resolve(opts.tracePath) : defaultTracePath(workdir, sessionId);
   let settled = false;
+  const release = () => {
+    if (settled) return;
+    settled = true;
+    native.closeFd(workdirFd);
+  };
+  let opened = false;
   return {
     workdir,
     manifest: grants,
@@ -84,6 +105,7 @@ export async function prepareSession(opts: SessionOptions): Promise<PreparedSess
     open: (advertisedUrl) => {
       if (settled) throw new Error('a prepared session opens once');
       settled = true;
+      opened = true;
       let trace: Trace | null = null;
       try {
         trace = Trace.open(tracePath, sessionId);
@@ -94,10 +116,11 @@ export async function prepareSession(opts: SessionOptions): Promise<PreparedSess
         throw error;
       }
     },
+    release,
     abandon: () => {
-      if (settled) return;
-      settled = true;
-      native.closeFd(workdirFd);
+      if (opened) return;
+      release();
+      if (firstMade !== undefined) removeEmptyUpTo(requested, firstMade);
     },
   };
 }
