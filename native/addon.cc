@@ -1,10 +1,15 @@
-// The export table and nothing else.
+// The export table and nothing else: each function is defined by the bind_*.cc file of its
+// concern (bind_exports: the export operations and the digest cache; bind_landing: the landing;
+// bind_landlock: confinement), over the syscall files, which never include napi.h.
 #include <malloc.h>
 #include <napi.h>
 
+#include "bind_common.h"
+#include "bind_exports.h"
+#include "bind_landing.h"
+#include "bind_landlock.h"
 #include "codes.h"
 #include "landlock.h"
-#include "workers.h"
 
 namespace {
 
@@ -16,7 +21,9 @@ constexpr int kMmapThresholdBytes = 1024 * 1024;
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
-  rp::InitWorkers(env, exports);
+  rp::InitAddonData(env);
+  rp::InitExportBindings(env, exports);
+  rp::InitLandingBinding(env);
   exports.Set("openDirectory", Napi::Function::New(env, rp::OpenDirectory, "openDirectory"));
   exports.Set("closeFd", Napi::Function::New(env, rp::CloseFd, "closeFd"));
   exports.Set("read", Napi::Function::New(env, rp::Read, "read"));

@@ -1,4 +1,5 @@
-// See digest_cache.h.
+// The digest cache (see digest_cache.h): the LRU, the filesystem allowlist, the racy rule, and
+// whole_file_digest, which a listing calls per file. Depends on sha256 and lease, never on read.
 #include "digest_cache.h"
 
 #include <time.h>
@@ -6,7 +7,7 @@
 #include <cstring>
 
 #include "lease.h"
-#include "read.h"
+#include "sha256.h"
 #include "stat_call.h"
 
 namespace rp {

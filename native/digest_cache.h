@@ -1,6 +1,7 @@
-// The digest cache: whole-file SHA-256 digests that a listing (and later a read) may reuse instead
-// of hashing again, so a repeat listing of an unchanged tree costs an open, fstat and fcntl per
-// file rather than reading every byte.
+// The digest cache: whole-file SHA-256 digests that a listing or a large read (read.h) may reuse
+// instead of hashing again, so a repeat listing of an unchanged tree costs an open, fstat and fcntl
+// per file rather than reading every byte. Owns the LRU, the rules that make a cached
+// digest trustworthy (below) and whole_file_digest; read.cc and list.cc use it, never the reverse.
 //
 // Key: (st_dev, st_ino, st_size, mtime ns, ctime ns), what fstat says identifies one version of
 // one file. Stat data alone can lie (a write through an already dirty shared mapping changes the

@@ -1,7 +1,8 @@
-// Landlock self-confinement: the syscall side. The UAPI structures and constants are restated here
-// (under our own names) because the build host's linux/landlock.h may predate the ABI the running
-// kernel offers; the kernel accepts them by size, so a ruleset never asks for more than the ABI
-// it detected.
+// Landlock self-confinement, the syscall side: the ruleset, restricting the main thread, and the
+// re-exec that carries the domain to every thread. The UAPI structures and constants are restated
+// here (under our own names) because the build host's linux/landlock.h may predate the ABI the
+// running kernel offers; the kernel accepts them by size, so a ruleset never asks for more than
+// the ABI it detected. bind_landlock.cc is the JS side.
 #include "landlock.h"
 
 #include <fcntl.h>
@@ -283,8 +284,12 @@ LandlockOutcome landlock_restrict_self(const LandlockPlan& plan) {
   return out;  // the ruleset descriptor closes here; the domain lives on in the thread's credentials
 }
 
-int replace_process_image(const std::string& path, const std::vector<std::string>& argv,
-                          const std::vector<std::string>& env) {
+LandlockOutcome replace_process_image(const std::string& path, const std::vector<std::string>& argv,
+                                      const std::vector<std::string>& env) {
+  LandlockOutcome out;
+  // execve keeps only the calling thread: the one in the domain must be the one that calls it.
+  if (syscall(SYS_gettid) != getpid())
+    return fail(out, LandlockCode::NotMainThread, 0, "execve must be called from the main thread");
   std::vector<char*> args;
   args.reserve(argv.size() + 1);
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -293,20 +298,20 @@ int replace_process_image(const std::string& path, const std::vector<std::string
   envp.reserve(env.size() + 1);
   for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-  // Node marks every descriptor it inherited close-on-exec, standard ones included; the new image
-  // must keep its stdin, stdout and stderr (the launcher's pipes or terminal), and only those.
+  // Node marks descriptors 0-2 close-on-exec (the others it inherited it leaves alone); the new
+  // image must keep its stdin, stdout and stderr (the launcher's pipes or terminal).
   for (int fd = 0; fd <= 2; fd++) {
     int flags = fcntl(fd, F_GETFD);
     if (flags >= 0 && (flags & FD_CLOEXEC)) fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
   }
   execve(path.c_str(), args.data(), envp.data());
   int err = errno;
-  // Still this image: put the flags back as Node had them.
+  // Still this image: put the standard descriptors' flags back as Node had them.
   for (int fd = 0; fd <= 2; fd++) {
     int flags = fcntl(fd, F_GETFD);
     if (flags >= 0) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
   }
-  return err;
+  return fail(out, LandlockCode::ExecFailed, err, with_errno("execve " + path, err));
 }
 
 }  // namespace rp

@@ -1,4 +1,4 @@
-// Landlock self-confinement, syscalls only (no Node-API here: workers.cc converts). It detects the
+// Landlock self-confinement, syscalls only (no Node-API here: bind_landlock.cc converts). It detects the
 // ABI, builds one ruleset that handles every access right that ABI knows, adds the caller's
 // path-beneath and TCP port rules, sets no_new_privs and restricts the calling thread. It also
 // replaces the process image (execve), which is how the launch carries the domain to every thread:
@@ -81,9 +81,9 @@ struct LandlockOutcome {
 // is in the domain for good. Every descriptor it opens is O_CLOEXEC and closed before it returns.
 LandlockOutcome landlock_restrict_self(const LandlockPlan& plan);
 
-// execve(path, argv, env), keeping descriptors 0-2 open across it (Node marks them close-on-exec)
-// and closing every other. Returns only on failure, with errno.
-int replace_process_image(const std::string& path, const std::vector<std::string>& argv,
-                          const std::vector<std::string>& env);
+// execve(path, argv, env) from the main thread, keeping descriptors 0-2 open across it (Node
+// marks them close-on-exec). Returns only on failure: NotMainThread, or ExecFailed with errno.
+LandlockOutcome replace_process_image(const std::string& path, const std::vector<std::string>& argv,
+                                      const std::vector<std::string>& env);
 
 }  // namespace rp

@@ -1,8 +1,7 @@
-// See read.h. SHA-256 comes from the OpenSSL inside the node binary (no -lcrypto needed).
+// See read.h: opening a served file and the bounded, hashed read of it.
 #include "read.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -13,6 +12,7 @@
 
 #include "digest_cache.h"
 #include "lease.h"
+#include "sha256.h"
 #include "stat_call.h"
 #include "time_ms.h"
 
@@ -20,16 +20,9 @@ namespace rp {
 
 namespace {
 
-// A listing's hash reads 1 MiB at a time; a read fills its buffer at most 4 MiB per pread. Both
-// bound how long a worker runs between two looks at its cancel flag and deadline.
-constexpr size_t kHashChunk = 1 << 20;
+// A read fills its buffer at most 4 MiB per pread: that bounds how long a worker runs between two
+// looks at its cancel flag and deadline.
 constexpr size_t kReadChunk = 4 << 20;
-
-// EVP_MD_CTX freed on every path out of a hash loop.
-struct MdCtxFree {
-  void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
-};
-using MdCtx = std::unique_ptr<EVP_MD_CTX, MdCtxFree>;
 
 }  // namespace
 
@@ -131,15 +124,14 @@ ReadResult read_export_file(const ExportRequest& req) {
     }
     buf.borrow(req.into, req.into_capacity);
   }
-  MdCtx ctx(EVP_MD_CTX_new());
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1 ||
-      !buf.reserve(static_cast<size_t>(st.size + 1 < limit ? st.size + 1 : limit))) {
+  Sha256 sha;
+  if (!sha.ok() || !buf.reserve(static_cast<size_t>(st.size + 1 < limit ? st.size + 1 : limit))) {
     result.failure.set(Code::IoError, ENOMEM);
     return result;
   }
   bool hashing = !hit;  // hashed as read, unless a cached digest may stand in
   auto hash = [&](const unsigned char* p, size_t n) {
-    if (EVP_DigestUpdate(ctx.get(), p, n) == 1) return true;
+    if (sha.update(p, n)) return true;
     result.failure.set(Code::IoError, EIO);
     result.failure.detail = "sha-256 failed";
     return false;
@@ -196,8 +188,7 @@ ReadResult read_export_file(const ExportRequest& req) {
     std::memcpy(result.sha256, cached, 32);
     result.digest_cached = true;
   } else {
-    unsigned int len = 0;
-    if (EVP_DigestFinal_ex(ctx.get(), result.sha256, &len) != 1 || len != 32) {
+    if (!sha.finish(result.sha256)) {
       result.failure.set(Code::IoError, EIO);
       result.failure.detail = "sha-256 failed";
       return result;
@@ -216,40 +207,6 @@ ReadResult read_export_file(const ExportRequest& req) {
   }
   result.mtime_ms = lease && lease->held() ? epoch_ms(under.st_mtim) : st.mtime_ms;
   return result;
-}
-
-int64_t hash_whole_fd(int fd, unsigned char out[32], const StopSignal& stop, Failure* failure,
-                      ReadLease* lease) {
-  MdCtx ctx(EVP_MD_CTX_new());
-  // One chunk per thread, kept: a listing hashes thousands of small files, and a fresh 1 MiB
-  // allocation each (an mmap and its page faults, at the pinned threshold) cost more than the hash.
-  thread_local OwnedBuffer chunk;
-  if (!ctx || !chunk.reserve(kHashChunk) || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
-    failure->set(Code::IoError, ENOMEM);
-    return -1;
-  }
-  int64_t off = 0;
-  for (;;) {
-    if (stop.should_stop(failure)) return -1;
-    if (lease && !lease->intact()) lease = nullptr;  // a writer waits: it was released for them
-    ssize_t n = retry_eintr([&] { return pread(fd, chunk.spare(), kHashChunk, static_cast<off_t>(off)); });
-    if (n < 0) {
-      failure->set(Code::IoError, errno);
-      return -1;
-    }
-    if (n == 0) break;
-    if (EVP_DigestUpdate(ctx.get(), chunk.spare(), static_cast<size_t>(n)) != 1) {
-      failure->set(Code::IoError, EIO);
-      return -1;
-    }
-    off += n;
-  }
-  unsigned int len = 0;
-  if (EVP_DigestFinal_ex(ctx.get(), out, &len) != 1 || len != 32) {
-    failure->set(Code::IoError, EIO);
-    return -1;
-  }
-  return off;
 }
 
 }  // namespace rp

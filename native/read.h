@@ -1,6 +1,8 @@
 // Reading one export file: resolve, open once, fstat that descriptor, bounded pread from it, and
-// SHA-256 over exactly the bytes returned. Nothing here re-opens or re-stats by name, so the
-// size, mtime, bytes and hash always describe one inode, whatever happens to the path meanwhile.
+// SHA-256 over exactly the bytes returned (or, for a large file, a digest the digest cache vouches
+// for). Nothing here re-opens or re-stats by name, so the size, mtime, bytes and hash always
+// describe one inode, whatever happens to the path meanwhile. Syscalls only; uses digest_cache and
+// sha256, which do not use it.
 #pragma once
 
 #include <cstdint>
@@ -58,15 +60,6 @@ ReadResult read_export_file(const ExportRequest& req);
 inline uint64_t read_ceiling(const ExportRequest& req) {
   return req.budget_bytes != 0 && req.budget_bytes < req.max_bytes ? req.budget_bytes : req.max_bytes;
 }
-
-class ReadLease;
-
-// Hashes a whole descriptor from offset 0 (listing: no size bound), asking `stop` before every
-// chunk, and, given a held `lease`, whether it is still intact (a waiting writer makes it let go
-// at once; the caller sees lease->broken()). Returns the bytes hashed, or -1 with `failure` set
-// (Cancelled, TimeBudget or IoError).
-int64_t hash_whole_fd(int fd, unsigned char out[32], const StopSignal& stop, Failure* failure,
-                      ReadLease* lease = nullptr);
 
 // The open flags every served file is opened with: never blocks (FIFO), never becomes a
 // controlling terminal, never follows a final symlink by itself.

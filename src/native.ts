@@ -111,7 +111,7 @@ export class NativeError extends Error {
   }
 }
 
-/** The one input of read, stat and list, passed by name (native/workers.cc reads each field). */
+/** The one input of read, stat and list, passed by name (native/bind_exports.cc reads each field). */
 interface ExportCall {
   workdirFd: number;
   root: string;

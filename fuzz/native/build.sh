@@ -6,7 +6,7 @@
 #                                            (default $FUZZ_SECONDS or 60), one after another
 #
 # The targets link native/'s syscall files (resolve.cc, read.cc, list.cc, codes.cc, digest_cache.cc,
-# lease.cc: no napi.h) with fuzz/native/fixture.cc, which builds a fixed tree with escaping links.
+# sha256.cc, lease.cc: no napi.h) with fuzz/native/fixture.cc, which builds a fixed tree with escaping links.
 # Each run starts from the committed seed corpus fuzz/native/corpus/<target>/ and grows a working
 # corpus in fuzz/native/out/corpus-<target>/ (not committed); a crash lands in fuzz/native/out/ as
 # crash-<sha1>, and `fuzz/native/out/<target> <that file>` replays it.
@@ -39,7 +39,7 @@ build() {
   local common=(-g -O1 -std=c++17 -D_GNU_SOURCE -fno-omit-frame-pointer
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
     -I "$repo/native" -I "$here")
-  local sources=("$repo"/native/{resolve,read,list,codes,digest_cache,lease}.cc "$here/fixture.cc")
+  local sources=("$repo"/native/{resolve,read,list,codes,digest_cache,sha256,lease}.cc "$here/fixture.cc")
   for t in "${targets[@]}"; do
     echo "== build $t" >&2
     clang++ "${common[@]}" "${sources[@]}" "$here/$t.cc" -lcrypto -o "$out/$t"

@@ -1,5 +1,5 @@
 // See fixture.h. Plain POSIX, no Node: this file and the targets link against native/'s syscall
-// files only (resolve.cc, read.cc, list.cc, codes.cc, digest_cache.cc, lease.cc).
+// files only (resolve.cc, read.cc, list.cc, codes.cc, digest_cache.cc, sha256.cc, lease.cc).
 #include "fixture.h"
 
 #include <dirent.h>

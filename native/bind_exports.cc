@@ -1,0 +1,380 @@
+// See bind_exports.h: options unpacked by name (types are validated again here, the TS layer
+// validates meaning), one worker per operation, results converted to plain JS objects.
+#include "bind_exports.h"
+
+#include <fcntl.h>
+
+#include <atomic>
+#include <string>
+#include <utility>
+
+#include "bind_common.h"
+#include "digest_cache.h"
+#include "list.h"
+#include "read.h"
+#include "request.h"
+#include "resolve.h"
+#include "stop.h"
+
+namespace rp {
+
+namespace {
+
+// Results up to this size are copied into V8-owned buffers (see read_result_value).
+constexpr size_t kCopiedReadMaxBytes = 64 * 1024;
+// The most readSmall reads on the JS thread.
+constexpr uint64_t kSmallReadMaxBytes = 256 * 1024;
+
+std::string hex(const unsigned char* bytes, size_t n) {
+  static const char digits[] = "0123456789abcdef";
+  std::string out(n * 2, '0');
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = digits[bytes[i] >> 4];
+    out[2 * i + 1] = digits[bytes[i] & 15];
+  }
+  return out;
+}
+
+// ── Cancel tokens ───────────────────────────────────────────────────────────────────────────────
+// `new CancelToken()` in JS; `cancel()` sets a flag that every worker given the token asks
+// between chunks. The flag is shared, so a worker still running after JS dropped the token is fine.
+
+class CancelTokenHandle final : public Napi::ObjectWrap<CancelTokenHandle> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "CancelToken",
+                       {InstanceMethod<&CancelTokenHandle::Cancel>("cancel"),
+                        InstanceAccessor<&CancelTokenHandle::Cancelled>("cancelled")});
+  }
+  // Not std::make_shared: since GCC 9 it calls std::_Sp_make_shared_tag::_S_eq, which libstdc++
+  // exports only from GCC 9 on (GLIBCXX_3.4.26), above the prebuild's floor (see compat.cc).
+  explicit CancelTokenHandle(const Napi::CallbackInfo& info)
+      : Napi::ObjectWrap<CancelTokenHandle>(info), flag_(new std::atomic<bool>(false)) {}
+  const CancelFlag& flag() const { return flag_; }
+
+ private:
+  Napi::Value Cancel(const Napi::CallbackInfo& info) {
+    flag_->store(true, std::memory_order_relaxed);
+    return info.Env().Undefined();
+  }
+  Napi::Value Cancelled(const Napi::CallbackInfo& info) {
+    return Napi::Boolean::New(info.Env(), flag_->load(std::memory_order_relaxed));
+  }
+
+  CancelFlag flag_;
+};
+
+// ── Options of the export operations ────────────────────────────────────────────────────────────
+
+Resolver resolver_field(const Napi::Object& o) {
+  std::string name = string_field(o, "resolver");
+  if (name == "openat2") return Resolver::Openat2;
+  if (name == "walk") return Resolver::Walk;
+  throw Napi::TypeError::New(o.Env(), "resolver must be 'openat2' or 'walk'");
+}
+
+// `cancel`: absent, or a CancelToken made by this addon (anything else is a TypeError: an object
+// that merely looks like one could never be cancelled).
+CancelFlag cancel_field(const Napi::Object& o) {
+  Napi::Value v = field(o, "cancel");
+  if (v.IsUndefined()) return nullptr;
+  AddonData* data = o.Env().GetInstanceData<AddonData>();
+  if (!v.IsObject() || !v.As<Napi::Object>().InstanceOf(data->cancel_ctor.Value()))
+    throw Napi::TypeError::New(o.Env(), "cancel must be a CancelToken");
+  return CancelTokenHandle::Unwrap(v.As<Napi::Object>())->flag();
+}
+
+// `timeBudgetMs`: absent, or a whole number of milliseconds in [1, 2^31 - 1].
+void budget_field(const Napi::Object& o, StopSignal* stop) {
+  Napi::Value v = field(o, "timeBudgetMs");
+  if (v.IsUndefined()) return;
+  if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), "timeBudgetMs must be a number");
+  double d = v.As<Napi::Number>().DoubleValue();
+  if (!(d >= 1) || d > 2147483647.0 || d != static_cast<double>(static_cast<int64_t>(d)))
+    throw Napi::RangeError::New(o.Env(), "timeBudgetMs must be a whole number of ms in [1, 2^31 - 1]");
+  stop->set_budget(static_cast<uint64_t>(d));
+}
+
+enum class Wants { Root, File, FileWithCeiling };
+
+// The one input of read/stat/list: {workdirFd, root, relpath?, maxBytes?, refuseSymlinks, resolver}.
+ExportRequest request_from(const Napi::Object& o, Wants wants) {
+  // (cancel and timeBudgetMs are read by the operations that honour them: Read and List.)
+  ExportRequest req;
+  req.workdir_fd = fd_field(o, "workdirFd");
+  req.root = string_field(o, "root");
+  if (wants != Wants::Root) req.rel = string_field(o, "relpath");
+  if (wants == Wants::FileWithCeiling) {
+    req.max_bytes = byte_count_field(o, "maxBytes");
+    if (!field(o, "budgetBytes").IsUndefined()) req.budget_bytes = byte_count_field(o, "budgetBytes");
+  }
+  req.policy = bool_field(o, "refuseSymlinks") ? SymlinkPolicy::Refuse : SymlinkPolicy::Follow;
+  req.resolver = resolver_field(o);
+  return req;
+}
+
+// ── Export operations ───────────────────────────────────────────────────────────────────────────
+
+class OpenDirectoryWorker final : public PromiseWorker {
+ public:
+  OpenDirectoryWorker(Napi::Env env, std::string path)
+      : PromiseWorker(env, "resource-plane:open-directory"), path_(std::move(path)) {}
+  void Execute() override { fd_ = open_directory(path_, &failure_); }
+  Napi::Value Result(Napi::Env env) override {
+    return Napi::Number::New(env, fd_.release());  // JS owns it now and closes it with closeFd
+  }
+
+ private:
+  std::string path_;
+  Fd fd_;
+};
+
+// A read's result as JS sees it: {bytes, mtimeMs, sha256, digestCached}. `into`: the caller's
+// buffer the bytes were read into, if any; bytes is then a view of its first bytes.
+Napi::Object read_result_value(Napi::Env env, ReadResult& result, Napi::Object into = Napi::Object()) {
+  Napi::Object out = Napi::Object::New(env);
+  const size_t length = result.bytes.size();
+  if (result.bytes.borrowed()) {
+    Napi::Function subarray = into.Get("subarray").As<Napi::Function>();
+    out.Set("bytes", subarray.Call(into, {Napi::Number::New(env, 0), Napi::Number::New(env, static_cast<double>(length))}));
+  } else if (length <= kCopiedReadMaxBytes) {
+    // Small: copied into a buffer V8 owns. A finalizer per response costs more than the copy.
+    out.Set("bytes", Napi::Buffer<unsigned char>::Copy(env, result.bytes.data(), length));
+  } else {
+    // Ownership moves to the Buffer's finalizer: no copy (NewOrCopy copies, and frees ours at
+    // once, only where the runtime forbids external buffers). The allocation is reported to V8 as
+    // external memory, so that buffers nobody holds any more are collected while clients come and
+    // go, not only when the JS heap happens to grow.
+    const int64_t held = static_cast<int64_t>(result.bytes.capacity());
+    Napi::MemoryManagement::AdjustExternalMemory(env, held);
+    out.Set("bytes", Napi::Buffer<unsigned char>::NewOrCopy(
+                         env, result.bytes.release(), length,
+                         [](Napi::Env e, unsigned char* p, int64_t* size) {
+                           OwnedBuffer::free_released(p);
+                           Napi::MemoryManagement::AdjustExternalMemory(e, -*size);
+                           delete size;
+                         },
+                         new int64_t(held)));
+  }
+  out.Set("mtimeMs", Napi::Number::New(env, static_cast<double>(result.mtime_ms)));
+  out.Set("sha256", Napi::String::New(env, hex(result.sha256, 32)));
+  out.Set("digestCached", Napi::Boolean::New(env, result.digest_cached));
+  return out;
+}
+
+class ReadWorker final : public PromiseWorker {
+ public:
+  // `into`: the caller's buffer the read fills (req.into points into it); held here, so it stays
+  // alive until the read is done whatever the caller drops meanwhile.
+  ReadWorker(Napi::Env env, ExportRequest req, Napi::Object into)
+      : PromiseWorker(env, "resource-plane:read"), req_(std::move(req)) {
+    if (!into.IsEmpty()) into_ = Napi::Persistent(into);
+  }
+  void Execute() override {
+    result_ = read_export_file(req_);
+    failure_ = result_.failure;
+  }
+  Napi::Value Result(Napi::Env env) override {
+    return read_result_value(env, result_, into_.IsEmpty() ? Napi::Object() : into_.Value());
+  }
+
+ private:
+  ExportRequest req_;
+  ReadResult result_;
+  Napi::ObjectReference into_;
+};
+
+class StatWorker final : public PromiseWorker {
+ public:
+  StatWorker(Napi::Env env, ExportRequest req) : PromiseWorker(env, "resource-plane:stat"), req_(std::move(req)) {}
+  void Execute() override { Fd fd = open_export_file(req_, OpenFor::Probe, &stat_, &failure_); }
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("size", Napi::Number::New(env, static_cast<double>(stat_.size)));
+    out.Set("mtimeMs", Napi::Number::New(env, static_cast<double>(stat_.mtime_ms)));
+    return out;
+  }
+
+ private:
+  ExportRequest req_;
+  FileStat stat_;
+};
+
+// Resolves only the export root beneath the workdir, as every request does; a missing root is not
+// a failure (it may be created later), an escape is.
+class CheckRootWorker final : public PromiseWorker {
+ public:
+  CheckRootWorker(Napi::Env env, ExportRequest req)
+      : PromiseWorker(env, "resource-plane:check-root"), req_(std::move(req)) {}
+  void Execute() override {
+    Fd fd = open_root(req_.workdir_fd, req_.root, O_PATH, req_.resolver, &failure_);
+    if (!fd.valid() && failure_.code == Code::NotFound) {
+      failure_ = Failure();
+      exists_ = false;
+    }
+  }
+  Napi::Value Result(Napi::Env env) override { return Napi::Boolean::New(env, exists_); }
+
+ private:
+  ExportRequest req_;
+  bool exists_ = true;
+};
+
+class ListWorker final : public PromiseWorker {
+ public:
+  ListWorker(Napi::Env env, ExportRequest req) : PromiseWorker(env, "resource-plane:list"), req_(std::move(req)) {}
+  void Execute() override {
+    result_ = list_export_root(req_);
+    failure_ = result_.failure;
+  }
+  Napi::Value Result(Napi::Env env) override {
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("rootMissing", Napi::Boolean::New(env, result_.root_missing));
+    Napi::Array entries = Napi::Array::New(env, result_.entries.size());
+    uint32_t i = 0;
+    for (const ListEntry& e : result_.entries) {
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("path", Napi::String::New(env, e.path));
+      o.Set("size", Napi::Number::New(env, static_cast<double>(e.size)));
+      o.Set("mtimeMs", Napi::Number::New(env, static_cast<double>(e.mtime_ms)));
+      o.Set("sha256", Napi::String::New(env, hex(e.sha256, 32)));
+      entries.Set(i++, o);
+    }
+    out.Set("entries", entries);
+    return out;
+  }
+
+ private:
+  ExportRequest req_;
+  ListResult result_;
+};
+
+}  // namespace
+
+void InitExportBindings(Napi::Env env, Napi::Object exports) {
+  Napi::Function cancel = CancelTokenHandle::Define(env);
+  env.GetInstanceData<AddonData>()->cancel_ctor = Napi::Persistent(cancel);
+  exports.Set("CancelToken", cancel);
+}
+
+Napi::Value OpenDirectory(const Napi::CallbackInfo& info) {
+  if (!info[0].IsString()) throw Napi::TypeError::New(info.Env(), "path must be a string");
+  return queue<OpenDirectoryWorker>(info.Env(), info[0].As<Napi::String>().Utf8Value());
+}
+
+// read({workdirFd, root, relpath, maxBytes, budgetBytes?, into?, refuseSymlinks, resolver, cancel?})
+// `into`: a Buffer to read into instead of a fresh allocation, at least one byte longer than the
+// most the read may take (budgetBytes when it is set and below maxBytes, else maxBytes); the
+// result's bytes are then a view of it. The caller must not touch it until the promise settles.
+Napi::Value Read(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = options_arg(info);
+  ExportRequest req = request_from(o, Wants::FileWithCeiling);
+  req.stop.operation = "read";
+  req.stop.cancel = cancel_field(o);
+  Napi::Value into = field(o, "into");
+  Napi::Object held;
+  if (!into.IsUndefined()) {
+    if (!into.IsTypedArray() || into.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
+      throw Napi::TypeError::New(env, "into must be a Buffer");
+    Napi::Buffer<unsigned char> buffer = into.As<Napi::Buffer<unsigned char>>();
+    if (static_cast<uint64_t>(buffer.Length()) <= read_ceiling(req))
+      throw Napi::RangeError::New(env, "into must be longer than the most the read may take");
+    req.into = buffer.Data();
+    req.into_capacity = buffer.Length();
+    held = buffer;
+  }
+  return queue<ReadWorker>(env, std::move(req), held);
+}
+
+// readSmall({workdirFd, root, relpath, maxBytes, smallBytes, refuseSymlinks, resolver}): the same
+// read, synchronously on the calling thread, of a file of at most smallBytes (at most
+// kSmallReadMaxBytes) by its fstat: {bytes, mtimeMs, sha256, digestCached}. A larger file is not
+// read: {size} is returned, its fstat size, for the caller to reserve memory and read it on the
+// pool. A failure throws the same error a rejected read carries. Small reads of regular files
+// (the O_PATH probe has refused FIFOs and devices) cost less than the pool's round trip.
+Napi::Value ReadSmall(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = options_arg(info);
+  ExportRequest req = request_from(o, Wants::FileWithCeiling);
+  const uint64_t small = byte_count_field(o, "smallBytes");
+  if (small > kSmallReadMaxBytes) throw Napi::RangeError::New(env, "smallBytes is above the synchronous read limit");
+  req.budget_bytes = small == 0 ? 1 : small;  // budget 0 would mean "no limit"
+  req.stop.operation = "read";
+  ReadResult result = read_export_file(req);
+  if (result.failure.code == Code::OverBudget) {
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("size", Napi::Number::New(env, static_cast<double>(result.size_seen)));
+    return out;
+  }
+  if (result.failure.failed()) throw to_error(env, result.failure);
+  return read_result_value(env, result);
+}
+
+// stat({workdirFd, root, relpath, refuseSymlinks, resolver})
+Napi::Value Stat(const Napi::CallbackInfo& info) {
+  return queue<StatWorker>(info.Env(), request_from(options_arg(info), Wants::File));
+}
+
+// list({workdirFd, root, refuseSymlinks, resolver, cancel?, timeBudgetMs?}). The budget runs
+// from this call, so time spent queued for a pool thread counts.
+Napi::Value List(const Napi::CallbackInfo& info) {
+  Napi::Object o = options_arg(info);
+  ExportRequest req = request_from(o, Wants::Root);
+  req.stop.operation = "listing";
+  req.stop.cancel = cancel_field(o);
+  budget_field(o, &req.stop);
+  return queue<ListWorker>(info.Env(), std::move(req));
+}
+
+// checkRoot({workdirFd, root, resolver}) -> exists. No symlink policy: the root itself may be a
+// link that stays inside the workdir, whatever the class.
+Napi::Value CheckRoot(const Napi::CallbackInfo& info) {
+  Napi::Object o = options_arg(info);
+  ExportRequest req;
+  req.workdir_fd = fd_field(o, "workdirFd");
+  req.root = string_field(o, "root");
+  req.resolver = resolver_field(o);
+  return queue<CheckRootWorker>(info.Env(), std::move(req));
+}
+
+// closeFd(fd): synchronous; close(2) on a descriptor we own does not block meaningfully.
+Napi::Value CloseFd(const Napi::CallbackInfo& info) {
+  if (!info[0].IsNumber()) throw Napi::TypeError::New(info.Env(), "descriptor must be a number");
+  Fd owned(info[0].As<Napi::Number>().Int32Value());  // closed when this scope ends
+  return info.Env().Undefined();
+}
+
+// digestCacheStats() -> counters and size of the process-wide digest cache (digest_cache.h).
+// Synchronous: it copies a few integers under the cache's mutex.
+Napi::Value DigestCacheStatsOf(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  DigestCacheStats s = digest_cache().stats();
+  Napi::Object out = Napi::Object::New(env);
+  auto set = [&](const char* name, uint64_t v) { out.Set(name, Napi::Number::New(env, static_cast<double>(v))); };
+  set("capacity", s.capacity);
+  set("entries", s.entries);
+  set("hits", s.hits);
+  set("hashes", s.hashes);
+  set("stores", s.stores);
+  set("evictions", s.evictions);
+  set("leaseRefused", s.lease_refused);
+  set("leaseBroken", s.lease_broken);
+  set("racy", s.racy);
+  return out;
+}
+
+// setDigestCacheCapacity(entries): 0 turns the cache off; shrinking evicts at once.
+Napi::Value SetDigestCacheCapacity(const Napi::CallbackInfo& info) {
+  if (!info[0].IsNumber()) throw Napi::TypeError::New(info.Env(), "entries must be a number");
+  double d = info[0].As<Napi::Number>().DoubleValue();
+  if (!(d >= 0) || d > 16777216.0 || d != static_cast<double>(static_cast<uint64_t>(d)))
+    throw Napi::RangeError::New(info.Env(), "entries must be a whole number in [0, 2^24]");
+  digest_cache().set_capacity(static_cast<size_t>(d));
+  return info.Env().Undefined();
+}
+
+Napi::Value ProbeOpenat2(const Napi::CallbackInfo& info) {
+  return Napi::Boolean::New(info.Env(), openat2_available());
+}
+}  // namespace rp

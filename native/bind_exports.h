@@ -1,0 +1,26 @@
+// The export operations as JS calls them: openDirectory, read, readSmall, stat, list, checkRoot,
+// closeFd, probeOpenat2, the digest cache's counters and capacity, and the CancelToken class that
+// read and list honour. Each asynchronous operation is one AsyncWorker class with its own async
+// resource name ("resource-plane:read", ...); its Execute() calls the syscall side (resolve.cc,
+// read.cc, list.cc, digest_cache.cc) on the libuv pool and never touches JS.
+#pragma once
+
+#include <napi.h>
+
+namespace rp {
+
+// Defines CancelToken on `exports` (and records it in the AddonData); after InitAddonData.
+void InitExportBindings(Napi::Env env, Napi::Object exports);
+
+Napi::Value OpenDirectory(const Napi::CallbackInfo& info);
+Napi::Value Read(const Napi::CallbackInfo& info);
+Napi::Value ReadSmall(const Napi::CallbackInfo& info);
+Napi::Value Stat(const Napi::CallbackInfo& info);
+Napi::Value List(const Napi::CallbackInfo& info);
+Napi::Value CheckRoot(const Napi::CallbackInfo& info);
+Napi::Value CloseFd(const Napi::CallbackInfo& info);
+Napi::Value ProbeOpenat2(const Napi::CallbackInfo& info);
+Napi::Value DigestCacheStatsOf(const Napi::CallbackInfo& info);
+Napi::Value SetDigestCacheCapacity(const Napi::CallbackInfo& info);
+
+}  // namespace rp
