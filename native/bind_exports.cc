@@ -361,6 +361,7 @@ Napi::Value DigestCacheStatsOf(const Napi::CallbackInfo& info) {
   set("leaseRefused", s.lease_refused);
   set("leaseBroken", s.lease_broken);
   set("racy", s.racy);
+  set("fsUncached", s.fs_uncached);
   return out;
 }
 

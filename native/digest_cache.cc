@@ -2,10 +2,12 @@
 // whole_file_digest, which a listing calls per file. Depends on sha256 and lease, never on read.
 #include "digest_cache.h"
 
+#include <sys/vfs.h>
 #include <time.h>
 
 #include <cstring>
 
+#include "fd.h"
 #include "lease.h"
 #include "sha256.h"
 #include "stat_call.h"
@@ -89,6 +91,30 @@ DigestCacheStats DigestCache::stats() {
   return out;
 }
 
+namespace {
+
+// statfs f_type values (include/uapi/linux/magic.h), restated so an old build host's header
+// cannot leave one out.
+constexpr uint32_t kExt4SuperMagic = 0xEF53;  // ext2, ext3 and ext4 share it
+constexpr uint32_t kXfsSuperMagic = 0x58465342;
+constexpr uint32_t kBtrfsSuperMagic = 0x9123683E;
+
+}  // namespace
+
+bool times_follow_mapped_writes(int fd) {
+  struct statfs sfs;
+  if (retry_eintr([&] { return fstatfs(fd, &sfs); }) != 0) return false;
+  // f_type is a signed word; the magics are 32-bit patterns (btrfs's has the top bit set).
+  switch (static_cast<uint32_t>(sfs.f_type)) {
+    case kExt4SuperMagic:
+    case kXfsSuperMagic:
+    case kBtrfsSuperMagic:
+      return true;
+    default:
+      return false;  // tmpfs, ramfs, hugetlbfs, overlayfs, network and unknown filesystems
+  }
+}
+
 DigestCache& digest_cache() {
   // Never destroyed: pool threads may still be using it while the process exits.
   static DigestCache* cache = new DigestCache(kDefaultDigestCacheEntries);
@@ -105,6 +131,11 @@ bool settled_before(const struct timespec& ctime, const struct timespec& start) 
 int64_t whole_file_digest(int fd, struct stat* st, unsigned char out[32], const StopSignal& stop,
                           Failure* failure) {
   DigestCache& cache = digest_cache();
+  if (!times_follow_mapped_writes(fd)) {
+    cache.count_fs_uncached();
+    cache.count_hash();
+    return hash_whole_fd(fd, out, stop, failure);
+  }
   struct timespec hash_start;
   clock_gettime(CLOCK_REALTIME, &hash_start);
   ReadLease lease(fd);

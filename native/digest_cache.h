@@ -1,6 +1,6 @@
 // The digest cache: whole-file SHA-256 digests that a listing or a large read (read.h) may reuse
-// instead of hashing again, so a repeat listing of an unchanged tree costs an open, fstat and fcntl
-// per file rather than reading every byte. Owns the LRU, the rules that make a cached
+// instead of hashing again, so a repeat listing of an unchanged tree costs an open, fstat, fstatfs
+// and fcntl per file rather than reading every byte. Owns the LRU, the rules that make a cached
 // digest trustworthy (below) and whole_file_digest; read.cc and list.cc use it, never the reverse.
 //
 // Key: (st_dev, st_ino, st_size, mtime ns, ctime ns), what fstat says identifies one version of
@@ -21,6 +21,17 @@
 //    hashed on every listing until it settles. Outside the rule: a realtime clock stepped back,
 //    and filesystems whose timestamps come from another clock (network filesystems, which mostly
 //    refuse leases anyway).
+//
+// Only on filesystems whose times follow mapped writes (times_follow_mapped_writes): the lease
+// proves no writer exists now, and stat data must then prove none wrote since the digest was
+// stored. A write(2) or truncate always moves ctime; a write through a shared mapping moves it only
+// where the filesystem takes a write fault on the first store to each clean page and updates the
+// times there (its page_mkwrite). ext2/3/4, xfs and btrfs do; since no writable mapping can exist
+// while the digest is stored (the lease), every later mapped write starts with such a fault, and
+// the racy rule makes the new ctime differ from the stored one. tmpfs, ramfs and hugetlbfs have no
+// page_mkwrite: a page first read-faulted in a writable shared mapping is mapped writable at once,
+// and writing it changes the bytes and no time at all (STACK.md). overlayfs reports its own type
+// whatever lies beneath, and a filesystem not on the list is unknown: all of them hash every time.
 //
 // Bounded: an LRU of at most `capacity` entries (default kDefaultDigestCacheEntries, about
 // 200 bytes each, so ~3 MiB), evicting the least recently used. A listing of more files than
@@ -64,6 +75,7 @@ struct DigestCacheStats {
   uint64_t lease_refused = 0; // no lease (a writer or writable mapping, not the owner, ...): hashed
   uint64_t lease_broken = 0;  // a writer arrived while hashing: hashed, not stored
   uint64_t racy = 0;          // hashed but not stored: ctime too recent
+  uint64_t fs_uncached = 0;   // hashed without the cache: the filesystem is not on the allowlist
 };
 
 class DigestCache {
@@ -77,6 +89,7 @@ class DigestCache {
   void count_lease_refused() { std::lock_guard<std::mutex> lock(mu_); stats_.lease_refused++; }
   void count_lease_broken() { std::lock_guard<std::mutex> lock(mu_); stats_.lease_broken++; }
   void count_racy() { std::lock_guard<std::mutex> lock(mu_); stats_.racy++; }
+  void count_fs_uncached() { std::lock_guard<std::mutex> lock(mu_); stats_.fs_uncached++; }
 
  private:
   struct KeyHash {
@@ -97,12 +110,17 @@ class DigestCache {
 
 DigestCache& digest_cache();
 
+// Whether the filesystem of open descriptor `fd` is known to update a file's times on the first
+// write through a shared mapping (the allowlist above, by fstatfs f_type). False when unknown or
+// when fstatfs fails: the caller then hashes and neither looks up nor stores.
+bool times_follow_mapped_writes(int fd);
+
 // Whether a file whose ctime is `ctime` may have its digest stored when hashing began at `start`
 // (CLOCK_REALTIME): the racy rule above.
 bool settled_before(const struct timespec& ctime, const struct timespec& start);
 
 // The digest of the whole regular file behind `fd` (open O_RDONLY), from the cache or by hashing,
-// by the rules above. `st` is the caller's fstat of `fd`; it is replaced by the fstat taken under
+// by the rules above (on a filesystem off the allowlist: always by hashing). `st` is the caller's fstat of `fd`; it is replaced by the fstat taken under
 // the lease when there is one, so size and mtime describe the bytes the digest is of. Returns the
 // byte count the digest covers, or -1 with `failure` set (Cancelled, TimeBudget, IoError).
 int64_t whole_file_digest(int fd, struct stat* st, unsigned char out[32], const StopSignal& stop,

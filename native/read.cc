@@ -95,7 +95,11 @@ ReadResult read_export_file(const ExportRequest& req) {
   struct stat under = {};
   unsigned char cached[32];
   bool hit = false;
-  if (st.size >= kCachedReadMinBytes) {
+  // Off the allowlist (tmpfs, overlayfs, unknown) a mapped write can change the bytes and no
+  // time: no lease is taken, nothing is looked up or stored, the bytes read are hashed.
+  const bool cacheable = st.size >= kCachedReadMinBytes && times_follow_mapped_writes(fd.get());
+  if (st.size >= kCachedReadMinBytes && !cacheable) cache.count_fs_uncached();
+  if (cacheable) {
     clock_gettime(CLOCK_REALTIME, &hash_start);
     lease.reset(new ReadLease(fd.get()));
     if (!lease->held()) {
@@ -193,6 +197,7 @@ ReadResult read_export_file(const ExportRequest& req) {
       result.failure.detail = "sha-256 failed";
       return result;
     }
+    if (!cacheable && st.size >= kCachedReadMinBytes) cache.count_hash();
     if (lease) {
       cache.count_hash();
       // Stored only when no writer could have touched the bytes hashed, by the racy rule.

@@ -47,8 +47,9 @@ Fd open_regular_beneath(int dirfd, const std::string& rel, SymlinkPolicy policy,
 Fd open_export_file(const ExportRequest& req, OpenFor purpose, FileStat* stat, Failure* failure);
 
 // open_export_file, then at most req.max_bytes + 1 bytes read from that one descriptor, in chunks,
-// asking req.stop before each one and hashing as it goes. A file of at least kCachedReadMinBytes is
-// read under a read lease when one is granted: a digest cached for exactly this version of the file
+// asking req.stop before each one and hashing as it goes. A file of at least kCachedReadMinBytes,
+// on a filesystem the digest cache trusts (times_follow_mapped_writes), is read under a read lease
+// when one is granted: a digest cached for exactly this version of the file
 // is then used instead of hashing, provided the lease is still intact after the last byte was read
 // (no writer can have changed them); a digest hashed under an intact lease is stored for the next
 // read. Whenever the lease is refused or broken, the bytes in the buffer are what is hashed.

@@ -128,9 +128,11 @@ interface LandingHandle {
 }
 
 /**
- * The process-wide digest cache of listings (native/digest_cache.h): an LRU of whole-file SHA-256
- * digests keyed by (dev, ino, size, mtime ns, ctime ns), used and filled only under a read lease,
- * and filled only for files whose ctime is at least 2 s older than the hash. Counters only grow.
+ * The process-wide digest cache of listings and large reads (native/digest_cache.h): an LRU of
+ * whole-file SHA-256 digests keyed by (dev, ino, size, mtime ns, ctime ns), used only on ext2/3/4,
+ * xfs and btrfs (filesystems whose mapped writes move the times), used and filled only under a
+ * read lease, and filled only for files whose ctime is at least 2 s older than the hash. Counters
+ * only grow.
  */
 export interface DigestCacheStats {
   /** Most entries kept (default 16384, about 3 MiB); see setDigestCacheCapacity. */
@@ -148,6 +150,8 @@ export interface DigestCacheStats {
   leaseBroken: number;
   /** Hashed but not stored because the file changed less than 2 s before the hash began. */
   racy: number;
+  /** Hashed without the cache: the file's filesystem is not one whose mapped writes move the times (tmpfs, overlayfs, ...). */
+  fsUncached: number;
 }
 
 interface Binding {
