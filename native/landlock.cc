@@ -1,13 +1,14 @@
 // Landlock self-confinement, the syscall side: the ruleset, restricting the main thread, and the
-// re-exec that carries the domain to every thread. The UAPI structures and constants are restated
-// here (under our own names) because the build host's linux/landlock.h may predate the ABI the
-// running kernel offers; the kernel accepts them by size, so a ruleset never asks for more than
-// the ABI it detected. bind_landlock.cc is the JS side.
+// re-exec that carries the domain to every thread (with no descriptor but stdio crossing it). The
+// UAPI structures and constants are restated here (under our own names) because the build host's
+// linux/landlock.h may predate the ABI the running kernel offers; the kernel accepts them by size,
+// so a ruleset never asks for more than the ABI it detected. bind_landlock.cc is the JS side.
 #include "landlock.h"
 
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -120,6 +121,33 @@ Fd open_rule_path(const LandlockPathRule& rule, int* err) {
     return Fd();
   }
   return owned;
+}
+
+#ifndef SYS_close_range
+#define SYS_close_range 436  // the same number on x86_64 and arm64
+#endif
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+// Marks every descriptor above stderr close-on-exec; 0 or an errno. One close_range call on Linux
+// 5.11+. Before that (ENOSYS, or EINVAL for the unknown flag) each possible descriptor number is
+// marked in turn, up to the hard RLIMIT_NOFILE (a descriptor can sit above a lowered soft limit).
+// /proc/self/fd is no help here: the domain is already in force and does not grant /proc.
+int cloexec_above_stdio() {
+  if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return 0;
+  if (errno != ENOSYS && errno != EINVAL) return errno;
+  struct rlimit limit;
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return errno;
+  rlim_t end = limit.rlim_max;
+  if (end == RLIM_INFINITY || end > (1U << 20)) end = 1U << 20;  // the kernel's default fs.nr_open
+  if (end < limit.rlim_cur && limit.rlim_cur != RLIM_INFINITY) end = limit.rlim_cur;
+  for (rlim_t fd = 3; fd < end; fd++) {
+    int flags = fcntl(static_cast<int>(fd), F_GETFD);
+    if (flags < 0 || (flags & FD_CLOEXEC)) continue;  // not open, or marked already
+    if (fcntl(static_cast<int>(fd), F_SETFD, flags | FD_CLOEXEC) != 0) return errno;
+  }
+  return 0;
 }
 
 LandlockOutcome fail(LandlockOutcome out, LandlockCode code, int err, std::string detail) {
@@ -298,15 +326,22 @@ LandlockOutcome replace_process_image(const std::string& path, const std::vector
   envp.reserve(env.size() + 1);
   for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-  // Node marks descriptors 0-2 close-on-exec (the others it inherited it leaves alone); the new
-  // image must keep its stdin, stdout and stderr (the launcher's pipes or terminal).
+  // Node leaves the descriptors it inherited as the launcher passed them (only its own are
+  // close-on-exec), so one the launcher held open on a file outside the workdir would reach the
+  // confined image, where Landlock checks opens, not descriptors already held. Nothing but stdio
+  // crosses: the handoff travels in the environment.
+  int err = cloexec_above_stdio();
+  if (err != 0) return fail(out, LandlockCode::ExecFailed, err, with_errno("marking descriptors close-on-exec", err));
+  // Node marks 0-2 close-on-exec itself; the new image must keep its stdin, stdout and stderr (the
+  // launcher's pipes or terminal).
   for (int fd = 0; fd <= 2; fd++) {
     int flags = fcntl(fd, F_GETFD);
     if (flags >= 0 && (flags & FD_CLOEXEC)) fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
   }
   execve(path.c_str(), args.data(), envp.data());
-  int err = errno;
-  // Still this image: put the standard descriptors' flags back as Node had them.
+  err = errno;
+  // Still this image: put the standard descriptors' flags back as Node had them. (The others
+  // stay close-on-exec; this process never execs again.)
   for (int fd = 0; fd <= 2; fd++) {
     int flags = fcntl(fd, F_GETFD);
     if (flags >= 0) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
