@@ -72,11 +72,11 @@ describe('the memory budget counts idle buffers', () => {
     const dir = scratch(['out/a @ 4m', 'out/b @ 6m']);
     const view = await viewOf(dir);
     const budget = new ByteBudget(8 * MiB, 200);
-    const a = await view.read('a', budget);
+    const a = await view.read('a', budget, true);
     a.release();
     expect(budget.buffers.idleBytes).toBeGreaterThan(4 * MiB);
     // 6 MiB in flight + 4 MiB idle would pass the 8 MiB limit: the idle buffer goes first.
-    const b = await view.read('b', budget);
+    const b = await view.read('b', budget, true);
     expect(b.bytes.length).toBe(6 * MiB);
     expect(budget.buffers.idleBytes).toBe(0);
     expect(budget.inUse).toBeLessThanOrEqual(8 * MiB);
@@ -163,12 +163,12 @@ describe('a reused buffer serves exactly the file read into it', () => {
     writeFileSync(join(dir, 'out', 'b'), b);
     const view = await viewOf(dir);
     const budget = new ByteBudget(64 * MiB, 1_000);
-    const first = await view.read('a', budget);
+    const first = await view.read('a', budget, true);
     expect(first.bytes.equals(a)).toBe(true);
     const buffer = first.bytes.buffer;
     first.release();
     hookTake(budget, () => truncateSync(join(dir, 'out', 'b'), 1000));
-    const second = await view.read('b', budget);
+    const second = await view.read('b', budget, true);
     // (Identity as a boolean: a failing toBe would print two 2 MiB buffers.)
     expect(second.bytes.buffer === buffer, 'the closed response gave its buffer back').toBe(true);
     expect(second.bytes.length).toBe(1000);
@@ -189,7 +189,7 @@ describe('a reused buffer serves exactly the file read into it', () => {
     for (const n of names) {
       current = n;
       // Never released: a client that does not read. Past the budget, the read is refused.
-      const r = await view.read(n, budget).catch((e: { code?: string }) => e);
+      const r = await view.read(n, budget, true).catch((e: { code?: string }) => e);
       if ('bytes' in r) {
         expect(r.bytes.length).toBe(10);
         pinned += r.bytes.buffer.byteLength;

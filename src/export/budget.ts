@@ -2,16 +2,23 @@
 // is read until its response closes (sent, cut or abandoned). A file larger than what is left is not
 // read at all (the addon refuses it after the fstat, before allocating); a read that raced others to
 // the last of the budget drops its buffer instead of waiting while holding it. Either waits for a
-// release, and past a short wait is refused (503 over_capacity). So a crowd of clients that never
-// drain cannot pin more than the budget, plus at most one max_bytes buffer per pool thread.
+// release, and past a short wait is refused (503 over_capacity). A buffer given back counts until it
+// is collected (src/export/reclaim.ts), so the budget bounds resident memory in every round, not
+// only the bytes of reads in flight. So a crowd of clients that never drain cannot pin more than
+// the budget, plus at most one max_bytes buffer per pool thread.
 
 import { BufferPool } from './buffer-pool.js';
+import { collectNow, pendingReclaim } from './reclaim.js';
 
 export const DEFAULT_MEMORY_BUDGET_BYTES = 256 * 1024 * 1024;
 /** How long a read waits for its share before it is refused. */
 export const DEFAULT_BUDGET_WAIT_MS = 2_000;
-/** Bodies at most this large are not counted: the connection cap bounds them (1024 × 64 KiB). */
-export const SMALL_READ_BYTES = 64 * 1024;
+/**
+ * Bodies at most this large are not counted. They are read on the JS thread (no pool buffer), and
+ * admission lets a connection have one response at a time, so together they are bounded by the
+ * connection cap: 1,024 × 16 KiB.
+ */
+export const SMALL_READ_BYTES = 16 * 1024;
 
 export interface Reservation {
   budgetBytes: number;
@@ -36,7 +43,7 @@ export class ByteBudget {
 
   /** Keeps a finished read's buffer for reuse if the limit has room for it idle; false if not. */
   recycle(buffer: Buffer): boolean {
-    if (this.held + this.buffers.idleBytes + buffer.length > this.limit) return false;
+    if (this.held + this.buffers.idleBytes + pendingReclaim() + buffer.length > this.limit) return false;
     return this.buffers.give(buffer);
   }
 
@@ -53,8 +60,13 @@ export class ByteBudget {
    */
   reserve(maxBytes: number): Reservation {
     const { reserved, budgetBytes } = this.plan(maxBytes);
-    const over = this.held + reserved + this.buffers.idleBytes - this.limit;
-    if (over > 0) this.buffers.evict(over);
+    const over = this.held + reserved + this.buffers.idleBytes + pendingReclaim() - this.limit;
+    if (over > 0) {
+      // Evicted buffers stay resident until collected: collect before the new read allocates, so
+      // the budget bounds resident memory, not only what reads in flight hold.
+      this.buffers.evict(over);
+      collectNow();
+    }
     this.held += reserved;
     return {
       budgetBytes,
@@ -75,12 +87,19 @@ export class ByteBudget {
 
   /** Whether a file of `size` bytes can be held now (what `reserve(size)` would let it read). */
   canHold(size: number): boolean {
-    const { budgetBytes } = this.plan(size);
-    return budgetBytes === 0 || budgetBytes >= size;
+    const fits = () => {
+      const { budgetBytes } = this.plan(size);
+      return budgetBytes === 0 || budgetBytes >= size;
+    };
+    if (fits()) return true;
+    // Released buffers not yet collected are what stands in the way: collect them, look again.
+    if (pendingReclaim() === 0) return false;
+    collectNow();
+    return fits();
   }
 
   private plan(maxBytes: number): { reserved: number; budgetBytes: number } {
-    const room = this.limit - this.held;
+    const room = this.limit - this.held - pendingReclaim();
     if (this.held === 0 && maxBytes > this.limit) return { reserved: maxBytes, budgetBytes: 0 };
     if (Math.min(maxBytes, room) >= SMALL_READ_BYTES) return { reserved: Math.min(maxBytes, room), budgetBytes: Math.min(maxBytes, room) };
     return { reserved: 0, budgetBytes: SMALL_READ_BYTES };

@@ -47,11 +47,12 @@ export type Release = () => void;
 const noRelease: Release = () => undefined;
 
 /**
- * Files up to this size are read on the JS thread (native.readSmall). Larger ones go to the pool:
- * hashing 64 KiB costs ~50 µs, during which the event loop would answer nothing else, while the
- * pool's round trip costs ~10 µs and runs the hash on another core.
+ * Files up to this size are read on the JS thread (native.readSmall), and are the ones the memory
+ * budget does not count. Larger ones go to the pool: hashing 64 KiB costs ~50 µs, during which the
+ * event loop would answer nothing else, while the pool's round trip costs ~10 µs and runs the hash
+ * on another core.
  */
-export const SYNC_READ_BYTES = 16 * 1024;
+export const SYNC_READ_BYTES = SMALL_READ_BYTES;
 
 export class ExportView {
   readonly opts: Readonly<ExportViewOptions>;
@@ -76,13 +77,13 @@ export class ExportView {
   /**
    * Reads one file: at most max_bytes, hashed over exactly the bytes returned. A file of at most
    * SYNC_READ_BYTES is read synchronously on this thread (native.readSmall: no pool round trip).
-   * Bodies of at most SMALL_READ_BYTES are not counted against a memory `budget`. A larger one is read on the pool: with a
+   * Those are not counted against a memory `budget`. A larger one is read on the pool: with a
    * `budget`, its size (known from that first look) is reserved before the read allocates
    * anything and held until the caller calls `release` (the response is done). A file that does
    * not fit now waits for memory to be released, and past the budget's wait is refused
    * (over_capacity); one that grew past its reservation meanwhile is looked at again.
    */
-  async read(relpath: string, budget?: ByteBudget): Promise<native.ReadResult & { release: Release }> {
+  async read(relpath: string, budget?: ByteBudget, reuseBuffers = false): Promise<native.ReadResult & { release: Release }> {
     const deadline = budget ? Date.now() + budget.waitMs : 0;
     for (;;) {
       let first: native.ReadResult | { size: number };
@@ -111,7 +112,7 @@ export class ExportView {
       const reservation = budget.reserve(size);
       // A reused buffer, one byte longer than the most this read may take (the addon's rule).
       const most = reservation.budgetBytes ? Math.min(reservation.budgetBytes, this.opts.maxBytes) : 0;
-      const into = most > SMALL_READ_BYTES ? budget.buffers.take(most + 1) : null;
+      const into = reuseBuffers && most > SMALL_READ_BYTES ? budget.buffers.take(most + 1) : null;
       let result: native.ReadResult;
       try {
         result = await native.readFile(this.opts.workdirFd(), this.opts.root, relpath, this.opts.maxBytes, {

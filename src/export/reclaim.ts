@@ -28,6 +28,23 @@ let released = 0;
 let timer: NodeJS.Timeout | null = null;
 let last = 0;
 
+/**
+ * Buffer memory let go but not yet collected: still resident, so the memory budget counts it as
+ * held (src/export/budget.ts). Zero where the collector cannot be reached: then V8 alone decides.
+ */
+export function pendingReclaim(): number {
+  return collector() ? released : 0;
+}
+
+/** Collects now (synchronously), so what was let go is really given back before more is taken. */
+export function collectNow(): void {
+  const collect = collector();
+  if (!collect || released === 0) return;
+  released = 0;
+  last = Date.now();
+  collect();
+}
+
 /** Notes `bytes` of buffer memory no longer needed; collects once enough has accumulated. */
 export function noteReleased(bytes: number): void {
   released += bytes;

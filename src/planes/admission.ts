@@ -1,92 +1,311 @@
-// The gate in front of every request on a capsule's listener (src/server/listener.ts, and buildApp given a
-// server): 503 while stopping, the in-flight count, HTTP/1.x only; then /resources straight to the
-// planes on the bare Node request and response (no framework on the hot path), anything else to the
-// app. Also the answer to a request Node's parser rejects, in the spec's shape.
-import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+// Admission: what every request passes before anything answers it, in one place. The planes'
+// plugin runs it on its own routes; the CLI's app runs it on every route; the two answers Fastify
+// cannot route (a request Node's parser rejects, a target that is not a path at all) run it too.
+//
+//   - while stopping: 503 shutting_down, connection closed;
+//   - counted in flight until the response, the request or the socket closes, whichever is first
+//     (on Node 20 a pipelined response queued behind one whose socket died never emits 'close');
+//   - HTTP/1.x only, a Host on HTTP/1.1, no Expect but 100-continue: 400/417 bad_request;
+//   - one response at a time per connection: a pipelined request waits until the response before
+//     it has closed, so a connection pins at most one body whatever the client pipelines, and a
+//     connection with more than MAX_QUEUED_PER_CONNECTION requests waiting is cut;
+//   - the socket's idle timer is off while the server works on the request (a listing may take
+//     its whole budget) and back on once the answer is handed to Node.
+//
+// Also the rewrite that lets Fastify route a raw target its router cannot decode (`x%ZZ`, a lone
+// `%`, overlong UTF-8) instead of refusing it before any hook: such targets reach their route and
+// every hook like any other, and the planes still read the raw target.
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import type { Logger } from 'pino';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Refusal, renderHttp } from '../codes.js';
-import type { Metrics } from '../server/metrics.js';
-import { dispatch, isPlaneTarget, sendServerError, type InFlight, type PlaneSet } from './plugin.js';
-import { rawPlaneReply } from './reply.js';
+import { requestPath } from '../paths.js';
 import { redactHandles } from '../redact.js';
-import type { Session } from '../session.js';
-import { HEADER } from '../wire.js';
+import { LIMITS } from '../server/limits.js';
+import { HEADER, RESOURCES_PREFIX } from '../wire.js';
+import { sendError, fastifyPlaneReply } from './reply.js';
 
-/** The readiness route of the server's own app. */
-export const HEALTH_PATH = '/healthz';
-/** Prometheus metrics, when enabled. */
-export const METRICS_PATH = '/metrics';
+/** Pipelined requests one connection may have waiting before it is cut. */
+export const MAX_QUEUED_PER_CONNECTION = 64;
+
+const RAW_TARGET = Symbol('capsule-resource-plane.rawTarget');
+type Tagged = IncomingMessage & { [RAW_TARGET]?: string };
 
 /**
- * What a request Node's parser rejects is answered with: a JSON 400 (431 for headers over the
- * limit, 408 for a timeout) in the spec's shape. Fastify's default would log the error, whose
- * rawPacket holds the raw request bytes (a redeem token among them): only the code is logged.
+ * A `rewriteUrl` for Fastify's constructor, for the planes registered under `prefix`. The router
+ * refuses a path it cannot percent-decode (`x%ZZ`, a lone `%`, overlong UTF-8) before any hook
+ * runs; such a target under the planes is handed to the router with every `%` escaped, so it is
+ * routed to the planes through every hook like any other, and the planes read the raw target.
+ * Every other target is left exactly as it is.
  */
-export function clientErrorResponder(session: Session, logger: Logger | false) {
-  return (err: NodeJS.ErrnoException, socket: Socket): void => {
-    if (logger) logger.debug({ code: err.code }, 'client error');
-    if (!socket.writable) {
-      socket.destroy();
-      return;
+export function routeRawTargets(prefix = ''): (req: IncomingMessage) => string {
+  const base = `${prefix}${RESOURCES_PREFIX}`;
+  return (req) => {
+    const url = req.url ?? '/';
+    if (!url.includes('%')) return url;
+    const path = requestPath(url);
+    if (path !== base && !path.startsWith(`${base}/`)) return url;
+    try {
+      decodeURI(path);
+      if (!/%(?![0-9A-Fa-f]{2})/.test(path)) return url;
+    } catch {
+      // undecodable: rewritten below
     }
-    const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
-    const reason = status === 431 ? 'Request Header Fields Too Large' : status === 408 ? 'Request Timeout' : 'Bad Request';
-    const { body } = renderHttp('server', new Refusal('bad_request'));
-    socket.end(
-      `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\n${HEADER.containment}: ${session.containment}\r\n` +
-        `content-length: ${body.length}\r\nconnection: close\r\n\r\n${body.toString()}`,
-    );
+    (req as Tagged)[RAW_TARGET] = url;
+    return path.replaceAll('%', '%25');
   };
 }
 
-export type Handler = (req: IncomingMessage, res: ServerResponse) => void;
-
-/**
- * The listener's gate: while stopping, 503; otherwise the response is counted in flight, a request
- * that is not HTTP/1.x is refused, a target under /resources is answered by the planes, and
- * anything else goes to `next` (the Fastify app).
- */
-export function attachGate(
-  server: Server,
-  session: Session,
-  inflight: InFlight,
-  planes: PlaneSet,
-  logger: Logger | false,
-  metrics: Metrics | undefined,
-  next: Handler,
-): void {
-  const logError = logger ? (fields: object, message: string) => logger.error(fields, message) : undefined;
-  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
-    if (inflight.closing) {
-      res.shouldKeepAlive = false; // connection: close
-      sendServerError(rawPlaneReply(req, res, session.containment), new Refusal('shutting_down'));
-      return;
-    }
-    inflight.track(res);
-    // Node accepts a request line ended by a bare LF as HTTP/0.9 and reads what follows as
-    // headers, so `GET /resources/files/a<LF>X: y HTTP/1.1` is a request for `a`, where anything
-    // in front of this server may have seen another target. Only HTTP/1.x is answered.
-    if (req.httpVersionMajor !== 1) {
-      res.shouldKeepAlive = false;
-      sendServerError(rawPlaneReply(req, res, session.containment), new Refusal('bad_request'));
-      return;
-    }
-    if (!isPlaneTarget(req.url ?? '/')) {
-      next(req, res);
-      return;
-    }
-    // The planes answer from the raw target anyway: no framework work on the hot path.
-    const reply = rawPlaneReply(req, res, session.containment, logError);
-    const started = logger && logger.isLevelEnabled('debug') ? performance.now() : 0;
-    if (started && logger) {
-      res.once('finish', () => logger.debug({ method: req.method, url: redactHandles(req.url ?? ''), status: res.statusCode, ms: Math.round(performance.now() - started) }, 'request'));
-    }
-    dispatch(session, req, reply, planes, metrics).catch((err: unknown) => {
-      logError?.({ err: redactHandles(String(err)) }, 'unhandled error');
-      if (!res.headersSent) sendServerError(reply, new Refusal('io_error', 'internal error'));
-      else res.destroy();
-    });
-  });
+/** The request target exactly as the client sent it (before any rewrite for the router). */
+export function rawTarget(req: IncomingMessage): string {
+  return (req as Tagged)[RAW_TARGET] ?? req.url ?? '/';
 }
 
+/** Why a request is refused before routing, if it is: HTTP/0.9, no Host on 1.1, an unknown Expect. */
+function protocolProblem(req: IncomingMessage): { status: number } | null {
+  // Node reads a request line cut by a bare LF as HTTP/0.9 and what follows as headers, so
+  // `GET /resources/files/a<LF>X: y HTTP/1.1` would be a request for `a` where a proxy in front
+  // may have seen another target.
+  if (req.httpVersionMajor !== 1) return { status: 400 };
+  if (req.httpVersionMinor >= 1 && req.headers.host === undefined) return { status: 400 };
+  const expect = req.headers.expect;
+  if (expect !== undefined && !/^\s*100-continue\s*$/i.test(expect)) return { status: 417 };
+  return null;
+}
+
+interface Connection {
+  /** Admitted requests on this socket whose response has not closed yet. */
+  waiting: number;
+  /** Resolves when the newest admitted request's response has closed. */
+  tail: Promise<void> | null;
+  /** An answer to write once every admitted request here has closed (a parser error after them). */
+  afterLast?: () => void;
+}
+
+const watched = new WeakMap<Socket, Set<() => void>>();
+
+/**
+ * Runs `fn` once, at the first of the response's or the socket's `close`: on Node 20 a pipelined
+ * response still queued when its socket dies never emits its own. Not the request's `close`: a
+ * client that half-closes after sending destroys the request while its response is still being
+ * written, and a read's buffer must outlive every write of it. The planes give a read's memory back
+ * the same way.
+ */
+export function onceClosed(req: IncomingMessage, res: ServerResponse, fn: () => void): void {
+  const socket = req.socket;
+  if (res.closed || socket.destroyed) {
+    fn();
+    return;
+  }
+  let pending = watched.get(socket);
+  if (!pending) {
+    const set = new Set<() => void>();
+    watched.set(socket, set);
+    socket.once('close', () => {
+      for (const f of [...set]) f();
+    });
+    pending = set;
+  }
+  const set = pending;
+  const once = () => {
+    if (!set.delete(once)) return;
+    res.off('close', once);
+    fn();
+  };
+  set.add(once);
+  res.once('close', once);
+}
+
+export class Admission {
+  private count = 0;
+  private waiters: Array<() => void> = [];
+  private readonly admitted = new WeakSet<IncomingMessage>();
+  private readonly connections = new WeakMap<Socket, Connection>();
+  /** Set when stopping: every new request is answered 503. */
+  closing = false;
+
+  /** `containment`: the class header every admission answer carries. */
+  constructor(private readonly containment: string) {}
+
+  /** Responses not yet closed. */
+  get inFlight(): number {
+    return this.count;
+  }
+
+  /**
+   * The onRequest hook. Idempotent per request, so an app may run it on every route and the
+   * plugin again on its own. Stops the request with an answer, or lets it through once it is this
+   * connection's turn.
+   */
+  readonly onRequest = async (request: FastifyRequest, reply: FastifyReply): Promise<unknown> => {
+    const req = request.raw;
+    if (this.admitted.has(req)) return undefined;
+    this.admitted.add(req);
+    if (this.closing) {
+      reply.header('connection', 'close');
+      sendError(fastifyPlaneReply(reply), renderHttp('server', new Refusal('shutting_down')));
+      return reply;
+    }
+    const turn = this.enter(req, reply.raw);
+    const problem = protocolProblem(req);
+    if (problem) {
+      reply.header('connection', 'close');
+      const rendered = renderHttp('server', new Refusal('bad_request'));
+      sendError(fastifyPlaneReply(reply), { ...rendered, status: problem.status });
+      return reply;
+    }
+    if (turn) await turn;
+    const socket = req.socket;
+    // The connection ended while this request waited (reset, or `Connection: close` on the one
+    // before it): nothing will be sent, so nothing is done or traced.
+    if (socket.destroyed || !socket.writable) {
+      reply.hijack();
+      return reply;
+    }
+    socket.setTimeout(0);
+    return undefined;
+  };
+
+  /**
+   * The onSend hook: every answer carries the class header (last, unless the plane placed it), and
+   * the idle timer is back on once the answer is handed to Node.
+   */
+  readonly onSend = async (request: FastifyRequest, reply: FastifyReply, payload: unknown): Promise<unknown> => {
+    if (!reply.hasHeader(HEADER.containment)) reply.header(HEADER.containment, this.containment);
+    const socket = request.raw.socket;
+    if (!socket.destroyed) socket.setTimeout(LIMITS.idleTimeoutMs);
+    return payload;
+  };
+
+  /**
+   * The onResponse hook: a debug line per request. Tokens travel in redeem URLs, so the target is
+   * redacted; the trace is the record, this is a diagnostic echo of it.
+   */
+  readonly onResponse = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
+    request.log.debug(
+      { method: request.raw.method, url: redactHandles(rawTarget(request.raw)), status: reply.statusCode, ms: Math.round(reply.elapsedTime) },
+      'request',
+    );
+  };
+
+  /** The error handler: a 500 io_error that echoes nothing (an error's text may hold a path). */
+  readonly errorHandler = (error: FastifyError, request: FastifyRequest, reply: FastifyReply): void => {
+    request.log.error({ err: redactHandles(String(error)) }, 'unhandled error');
+    sendError(fastifyPlaneReply(reply), renderHttp('server', new Refusal('io_error', 'internal error')));
+  };
+
+  /** Puts the hooks and the error handler on `app` (and every route registered in its context). */
+  install(app: FastifyInstance): void {
+    app.addHook('onRequest', this.onRequest);
+    app.addHook('onSend', this.onSend);
+    app.addHook('onResponse', this.onResponse);
+    app.setErrorHandler(this.errorHandler);
+  }
+
+  /**
+   * For an answer Fastify writes without hooks (a target the router refuses): the same gate and
+   * count, then `answer` unless stopping.
+   */
+  admitUnrouted(request: FastifyRequest, reply: FastifyReply, answer: () => void): void {
+    this.admitted.add(request.raw);
+    reply.header(HEADER.containment, this.containment);
+    if (this.closing) {
+      reply.header('connection', 'close');
+      sendError(fastifyPlaneReply(reply), renderHttp('server', new Refusal('shutting_down')));
+      return;
+    }
+    this.enter(request.raw, reply.raw);
+    answer();
+  }
+
+  /**
+   * Fastify's `clientErrorHandler`: a request Node's parser rejects, answered in the spec's shape
+   * (431 headers too large, 408 too slow, else 400; 503 while stopping) and counted until the
+   * socket is done. Only the code is logged: the error's rawPacket holds the request's bytes.
+   */
+  clientErrorHandler(log?: (fields: object, message: string) => void) {
+    return (err: NodeJS.ErrnoException, socket: Socket): void => {
+      log?.({ code: err.code }, 'client error');
+      if (!socket.writable) {
+        socket.destroy();
+        return;
+      }
+      const conn = this.connections.get(socket);
+      // Bytes after a request that said `Connection: close`: the server must not process them
+      // (RFC 9112 section 9.6), and the answer still being prepared must not be replaced by an
+      // error; Node closes the connection once that answer is sent.
+      if (err.code === 'HPE_CLOSED_CONNECTION') {
+        if (!conn || conn.waiting === 0) socket.end();
+        return;
+      }
+      let status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
+      let refusal = new Refusal('bad_request');
+      if (this.closing) {
+        status = 503;
+        refusal = new Refusal('shutting_down');
+      }
+      const { body } = renderHttp('server', refusal);
+      const reason = { 400: 'Bad Request', 408: 'Request Timeout', 431: 'Request Header Fields Too Large', 503: 'Service Unavailable' }[status];
+      const answer = () => {
+        this.count += 1;
+        socket.once('close', () => this.leave());
+        socket.end(
+          `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\n${status === 503 ? 'retry-after: 1\r\n' : ''}` +
+            `${HEADER.containment}: ${this.containment}\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body.toString()}`,
+        );
+      };
+      // Requests before the bad one are answered first, in order; the error answer comes last.
+      if (conn && conn.waiting > 0) conn.afterLast = answer;
+      else answer();
+    };
+  }
+
+  /** Resolves once every admitted response has closed, or after `timeoutMs`. */
+  drained(timeoutMs: number): Promise<void> {
+    if (this.count === 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, timeoutMs);
+      this.waiters.push(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+
+  /** Counts the request in flight and queues it on its connection; returns what it must wait for. */
+  private enter(req: IncomingMessage, res: ServerResponse): Promise<void> | null {
+    this.count += 1;
+    const socket = req.socket;
+    let conn = this.connections.get(socket);
+    if (!conn) {
+      conn = { waiting: 0, tail: null };
+      this.connections.set(socket, conn);
+    }
+    const c = conn;
+    const before = c.tail;
+    let ended!: () => void;
+    const mine = new Promise<void>((resolve) => (ended = resolve));
+    c.tail = mine;
+    c.waiting += 1;
+    onceClosed(req, res, () => {
+      c.waiting -= 1;
+      if (c.tail === mine) c.tail = null;
+      ended();
+      this.leave();
+      if (c.waiting === 0 && c.afterLast) {
+        const answer = c.afterLast;
+        c.afterLast = undefined;
+        if (socket.writable) answer();
+      }
+    });
+    // A client that pipelines this many requests without reading the answers is cut: whatever it
+    // sent is parsed into objects that would otherwise wait here without bound.
+    if (c.waiting > MAX_QUEUED_PER_CONNECTION) socket.destroy();
+    return before;
+  }
+
+  private leave(): void {
+    this.count -= 1;
+    if (this.count === 0) for (const w of this.waiters.splice(0)) w();
+  }
+}

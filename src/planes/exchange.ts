@@ -3,6 +3,7 @@
 // a trace that cannot be written fails the request closed (500 io_error, no file bytes). The trace
 // is the only account of what left the capsule, so nothing leaves unrecorded.
 import { Refusal, renderHttp, type Rendered } from '../codes.js';
+import { onceClosed } from './admission.js';
 import { sendError, type HeaderList, type PlaneReply } from './reply.js';
 
 export interface Exchange {
@@ -46,11 +47,41 @@ export async function refuse(x: Exchange, refusal: Refusal, record: (outcome: st
 
 /**
  * Gives a read's share of the memory budget (and its buffer, for reuse) back once its response
- * closes: sent, cut or abandoned. Not before: until then a write may still be using the buffer.
+ * closes, or its socket does: sent, cut or abandoned. Not before: until then a write may still be
+ * using the buffer.
  */
 export function releaseOnClose(x: Exchange, release: () => void): void {
-  if (x.reply.raw.closed || x.reply.raw.destroyed) release();
-  else x.reply.raw.once('close', release);
+  onceClosed(x.reply.req, x.reply.raw, release);
+}
+
+/**
+ * Sends a body whose event is already in the trace. If the response closes before every byte of
+ * it was handed to the kernel (the client reset, a pipelined response died in the queue), `record`
+ * adds an outcome event saying it was not delivered: the line before the reply stays true to what
+ * was decided, and this one to what happened.
+ */
+export function sendTracedBody(x: Exchange, headers: HeaderList, body: Buffer, record: () => Promise<void>): void {
+  const res = x.reply.raw;
+  onceClosed(x.reply.req, res, () => {
+    if (res.writableFinished) return;
+    record().catch((error: unknown) => x.reply.logError({ err: (error as Error).message }, 'trace write failed for an undelivered body'));
+  });
+  x.reply.send(200, headers, body);
+}
+
+/**
+ * Whether an If-None-Match value matches `etag` (RFC 9110 section 13.1.2, with the strong
+ * comparison the spec decides: a weak tag never matches): `*`, or a comma-separated list of
+ * entity tags, one of which is byte-identical to `etag`.
+ */
+export function noneMatch(header: string | string[] | undefined, etag: string): boolean {
+  if (header === undefined) return false;
+  const value = Array.isArray(header) ? header.join(',') : header;
+  if (value.trim() === '*') return true;
+  for (const match of value.matchAll(/\s*(W\/)?("[^"]*")\s*(?:,|$)/g)) {
+    if (match[1] === undefined && match[2] === etag) return true;
+  }
+  return false;
 }
 
 /** Anything a plane caught: a Refusal as it is, anything else an io_error that echoes nothing. */

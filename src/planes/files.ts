@@ -5,13 +5,14 @@ import { Refusal } from '../codes.js';
 import type { ListEntry, ReadResult } from '../native.js';
 import type { Release } from '../export/export-view.js';
 import { lowerRelpath } from '../paths.js';
-import type { Metrics } from '../server/metrics.js';
 import type { Session } from '../session.js';
 import { FILES_PREFIX, HEADER } from '../wire.js';
-import { asRefusal, releaseOnClose, refuse, traced, type Exchange } from './exchange.js';
-import { headerSafe, readHeaders, type PlaneReply } from './reply.js';
+import { asRefusal, noneMatch, releaseOnClose, refuse, sendTracedBody, traced, type Exchange } from './exchange.js';
+import type { PlaneContext } from './plugin.js';
+import { etagOf, headerSafe, readHeaders, type PlaneReply } from './reply.js';
 
-export async function handleFiles(session: Session, method: string, path: string, reply: PlaneReply, metrics?: Metrics): Promise<void> {
+export async function handleFiles(ctx: PlaneContext, method: string, path: string, reply: PlaneReply): Promise<void> {
+  const { session, metrics } = ctx;
   const generation = session.generation; // read once: every header and trace field agrees
   const isList = path === FILES_PREFIX || path === `${FILES_PREFIX}/`;
   const x: Exchange = {
@@ -23,7 +24,7 @@ export async function handleFiles(session: Session, method: string, path: string
     observe: metrics ? (outcome, bytes) => metrics.answered('files', isList ? 'list' : 'read', outcome, bytes) : undefined,
   };
   if (isList) return handleList(session, x, method, generation);
-  return handleRead(session, x, method, path.slice(FILES_PREFIX.length + 1), generation);
+  return handleRead(ctx, x, method, path.slice(FILES_PREFIX.length + 1), generation);
 }
 
 async function handleList(session: Session, x: Exchange, method: string, generation: number): Promise<void> {
@@ -68,15 +69,17 @@ async function handleList(session: Session, x: Exchange, method: string, generat
       entries: entries.map((e) => ({ path: e.path, size_bytes: e.size, mtime_ms: e.mtimeMs, sha256: e.sha256 })),
     }),
   );
-  x.reply.send(200, [
+  const headers: Array<[string, string]> = [
     ['content-type', 'application/json'],
     [HEADER.generation, String(generation)],
     [HEADER.containment, session.containment],
     [HEADER.exportRoot, headerSafe(view.opts.root)],
-  ], body);
+  ];
+  sendTracedBody(x, headers, body, () => undelivered(session, 'resource_list', { bytes: body.length, generation }));
 }
 
-async function handleRead(session: Session, x: Exchange, method: string, raw: string, generation: number): Promise<void> {
+async function handleRead(ctx: PlaneContext, x: Exchange, method: string, raw: string, generation: number): Promise<void> {
+  const { session } = ctx;
   const view = session.files;
   const lowered = lowerRelpath(raw, 'url');
   const record = (outcome: string, reason: string | null, bytes: number | null, sha256: string | null) =>
@@ -95,12 +98,28 @@ async function handleRead(session: Session, x: Exchange, method: string, raw: st
   if (!lowered.ok) return refused(new Refusal('outside_root'));
   let result: ReadResult & { release: Release };
   try {
-    result = await view.read(lowered.relpath, session.memory);
+    result = await view.read(lowered.relpath, session.memory, ctx.reuseBuffers);
   } catch (error) {
     return refused(asRefusal(error));
   }
   releaseOnClose(x, result.release);
+  const headers = [...readHeaders(result, generation, session.containment), [HEADER.exportRoot, headerSafe(view.opts.root)] as [string, string]];
+  // The client has these very bytes (the etag just computed over them): a 304, traced as a read
+  // that sent no body.
+  if (noneMatch(x.reply.req.headers['if-none-match'], etagOf(result))) {
+    if (!(await traced(x, () => record('not_modified', null, 0, result.sha256)))) return;
+    x.observe?.('not_modified', 0);
+    x.reply.send(304, headers, EMPTY);
+    return;
+  }
   if (!(await traced(x, () => record('ok', null, result.bytes.length, result.sha256)))) return;
   x.observe?.('ok', result.bytes.length);
-  x.reply.send(200, [...readHeaders(result, generation, session.containment), [HEADER.exportRoot, headerSafe(view.opts.root)]], result.bytes);
+  sendTracedBody(x, headers, result.bytes, () => undelivered(session, 'resource_read', { path: lowered.display, bytes: result.bytes.length, generation }));
+}
+
+const EMPTY = Buffer.alloc(0);
+
+/** The outcome event of a body whose response closed before all of it was sent. */
+export function undelivered(session: Session, of: string, fields: Record<string, unknown>): Promise<void> {
+  return session.trace.append('response_undelivered', { of, ...fields, outcome: 'undelivered', reason: 'the connection closed before the whole body was sent' });
 }

@@ -1,19 +1,23 @@
-// Both planes and the agent card as one Fastify plugin, registrable into any Fastify 5 app.
-// Routing works on the raw request target (no router decoding or normalising decides anything),
-// every method reaches the planes (so a write verb, HEAD included, is a 405, not a 404), bodies are
-// never parsed, every request is traced as the spec says, and every response passes one shutdown
-// gate and one in-flight count. The plugin is encapsulated: its hooks, body parsing and error
-// handling apply to its own routes only, never to the host app's. One guarantee needs the app's
-// constructor: a target the router cannot decode (`/resources/files/x%ZZ`) never reaches a route,
-// so pass `frameworkErrors: planesFrameworkErrors(session)` (src/server/listener.ts's app does).
+// Both planes and the agent card as one Fastify plugin (`resourcePlanes`), registrable into any
+// Fastify 5 app, and the only code that answers a plane request: the CLI's server is a Fastify app
+// that registers it like any host would (src/server/app.ts). Routing works on the raw request
+// target (no router decoding or normalising decides anything; a `prefix` is cut from it byte for
+// byte), every method reaches the planes (a write verb, HEAD included, is a 405, not a 404),
+// bodies are never parsed, every request is traced as the spec says, and every request passes
+// admission (src/planes/admission.ts). The routes, hooks, parsers and error handler live in an
+// encapsulated context of their own: the host app's routes are left exactly as they were, while
+// the host's hooks (an auth check, a logger) do run on the planes' routes.
 import { METHODS } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
 import { Refusal, renderHttp } from '../codes.js';
+import { openSession, type SessionOptions } from '../launch/open-session.js';
 import { requestPath } from '../paths.js';
-import { redactHandles } from '../redact.js';
 import type { Metrics } from '../server/metrics.js';
-import type { Session } from '../session.js';
-import { CARD_PATH, HEADER, isFilesPath, isPeerPath, RESOURCES_PREFIX } from '../wire.js';
+import { DRAIN_TIMEOUT_MS } from '../server/limits.js';
+import { Session } from '../session.js';
+import { CARD_PATH, isFilesPath, isPeerPath, RESOURCES_PREFIX } from '../wire.js';
+import { Admission, rawTarget } from './admission.js';
 import { agentCard } from './card.js';
 import { handleFiles } from './files.js';
 import { handleRedeem } from './redeem.js';
@@ -35,157 +39,161 @@ export interface PlaneSet {
 
 export const ALL_PLANES: Readonly<PlaneSet> = Object.freeze({ files: true, peer: true });
 
-/** What dispatch needs of a request: its raw target, method and audience header. */
-export interface PlaneRequest {
-  url?: string;
-  method?: string;
-  httpVersionMajor?: number;
-  headers: Record<string, string | string[] | undefined>;
+/** What the planes' handlers share for one registration. */
+export interface PlaneContext {
+  session: Session;
+  metrics?: Metrics;
+  /**
+   * Whether a read may use a buffer a finished response gave back. Only where no hook can keep a
+   * payload past its response (the CLI's app): a host's onSend hook may hold the Buffer it is
+   * handed, and a reused one would later hold another file's bytes.
+   */
+  reuseBuffers: boolean;
 }
 
-/** Routes one request under /resources by its raw path; the planes do the rest. */
-export async function dispatch(session: Session, req: PlaneRequest, reply: PlaneReply, planes: PlaneSet = ALL_PLANES, metrics?: Metrics): Promise<void> {
-  // HTTP/0.9 is how Node reads a request line cut by a bare LF (see src/server/listener.ts): refused.
-  if (req.httpVersionMajor !== undefined && req.httpVersionMajor !== 1) {
-    sendServerError(reply, new Refusal('bad_request'));
-    return;
+export interface PlanesOptions {
+  /** A session the caller opened (openSession) and closes after the app: borrowed. */
+  session?: Session;
+  /**
+   * Or the options of one the plugin opens at `register` and closes with the app (`session_end`
+   * written, the key zeroed): owned. Without `advertisedUrl` no agent card is served.
+   */
+  open?: SessionOptions;
+  /** Default: both planes (and the card, which goes with the peer plane). */
+  planes?: PlaneSet;
+  /** Counts answers when given (src/server/metrics.ts). */
+  metrics?: Metrics;
+  /** Routes under this path (`/cap` serves `/cap/resources/files`); cut from the raw target byte for byte. */
+  prefix?: string;
+}
+
+/** What the plugin adds to the app: the session it serves. */
+export interface ResourcePlanesDecoration {
+  session: Session;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    resourcePlanes: ResourcePlanesDecoration;
   }
-  const path = requestPath(req.url ?? '/');
-  const method = req.method ?? 'GET';
+}
+
+/** Set by the CLI's app, which admits every request at its root and adds no payload-keeping hook. */
+export const APP_OWNED = Symbol('capsule-resource-plane.appOwned');
+interface AppOwned {
+  admission: Admission;
+  reuseBuffers: boolean;
+}
+type AllOptions = PlanesOptions & { [APP_OWNED]?: AppOwned };
+
+function invalid(message: string): Error {
+  return new TypeError(`capsule-resource-plane: ${message}`);
+}
+
+/** Checks the options at `register`, so a mistake is an error there, not a 500 on every request. */
+function validate(opts: AllOptions): void {
+  if (opts === null || typeof opts !== 'object') throw invalid('options must be an object with `session` or `open`');
+  if ((opts.session === undefined) === (opts.open === undefined)) {
+    throw invalid('pass exactly one of `session` (a Session from openSession, which you close) or `open` (session options; the plugin opens and closes it)');
+  }
+  if (opts.session !== undefined) {
+    if (!(opts.session instanceof Session)) throw invalid('`session` must be a Session from openSession() or launch()');
+    if (opts.session.isClosed) throw invalid('`session` is already closed');
+  }
+  if (opts.open !== undefined && (opts.open === null || typeof opts.open !== 'object')) throw invalid('`open` must be session options ({ workdir, manifest, ... })');
+  if (opts.planes !== undefined) {
+    const p = opts.planes as unknown as Record<string, unknown>;
+    if (p === null || typeof p !== 'object' || typeof p.files !== 'boolean' || typeof p.peer !== 'boolean') {
+      throw invalid('`planes` must be { files: boolean, peer: boolean }');
+    }
+  }
+  if (opts.metrics !== undefined && typeof (opts.metrics as Metrics | null)?.answered !== 'function') {
+    throw invalid('`metrics` must come from createMetrics()');
+  }
+  if (opts.prefix !== undefined && (typeof opts.prefix !== 'string' || !/^(\/[^/?#%\\\s]+)*$/.test(opts.prefix))) {
+    throw invalid("`prefix` must be a path like '/cap': segments after '/', no trailing '/', no '%', '?', '#', '\\\\' or spaces");
+  }
+}
+
+/** Routes one request under /resources by its raw path (prefix already cut); the planes do the rest. */
+async function dispatch(ctx: PlaneContext, planes: PlaneSet, path: string, method: string, reply: PlaneReply): Promise<void> {
   // A plane this listener does not serve is not there at all: no route, no trace.
   if ((isFilesPath(path) && !planes.files) || (isPeerPath(path) && !planes.peer)) {
     sendServerError(reply, new Refusal('not_found'));
     return;
   }
-  if (isFilesPath(path)) return handleFiles(session, method, path, reply, metrics);
-  if (isPeerPath(path)) {
-    const audience = req.headers[HEADER.audience];
-    return handleRedeem(session, method, path, Array.isArray(audience) ? audience.join(', ') : audience, reply, metrics);
-  }
+  if (isFilesPath(path)) return handleFiles(ctx, method, path, reply);
+  if (isPeerPath(path)) return handleRedeem(ctx, method, path, reply);
   // Anything else under /resources/: no plane, no trace; still no write verb.
   sendError(reply, renderHttp('files', new Refusal(method !== 'GET' ? 'method_not_allowed' : 'not_found')));
 }
 
-/** True for a raw target that belongs to a plane (answered in the planes' shape, never generically). */
-export function isPlaneTarget(rawUrl: string): boolean {
-  const path = requestPath(rawUrl);
-  return path === RESOURCES_PREFIX || path.startsWith(`${RESOURCES_PREFIX}/`);
-}
-
-/**
- * Counts responses still being sent, so that shutdown lets them finish. Node's server.close()
- * destroys any connection whose response has *ended*, even while its body is still queued for
- * the socket, which would cut a large read mid-body after its trace line said it was sent.
- */
-export class InFlight {
-  private count = 0;
-  private waiters: Array<() => void> = [];
-  closing = false;
-  /** Set when the listener itself gates and counts (src/server/listener.ts); the plugin's hook then does not. */
-  gatedAtListener = false;
-
-  track(res: { once(event: 'close', fn: () => void): unknown }): void {
-    this.count += 1;
-    res.once('close', () => {
-      this.count -= 1;
-      if (this.count === 0) for (const w of this.waiters.splice(0)) w();
-    });
-  }
-
-  /** Resolves once every tracked response is done, or after `timeoutMs`. */
-  drained(timeoutMs: number): Promise<void> {
-    if (this.count === 0) return Promise.resolve();
-    return new Promise((resolve) => {
-      const timer = setTimeout(resolve, timeoutMs);
-      this.waiters.push(() => {
-        clearTimeout(timer);
-        resolve();
-      });
-    });
-  }
-}
-
-export interface PlanesOptions {
-  session: Session;
-  /** The gate and count every response passes; give one to stop the planes gracefully (`inflight.closing = true`). */
-  inflight?: InFlight;
-  /** Default: both planes (and the card, which goes with the peer plane). */
-  planes?: PlaneSet;
-  /** Counts answers when given (src/server/metrics.ts). */
-  metrics?: Metrics;
-}
-
-/** Registers both planes and the agent card. */
-export async function resourcePlanes(app: FastifyInstance, opts: PlanesOptions): Promise<void> {
-  const { session } = opts;
-  const inflight = opts.inflight ?? new InFlight();
+async function planesPlugin(app: FastifyInstance, options: PlanesOptions): Promise<void> {
+  const opts = options as AllOptions;
+  validate(opts);
+  const owned = opts.open !== undefined;
+  const session = opts.session ?? (await openSession(opts.open!));
   const planes = opts.planes ?? ALL_PLANES;
-  // Every method Node parses must reach the planes (a PROPFIND is a 405, not a 404), so the ones
-  // Fastify does not know are registered. QUERY is re-registered as bodiless: as a body method
-  // Fastify refuses it with a 500 before any handler when it carries no content-type.
-  for (const method of METHODS) {
-    if (method === 'CONNECT' || app.supportedMethods.includes(method)) continue;
-    app.addHttpMethod(method, { hasBody: true });
-  }
-  app.addHttpMethod('QUERY', { hasBody: false, overrideExisting: true });
+  const appOwned = opts[APP_OWNED];
+  const admission = appOwned?.admission ?? new Admission(session.containment);
+  const ctx: PlaneContext = { session, metrics: opts.metrics, reuseBuffers: appOwned?.reuseBuffers ?? false };
+  app.decorate('resourcePlanes', { session });
 
-  // No verb here takes a body: accept any content type without reading it, so a POST is answered
-  // 405 by the plane rather than 415 or 413 by the framework.
-  app.removeAllContentTypeParsers();
-  app.addContentTypeParser('*', (_req, _payload, done) => done(null));
+  // Stopping: new requests are refused, the ones being answered finish (bounded); an owned
+  // session then writes session_end and zeroes its key.
+  app.addHook('preClose', async () => {
+    admission.closing = true;
+    if (owned) session.beginStopping();
+    await admission.drained(DRAIN_TIMEOUT_MS);
+  });
+  if (owned) app.addHook('onClose', async () => session.close('stopped'));
 
-  app.addHook('onRequest', async (_req, reply) => {
-    if (inflight.gatedAtListener) return undefined;
-    if (inflight.closing) {
-      reply.header('connection', 'close');
-      sendServerError(reply, new Refusal('shutting_down'));
-      return reply;
-    }
-    inflight.track(reply.raw);
-    return undefined;
-  });
-  app.addHook('onSend', async (_req, reply, payload) => {
-    if (!reply.hasHeader(HEADER.containment)) reply.header(HEADER.containment, session.containment);
-    return payload;
-  });
-  app.addHook('onResponse', async (req, reply) => {
-    // Tokens travel in redeem URLs: the log line carries the handle id instead. Debug level: the
-    // trace is the record of every request; this is a diagnostic echo of it.
-    req.log.debug({ method: req.raw.method, url: redactHandles(req.raw.url ?? ''), status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request');
-  });
-  app.setErrorHandler((error, req, reply) => {
-    req.log.error({ err: redactHandles(String(error)) }, 'unhandled error');
-    sendServerError(reply, new Refusal('io_error', 'internal error'));
-  });
+  await app.register(
+    async (planesApp) => {
+      // The CLI's app admits every request at its root; anywhere else the plugin admits its own.
+      if (!appOwned) admission.install(planesApp);
+      const prefix = planesApp.prefix;
+      // Every method Node parses must reach the planes (a PROPFIND is a 405, not a 404), so the
+      // ones Fastify does not know are registered. QUERY is re-registered as bodiless: as a body
+      // method Fastify refuses it with a 500 before any handler when it carries no content-type.
+      for (const method of METHODS) {
+        if (method === 'CONNECT' || planesApp.supportedMethods.includes(method)) continue;
+        planesApp.addHttpMethod(method, { hasBody: true });
+      }
+      planesApp.addHttpMethod('QUERY', { hasBody: false, overrideExisting: true });
+      // No verb here takes a body: accept any content type without reading it, so a POST is
+      // answered 405 by the plane rather than 415 or 413 by the framework.
+      planesApp.removeAllContentTypeParsers();
+      planesApp.addContentTypeParser('*', (_req, _payload, done) => done(null));
 
-  // exposeHeadRoute off: HEAD is a method like any other here, answered 405 by the planes.
-  const route = { exposeHeadRoute: false };
-  app.all(RESOURCES_PREFIX, route, (req, reply) => dispatch(session, req.raw, fastifyPlaneReply(reply), planes, opts.metrics));
-  app.all(`${RESOURCES_PREFIX}/*`, route, (req, reply) => dispatch(session, req.raw, fastifyPlaneReply(reply), planes, opts.metrics));
-  // The card is how peers find this capsule's identity: it belongs with the peer plane's listener.
-  if (planes.peer) {
-    app.get(CARD_PATH, route, (_req, reply) => {
-      fastifyPlaneReply(reply).send(200, [['content-type', 'application/json']], Buffer.from(JSON.stringify(agentCard(session))));
-    });
-  }
+      const route = (request: FastifyRequest, reply: FastifyReply): Promise<void> | void => {
+        const target = requestPath(rawTarget(request.raw));
+        // The router matched a decoded form; the planes serve only what the raw target says.
+        if (!target.startsWith(prefix) || !target.slice(prefix.length).startsWith(RESOURCES_PREFIX)) {
+          sendServerError(reply, new Refusal('not_found'));
+          return;
+        }
+        return dispatch(ctx, planes, target.slice(prefix.length), request.raw.method ?? 'GET', fastifyPlaneReply(reply));
+      };
+      // exposeHeadRoute off: HEAD is a method like any other here, answered 405 by the planes.
+      const options = { exposeHeadRoute: false };
+      planesApp.all(RESOURCES_PREFIX, options, route);
+      planesApp.all(`${RESOURCES_PREFIX}/*`, options, route);
+      // The card is how peers find this capsule's identity: it goes with the peer plane, and only
+      // when the session says where it is reachable.
+      if (planes.peer && session.advertisedUrl !== null) {
+        const card = Buffer.from(JSON.stringify(agentCard(session)));
+        planesApp.get(CARD_PATH, options, (_req, reply) => {
+          fastifyPlaneReply(reply).send(200, [['content-type', 'application/json']], card);
+        });
+      }
+    },
+    { prefix: opts.prefix ?? '' },
+  );
 }
 
 /**
- * The `frameworkErrors` option the planes need from the app's constructor: a request whose target
- * the router cannot decode is still answered by the planes from its raw path (under /resources),
- * or as a JSON 400 that echoes nothing (a target can carry a token).
+ * The planes as a Fastify plugin: `app.register(resourcePlanes, { session })`. See the README's
+ * "Use it as a Fastify plugin".
  */
-export function planesFrameworkErrors(session: Session, planes: PlaneSet = ALL_PLANES, log?: { error(o: object, m: string): void }) {
-  return (_error: unknown, req: FastifyRequest, reply: FastifyReply): void => {
-    // These replies skip the onSend hooks, so the class header is set here.
-    reply.header(HEADER.containment, session.containment);
-    if (isPlaneTarget(req.raw.url ?? '/')) {
-      dispatch(session, req.raw, fastifyPlaneReply(reply), planes).catch((err: unknown) => {
-        (log ?? req.log).error({ err: redactHandles(String(err)) }, 'unhandled error');
-        sendServerError(reply, new Refusal('io_error', 'internal error'));
-      });
-      return;
-    }
-    sendServerError(reply, new Refusal('bad_request'));
-  };
-}
+export const resourcePlanes = fp(planesPlugin, { name: 'capsule-resource-plane', fastify: '5.x' });

@@ -7,20 +7,16 @@ import type { ReadResult } from '../native.js';
 import type { Release } from '../export/export-view.js';
 import { canonicalRelpath } from '../paths.js';
 import { handleId } from '../redact.js';
-import type { Metrics } from '../server/metrics.js';
-import type { Session } from '../session.js';
 import { HEADER, PEER_PREFIX } from '../wire.js';
-import { asRefusal, releaseOnClose, refuse, traced, type Exchange } from './exchange.js';
-import { readHeaders, sendError, type HeaderList, type PlaneReply } from './reply.js';
+import { asRefusal, noneMatch, releaseOnClose, refuse, sendTracedBody, traced, type Exchange } from './exchange.js';
+import { undelivered } from './files.js';
+import type { PlaneContext } from './plugin.js';
+import { etagOf, readHeaders, sendError, type HeaderList, type PlaneReply } from './reply.js';
 
-export async function handleRedeem(
-  session: Session,
-  method: string,
-  path: string,
-  audienceHeader: string | undefined,
-  reply: PlaneReply,
-  metrics?: Metrics,
-): Promise<void> {
+export async function handleRedeem(ctx: PlaneContext, method: string, path: string, reply: PlaneReply): Promise<void> {
+  const { session, metrics } = ctx;
+  const asserted = reply.req.headers[HEADER.audience];
+  const audienceHeader = Array.isArray(asserted) ? asserted.join(', ') : asserted;
   const token = path.slice(PEER_PREFIX.length + 1);
   // A property of the request alone, settled before anything about this capsule is consulted
   // (untraced). Like every refusal it carries the generation, and the handle id when a handle
@@ -67,7 +63,7 @@ export async function handleRedeem(
   if (!view || !key) return refused(new Refusal('no_peer_plane'));
   if (!checkShape(token)) return refused(new Refusal('malformed_handle'));
   if (audience === '') return refused(new Refusal('missing_audience'));
-  const verdict = verifyToken(key, token, audience, session.sessionId, Date.now());
+  const verdict = verifyToken(key, token, audience, session.sessionId, session.now());
   if (!verdict.ok) {
     if (verdict.reason === 'expired') verifiedPath = verdict.payload.p;
     const code = verdict.reason === 'malformed' ? 'malformed_handle' : verdict.reason === 'expired' ? 'handle_expired' : 'handle_not_valid';
@@ -79,13 +75,20 @@ export async function handleRedeem(
   if (relpath === null) return refused(new Refusal('outside_root'));
   let result: ReadResult & { release: Release };
   try {
-    result = await view.read(relpath, session.memory);
+    result = await view.read(relpath, session.memory, ctx.reuseBuffers);
   } catch (error) {
     return refused(asRefusal(error));
   }
   releaseOnClose(x, result.release);
+  // Never x-murmur-export-root: the peer plane discloses no path structure.
+  const headers: HeaderList = [...readHeaders(result, generation, session.containment), [HEADER.handleId, hid]];
+  if (noneMatch(reply.req.headers['if-none-match'], etagOf(result))) {
+    if (!(await traced(x, () => record('not_modified', null, 0, result.sha256)))) return;
+    x.observe?.('not_modified', 0);
+    reply.send(304, headers, Buffer.alloc(0));
+    return;
+  }
   if (!(await traced(x, () => record('ok', null, result.bytes.length, result.sha256)))) return;
   x.observe?.('ok', result.bytes.length);
-  // Never x-murmur-export-root: the peer plane discloses no path structure.
-  reply.send(200, [...readHeaders(result, generation, session.containment), [HEADER.handleId, hid]], result.bytes);
+  sendTracedBody(x, headers, result.bytes, () => undelivered(session, 'peer_handle_redeem', { handle_id: hid, path: verifiedPath, bytes: result.bytes.length, generation }));
 }

@@ -8,13 +8,10 @@ import { HEADER } from '../wire.js';
 
 export type HeaderList = Array<[string, string]>;
 
-/**
- * Where a plane writes its answer: a Fastify reply (the plugin's routes, so a host app's hooks
- * apply), or the bare Node response (the CLI's server answers /resources there, before Fastify:
- * the hot path pays for no framework work). Either way the same headers in the same order.
- */
+/** Where a plane writes its answer: a Fastify reply, so the app's hooks apply to it. */
 export interface PlaneReply {
-  /** The Node response: its `close` event and state. */
+  /** The Node request and response: their `close` events and state. */
+  readonly req: IncomingMessage;
   readonly raw: ServerResponse;
   /** The client address refusals are counted against (`unix` on a unix socket). */
   readonly client: string;
@@ -22,45 +19,22 @@ export interface PlaneReply {
   logError(fields: object, message: string): void;
 }
 
-/** A plane answering through Fastify: the reply's hooks (the class header among them) apply. */
 export function fastifyPlaneReply(reply: FastifyReply): PlaneReply {
   return {
+    req: reply.request.raw,
     raw: reply.raw,
     client: reply.request.socket.remoteAddress ?? 'unix',
     send: (status, headers, body) => {
       reply.code(status);
-      // Removed first: a header set earlier (frameworkErrors sets the class header) would otherwise
-      // keep its old position and break the spec's order.
+      // Removed first: a header set earlier would otherwise keep its old position and break the
+      // spec's order.
       for (const [name, value] of headers) reply.removeHeader(name).header(name, value);
-      reply.removeHeader('content-length').header('content-length', String(body.length));
+      // A 304 carries no body, and no length that would differ from the 200's: none at all.
+      reply.removeHeader('content-length');
+      if (status !== 304) reply.header('content-length', String(body.length));
       reply.send(body);
     },
     logError: (fields, message) => reply.log.error(fields, message),
-  };
-}
-
-/**
- * A plane answering on the bare response. The class header, which Fastify's onSend hook adds on the
- * plugin's routes, is added here when the plane did not set it, in the same position: last, after
- * content-length.
- */
-export function rawPlaneReply(req: IncomingMessage, res: ServerResponse, containment: string, log?: (fields: object, message: string) => void): PlaneReply {
-  return {
-    raw: res,
-    client: req.socket.remoteAddress ?? 'unix',
-    send: (status, headers, body) => {
-      const flat: string[] = [];
-      let classed = false;
-      for (const [name, value] of headers) {
-        flat.push(name, value);
-        if (name === HEADER.containment) classed = true;
-      }
-      flat.push('content-length', String(body.length));
-      if (!classed) flat.push(HEADER.containment, containment);
-      res.writeHead(status, flat);
-      res.end(body);
-    },
-    logError: (fields, message) => log?.(fields, message),
   };
 }
 
@@ -72,11 +46,16 @@ export function sendError(reply: PlaneReply, error: Rendered, extra: HeaderList 
   reply.send(error.status, headers, error.body);
 }
 
+/** A served file's strong etag: its SHA-256, quoted. */
+export function etagOf(result: { sha256: string }): string {
+  return `"sha256:${result.sha256}"`;
+}
+
 /** The validator headers of a served file, shared by both planes, in the spec's order. */
 export function readHeaders(result: ReadResult, generation: number, containment: string): HeaderList {
   return [
     ['content-type', 'application/octet-stream'],
-    ['etag', `"sha256:${result.sha256}"`],
+    ['etag', etagOf(result)],
     [HEADER.mtimeMs, String(result.mtimeMs)],
     [HEADER.generation, String(generation)],
     [HEADER.containment, containment],

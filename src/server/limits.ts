@@ -1,4 +1,6 @@
-// The listener's bounds (README, "Limits"): a leaf, so the CLI can know them without loading the server.
+// The listener's bounds (README, "Limits") and the bare HTTP server that applies them: a leaf, so
+// the CLI can know them without loading Fastify.
+import { createServer, type Server } from 'node:http';
 
 /** How long shutdown lets responses being sent finish; then every connection is cut. */
 export const DRAIN_TIMEOUT_MS = 10_000;
@@ -23,3 +25,22 @@ export const LIMITS = Object.freeze({
   maxConnections: 1024,
 });
 
+
+/**
+ * An HTTP server with the limits above. Node's own answers are turned off where admission answers
+ * in the spec's shape instead: a missing Host (Node would write a bare 400) and an unknown Expect
+ * (a bare 417) reach the app, which refuses them.
+ */
+export function createLimitedServer(): Server {
+  const server = createServer({
+    requestTimeout: LIMITS.requestTimeoutMs,
+    headersTimeout: LIMITS.headersTimeoutMs,
+    keepAliveTimeout: LIMITS.keepAliveTimeoutMs,
+    maxHeaderSize: LIMITS.maxHeaderBytes,
+    requireHostHeader: false,
+  });
+  server.maxConnections = LIMITS.maxConnections;
+  // Inactivity on the socket, reading or writing: a response that is not drained frees its memory.
+  server.setTimeout(LIMITS.idleTimeoutMs, (socket) => socket.destroy());
+  return server;
+}

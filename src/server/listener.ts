@@ -1,25 +1,19 @@
 // The capsule's HTTP listener: binds first (so the advertised URL, part of the session's identity,
-// is known before the session exists), then serves. Every request passes one gate (503 while
-// stopping, the in-flight count, HTTP/1.x only); requests under /resources go straight to the
-// planes on the bare Node request and response, so the hot path pays for no framework; everything
-// else (readiness, metrics, the card, 404s) is the Fastify app of src/server/app.ts, loaded when the first
-// such request arrives (start-up and idle memory do not pay for it either). The gate and the
-// parser-error answers are src/planes/admission.ts.
-import { createServer, type Server } from 'node:http';
+// is known before the session exists), then serves it with the Fastify app of src/server/app.ts,
+// which routes every request; stopping refuses new requests, lets the ones being answered finish
+// (bounded), then closes.
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
-import { Refusal } from '../codes.js';
-import { attachGate, clientErrorResponder, type Handler } from '../planes/admission.js';
-import { DRAIN_TIMEOUT_MS, LIMITS } from './limits.js';
-import type { Metrics } from './metrics.js';
-import { ALL_PLANES, InFlight, sendServerError, type PlaneSet } from '../planes/plugin.js';
-import { rawPlaneReply } from '../planes/reply.js';
-import { redactHandles } from '../redact.js';
+import { ALL_PLANES, type PlaneSet } from '../planes/plugin.js';
 import type { Session } from '../session.js';
+import { buildApp } from './app.js';
+import { createLimitedServer, DRAIN_TIMEOUT_MS } from './limits.js';
+import type { Metrics } from './metrics.js';
 
 export { DRAIN_TIMEOUT_MS, LIMITS } from './limits.js';
-export { HEALTH_PATH, METRICS_PATH } from '../planes/admission.js';
+export { HEALTH_PATH, METRICS_PATH } from './app.js';
 
 export interface Listener {
   server: Server;
@@ -34,15 +28,7 @@ export type ListenAddress = { host: string; port: number } | { path: string };
 
 /** Binds an HTTP listener; no request is answered until `serve` attaches an app to it. */
 export async function bind(address: ListenAddress = { host: '127.0.0.1', port: 0 }): Promise<Listener> {
-  const server = createServer({
-    requestTimeout: LIMITS.requestTimeoutMs,
-    headersTimeout: LIMITS.headersTimeoutMs,
-    keepAliveTimeout: LIMITS.keepAliveTimeoutMs,
-    maxHeaderSize: LIMITS.maxHeaderBytes,
-  });
-  server.maxConnections = LIMITS.maxConnections;
-  // Inactivity on the socket, reading or writing: a response that is not drained frees its memory.
-  server.setTimeout(LIMITS.idleTimeoutMs, (socket) => socket.destroy());
+  const server = createLimitedServer();
   // A unix socket is created with no permission for anyone but this user: the umask is narrowed for
   // the listen alone (the process is single-threaded here), so there is no window before a chmod.
   const previousUmask = 'path' in address ? process.umask(0o177) : null;
@@ -64,8 +50,8 @@ export async function bind(address: ListenAddress = { host: '127.0.0.1', port: 0
 }
 
 export interface RunningServer {
-  /** The Fastify app behind the listener's non-plane routes, built on first use. */
-  app(): Promise<FastifyInstance>;
+  /** The Fastify app that answers every request on the listener. */
+  app: FastifyInstance;
   /** The URL the listener is bound to. */
   url: string;
   /** The URL this capsule advertises (the session's identity). */
@@ -84,37 +70,23 @@ export async function serve(
 ): Promise<RunningServer> {
   // The card and the audience say where this capsule is: a session without that identity cannot serve.
   if (session.advertisedUrl === null) throw new Error('a session is served only with the advertised URL it was opened with');
-  const advertisedUrl = session.advertisedUrl;
-  const inflight = new InFlight();
-  inflight.gatedAtListener = true;
-  listener.server.on('clientError', clientErrorResponder(session, logger));
-  let loaded: Promise<{ app: FastifyInstance; handler: Handler }> | null = null;
-  const loadApp = () =>
-    (loaded ??= import('./app.js').then(({ buildLazyApp }) => buildLazyApp(session, logger, listener.server, planes, extras, inflight)));
-  attachGate(listener.server, session, inflight, planes, logger, extras.metrics, (req, res) => {
-    loadApp().then(
-      ({ handler }) => handler(req, res),
-      (err: unknown) => {
-        if (logger) logger.error({ err: redactHandles(String(err)) }, 'the app could not be loaded');
-        sendServerError(rawPlaneReply(req, res, session.containment), new Refusal('io_error', 'internal error'));
-      },
-    );
-  });
+  const { app, admission } = await buildApp(session, { logger, planes, ...extras, server: listener.server });
+  await app.ready();
   let closing: Promise<void> | null = null;
   return {
-    app: async () => (await loadApp()).app,
+    app,
     url: listener.url,
-    advertisedUrl,
+    advertisedUrl: session.advertisedUrl,
     close: () =>
       (closing ??= (async () => {
-        inflight.closing = true;
+        admission.closing = true;
         // Not closed before the drain: server.close() destroys every connection whose response has
         // ended, even while its body is still queued for the socket. New requests meanwhile get 503.
-        await inflight.drained(DRAIN_TIMEOUT_MS);
+        await admission.drained(DRAIN_TIMEOUT_MS);
         const closed = new Promise<void>((resolve) => listener.server.close(() => resolve()));
         // Whatever is still being sent (a client that reads slowly) is cut: shutdown has a bound.
         listener.server.closeAllConnections();
-        if (loaded) await (await loaded.catch(() => null))?.app.close();
+        await app.close();
         await closed;
       })()),
   };
