@@ -13,8 +13,9 @@ import { describeTree, show } from './describe.js';
 import * as model from './model.js';
 import { requestArb, rawRequest } from './requests.js';
 import { fuzzIt, guard, guardSync } from './runner.js';
+import { BIG_MAX_BYTES } from './thresholds.js';
 import {
-  compileTree, materialise, MAX_BYTES, prepareWorkdir, removeWorkdir, ROOT_SPELLINGS, SECRET_MARK, treeArb, type Workdir,
+  compileTree, coverageTree, materialise, MAX_BYTES, prepareWorkdir, removeWorkdir, ROOT_SPELLINGS, SECRET_MARK, treeArb, type Workdir,
 } from './trees.js';
 
 const CLASSES: model.Containment[] = ['sealed', 'advisory', 'scoped'];
@@ -89,21 +90,31 @@ describe('operator plane, in process, against the reference model', () => {
     name: 'view-read-list',
     file: import.meta.filename,
     runs: 40,
+    // Every kind of entry and every size threshold, under both ceilings, in every run.
+    examples: () => {
+      const { spec, nodes } = coverageTree();
+      const plain = Array.from({ length: nodes }, (_, node) => ({ base: { node }, transforms: [] }));
+      return [[spec, plain, MAX_BYTES], [spec, plain, BIG_MAX_BYTES]];
+    },
+    // Invariant: a read's code and bytes, a stat's code and a listing's entries equal the model's, and nothing outside the root is served.
     property: () =>
-      fc.asyncProperty(treeArb, fc.array(requestArb, { minLength: 1, maxLength: 24 }), guard(async (spec, requests) => {
+      fc.asyncProperty(treeArb, fc.array(requestArb, { minLength: 1, maxLength: 24 }), fc.constantFrom(MAX_BYTES, MAX_BYTES, BIG_MAX_BYTES), guard(async (spec, requests, maxBytes) => {
         const tree = compileTree(spec, wd);
         materialise(tree, wd);
-        const raws = requests.map((r) => rawRequest(r, tree.paths));
+        // The generated requests, then every entry of the tree asked for plainly (these pass lowering).
+        const step = Math.max(1, Math.ceil(tree.paths.length / 16));
+        const plain = tree.paths.flatMap((_, node) => (node % step === 0 ? [{ base: { node }, transforms: [] }] : []));
+        const raws = [...requests, ...plain].map((r) => rawRequest(r, tree.paths));
         const root = ROOT_SPELLINGS[spec.rootSpelling % ROOT_SPELLINGS.length]!;
         // Rendered once per tree: labels are built for every check, and a deep tree renders slowly.
         let rendered: string | undefined;
         const treeText = () => (rendered ??= describeTree(tree));
         for (const resolver of RESOLVERS) {
           for (const containment of CLASSES) {
-            const view = new ExportView({ workdirFd: () => workdirFd, root, maxBytes: MAX_BYTES, containment, resolver });
-            const where = (what: string) => `${what} under ${containment}/${resolver}, root '${root}'\ntree:\n${treeText()}`;
+            const view = new ExportView({ workdirFd: () => workdirFd, root, maxBytes, containment, resolver });
+            const where = (what: string) => `${what} under ${containment}/${resolver}, root '${root}', max_bytes ${maxBytes}\ntree:\n${treeText()}`;
             for (const raw of raws) {
-              const expected = model.read(tree.root, raw, containment, MAX_BYTES);
+              const expected = model.read(tree.root, raw, containment, maxBytes);
               const got = await outcome(async () => view.read(view.lower(raw, 'url')));
               const label = where(`read '${show(raw)}'`);
               expect(got.code, label).toBe(expected.code);

@@ -15,9 +15,10 @@ import { rawGet, type RawResponse } from '../helpers/http.js';
 import { tempDir } from '../helpers/tree.js';
 import { describeTree, show } from './describe.js';
 import * as model from './model.js';
-import { requestArb, rawRequest, wireSafe } from './requests.js';
+import { requestArb, rawRequest, wireSafe, type RequestSpec } from './requests.js';
 import { fuzzIt, guard } from './runner.js';
-import { compileTree, materialise, MAX_BYTES, prepareWorkdir, removeWorkdir, SECRET_MARK, treeArb, type Workdir } from './trees.js';
+import { BIG_MAX_BYTES } from './thresholds.js';
+import { compileTree, coverageTree, materialise, MAX_BYTES, prepareWorkdir, removeWorkdir, SECRET_MARK, treeArb, type Workdir } from './trees.js';
 
 const CLASSES: model.Containment[] = ['sealed', 'advisory', 'scoped'];
 const RESOLVERS: native.ResolverKind[] = native.openat2Available() ? ['openat2', 'walk'] : ['walk'];
@@ -26,6 +27,7 @@ const FILES = '/resources/files';
 interface Served {
   containment: model.Containment;
   resolver: native.ResolverKind;
+  maxBytes: number;
   launched: Launched;
 }
 
@@ -39,9 +41,12 @@ beforeAll(async () => {
   for (const resolver of RESOLVERS) {
     for (const containment of CLASSES) {
       const launched = await launch({ workdir: wd.workdir, traceDir, yaml: filesManifest('out/', MAX_BYTES), containment, resolver });
-      served.push({ containment, resolver, launched });
+      served.push({ containment, resolver, maxBytes: MAX_BYTES, launched });
     }
   }
+  // One more with a ceiling above every read-path threshold: the budget, the pool and the cache see traffic.
+  const big = await launch({ workdir: wd.workdir, traceDir, yaml: filesManifest('out/', BIG_MAX_BYTES), containment: 'sealed', resolver: RESOLVERS[0] });
+  served.push({ containment: 'sealed', resolver: RESOLVERS[0]!, maxBytes: BIG_MAX_BYTES, launched: big });
 });
 
 afterAll(async () => {
@@ -75,11 +80,11 @@ type Expected = { kind: 'read'; read: model.ModelRead } | { kind: 'list' } | { k
 const TOO_LONG = 16_500;
 const MAYBE_TOO_LONG = 16_000;
 
-function expectedFor(tree: ReturnType<typeof compileTree>, t: model.Bytes, containment: model.Containment): Expected {
+function expectedFor(tree: ReturnType<typeof compileTree>, t: model.Bytes, containment: model.Containment, maxBytes: number): Expected {
   if (t.length > TOO_LONG) return { kind: 'too-long' };
   const path = model.targetPath(t);
   if (path === FILES || path === `${FILES}/`) return { kind: 'list' };
-  return { kind: 'read', read: model.read(tree.root, path.slice(FILES.length + 1), containment, MAX_BYTES) };
+  return { kind: 'read', read: model.read(tree.root, path.slice(FILES.length + 1), containment, maxBytes) };
 }
 
 function assertNoSecret(res: RawResponse, label: string): void {
@@ -145,14 +150,24 @@ describe('operator plane over real HTTP, against the reference model', () => {
     name: 'http-read-list',
     file: import.meta.filename,
     runs: 15,
+    // Every kind of entry and every size threshold, in every run.
+    examples: () => {
+      const { spec, nodes } = coverageTree();
+      return [[spec, Array.from({ length: nodes }, (_, node) => [{ base: { node }, transforms: [] }, { query: null, absoluteForm: false }] as [RequestSpec, Wire]), FILES]];
+    },
+    // Invariant: every answer's status, code, bytes and etag, and every listing, equal the model's; nothing outside the root is served.
     property: () =>
       fc.asyncProperty(
         treeArb,
         fc.array(fc.tuple(requestArb, wireArb), { minLength: 1, maxLength: 10 }),
         fc.constantFrom(FILES, `${FILES}/`, `${FILES}?x=1`, `${FILES}/?`),
-        guard(async (spec, requests, listTarget) => {
+        guard(async (spec, generated, listTarget) => {
           const tree = compileTree(spec, wd);
           materialise(tree, wd);
+          // A few entries of the tree asked for plainly as well: a share of requests that pass lowering.
+          const step = Math.max(1, Math.ceil(tree.paths.length / 12));
+          const plain = tree.paths.flatMap((_, node) => (node % step === 0 ? [[{ base: { node }, transforms: [] }, { query: null, absoluteForm: false }] as [RequestSpec, Wire]] : []));
+          const requests = [...generated, ...plain];
           const treeText = describeTree(tree); // once per tree: a deep tree renders slowly
           for (const s of served) {
             const port = Number(new URL(s.launched.url).port);
@@ -166,7 +181,7 @@ describe('operator plane over real HTTP, against the reference model', () => {
                 if (process.env.FUZZ_DEBUG) console.error(`${Date.now() - t0} ms ${res.status} ${show(t).slice(0, 100)} ${s.containment}/${s.resolver}`);
                 return res;
               };
-              const expected = expectedFor(tree, t, s.containment);
+              const expected = expectedFor(tree, t, s.containment, s.maxBytes);
               if (expected.kind === 'list') {
                 await listMatches(fetch, tree, s, label);
                 continue;

@@ -217,7 +217,9 @@ async function runCase(recipes: TokenRecipe[], sites: Site[]): Promise<void> {
   }
   for (const { where, text } of out.texts) assertClean(text, tokens, where);
   // The scan is not blind: the trace and the log did record these requests.
-  expect(out.texts.some((t) => t.where.endsWith('trace') && t.text.length > 0), 'nothing was traced').toBe(true);
+  if (sites.some((site) => site.where !== 'tool-name')) {
+    expect(out.texts.some((t) => t.where.endsWith('trace') && t.text.length > 0), 'nothing was traced').toBe(true);
+  }
   if (sites.some((site) => URL_SITES.includes(site.where))) {
     expect(out.texts.some((t) => t.where.endsWith('log') && t.text.length > 0), 'nothing was logged').toBe(true);
   }
@@ -231,7 +233,7 @@ describe('no token, nor any 16-character slice of one, leaves through a record o
     timeoutMs: 120_000,
     // Every site once, with a real handle for the peer and a random shaped token, in every run.
     examples: () => [[
-      [{ t: 'minted', path: 'report.md', forPeer: true, audience: 'x' }, { t: 'shaped', payload: `${B64}${B64}`, mac: B64.slice(0, 43) }],
+      [{ t: 'minted', path: 'report.md', forPeer: true, audience: 'x' }, { t: 'shaped', payload: `${B64}${B64}`, mac: [...B64].reverse().join('').slice(0, 43) }],
       SITES.map((where, i) => ({ where, token: i, before: i % 3 === 2 ? 'p'.repeat(500) : '', after: i % 2 ? '.' : '', encode: false })),
     ]],
     // Invariant: no token nor any 16-character slice of one appears in a trace, a log line, an HTTP answer or a tool result.

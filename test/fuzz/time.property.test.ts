@@ -133,9 +133,12 @@ describe('handle expiry against the session clock', () => {
           const payload = JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString('utf8')) as { exp: number };
           expect(payload.exp, label).toBe(exp);
           const ttlMs = exp - mintAt;
-          for (const pick of picks) {
-            const offsets = fc.sample(offsetArb(ttlMs), { seed: pick, numRuns: 1 });
-            const now = exp + offsets[0]!;
+          // Every boundary in every case (at exp, a millisecond and a second either side, and
+          // around the mint itself), then a few anywhere.
+          const boundaries = [-1000, -1, 0, 1, 1000, -ttlMs, -ttlMs + 1];
+          const sampled = picks.map((pick) => fc.sample(offsetArb(ttlMs), { seed: pick, numRuns: 1 })[0]!);
+          for (const offset of [...boundaries, ...sampled]) {
+            const now = exp + offset;
             const live = modelLive(exp, now);
             const at = `${label}: presented at exp${now - exp >= 0 ? '+' : ''}${now - exp} ms`;
             // In process: the verifier with the clock passed in.

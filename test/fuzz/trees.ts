@@ -14,6 +14,7 @@ import {
 import { dirname, join } from 'node:path';
 import fc from 'fast-check';
 import { newDir, type Bytes, type MDir, type MNode } from './model.js';
+import { EDGE_SIZES } from './thresholds.js';
 
 export const MAX_BYTES = 64;
 export const ROOT_NAME = 'out';
@@ -100,6 +101,8 @@ const leafArb: fc.Arbitrary<LeafSpec> = fc.oneof(
         { weight: 2, arbitrary: fc.integer({ min: MAX_BYTES - 1, max: MAX_BYTES + 1 }) },
         { weight: 1, arbitrary: fc.integer({ min: 65, max: 300 }) },
         { weight: 1, arbitrary: fc.constant(70_000) },
+        // Both sides of every threshold of the read path (test/fuzz/thresholds.ts).
+        { weight: 1, arbitrary: fc.constantFrom(...EDGE_SIZES) },
       ),
     }),
   },
@@ -131,6 +134,32 @@ export const treeArb: fc.Arbitrary<TreeSpec> = fc.record({
 });
 
 export const ROOT_SPELLINGS = ['out', 'out/', './out', 'out//', 'out/.'];
+
+/**
+ * A fixed tree with one of every kind of entry (file, empty file, FIFO, socket, directory, a symlink
+ * to a file inside, one escaping, one absolute, one dangling, a hard link, a loop) and files on both
+ * sides of `MAX_BYTES` and of every read-path threshold: the first case of every run, so no run
+ * misses a kind or a size. `nodes` is how many request recipes it takes to aim at every entry.
+ */
+export function coverageTree(): { spec: TreeSpec; nodes: number } {
+  const sizes = [...new Set([0, 1, MAX_BYTES - 1, MAX_BYTES, MAX_BYTES + 1, ...EDGE_SIZES])];
+  const leaves: TreeSpec['leaves'] = sizes.map((size, i) => ({ dir: 0, name: `s${i}`, leaf: { k: 'file', size } }));
+  const firstLeaf = 2; // node 0 is the root, node 1 the directory `sub`
+  leaves.push(
+    { dir: 1, name: 'in-sub', leaf: { k: 'file', size: 5 } },
+    { dir: 0, name: 'fifo', leaf: { k: 'fifo' } },
+    { dir: 0, name: 'sock', leaf: { k: 'socket' } },
+    { dir: 0, name: 'link-in', leaf: { k: 'link', target: { t: 'to', node: firstLeaf + 2, form: 'rel', n: 0 } } },
+    { dir: 1, name: 'link-up', leaf: { k: 'link', target: { t: 'to', node: firstLeaf + 3, form: 'rel', n: 0 } } },
+    { dir: 0, name: 'link-dir', leaf: { k: 'link', target: { t: 'to', node: 1, form: 'rel', n: 0 } } },
+    { dir: 0, name: 'link-out', leaf: { k: 'link', target: { t: 'escape', which: 0, extra: 0 } } },
+    { dir: 0, name: 'link-abs', leaf: { k: 'link', target: { t: 'abs', which: 1, node: firstLeaf + 2 } } },
+    { dir: 0, name: 'dangling', leaf: { k: 'link', target: { t: 'dangling', name: 'x' } } },
+    { dir: 0, name: 'hard', leaf: { k: 'hardlink', to: 2 } },
+    { dir: 0, name: 'loop', leaf: { k: 'link', target: { t: 'raw', text: 'loop' } } },
+  );
+  return { spec: { rootKind: 'dir', rootSpelling: 0, dirs: [{ parent: 0, name: 'sub' }], leaves, deep: null }, nodes: 2 + leaves.length };
+}
 
 // ── Compiling a recipe ───────────────────────────────────────────────────────────────────────────
 
