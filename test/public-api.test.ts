@@ -1,8 +1,8 @@
 // The package's face: one entry point through its `exports` map, importable by its own name,
-// exporting what the README promises, with declarations a TypeScript consumer compiles against;
-// internal files are not importable.
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+// exporting what the README promises, with declarations a TypeScript consumer compiles against
+// (callTool typed by tool name: test/types/consumer.ts); internal files are not importable.
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -14,7 +14,7 @@ describe('the public API', () => {
   it('is importable by the package name and exports what the README promises', async () => {
     const api = await import('capsule-resource-plane');
     for (const name of [
-      'launch', 'openSession', 'Session', 'serve', 'bind', 'buildApp', 'resourcePlanes', 'planesFrameworkErrors', 'InFlight',
+      'launch', 'openSession', 'Session', 'serve', 'bind', 'buildApp', 'resourcePlanes', 'routeRawTargets',
       'callTool', 'toolDefinitions', 'shareFile', 'fetchPeerFile', 'CATALOGUE', 'CODES', 'Refusal', 'renderHttp', 'renderTool',
       'parseManifest', 'ManifestError', 'effectiveGrants', 'renderExplainScope', 'RUNTIME_WRITES', 'CONTAINMENT_CLASSES', 'LIMITS',
     ]) {
@@ -43,6 +43,45 @@ describe('the public API', () => {
       execFileSync(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', join(dir, 'tsconfig.json')], { cwd: ROOT, stdio: 'pipe' });
     } catch (error) {
       throw new Error(`tsc failed:\n${(error as { stdout?: Buffer }).stdout?.toString() ?? error}`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('tells a consumer who misuses callTool what is wrong, by tool name', () => {
+    // A project of its own in a temp dir, the package linked in as an install would put it.
+    const dir = mkdtempSync(join(tmpdir(), 'rp-types-misuse-'));
+    try {
+      mkdirSync(join(dir, 'node_modules'));
+      symlinkSync(ROOT, join(dir, 'node_modules', 'capsule-resource-plane'));
+      writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'misuse', type: 'module', private: true }));
+      writeFileSync(
+        join(dir, 'misuse.ts'),
+        [
+          "import { callTool, type Session } from 'capsule-resource-plane';",
+          'export async function f(session: Session): Promise<void> {',
+          "  await callTool(session, 'share-file', { peer: 'localhost:1', handle: 'mh1.x' });",
+          "  await callTool(session, 'rm-rf', {});",
+          "  const minted = await callTool(session, 'share-file', { path: 'a', peer: 'localhost:1' });",
+          '  const n: number = minted.handle;',
+          '  void n;',
+          '}',
+          '',
+        ].join('\n'),
+      );
+      const config = {
+        compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noEmit: true, skipLibCheck: true, types: ['node'], typeRoots: [join(ROOT, 'node_modules/@types')] },
+        files: ['misuse.ts'],
+      };
+      writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify(config));
+      const r = spawnSync(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', join(dir, 'tsconfig.json')], { cwd: dir, encoding: 'utf8' });
+      expect(r.status).not.toBe(0);
+      const errors = r.stdout.trim().split('\n').map((line) => line.replace(/^misuse\.ts\(\d+,\d+\): /, ''));
+      expect(errors).toEqual([
+        "error TS2353: Object literal may only specify known properties, and 'handle' does not exist in type 'ShareFileInput'.",
+        'error TS2345: Argument of type \'"rm-rf"\' is not assignable to parameter of type \'ToolName\'.',
+        "error TS2322: Type 'string' is not assignable to type 'number'.",
+      ]);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -17,9 +17,29 @@ import {
   type FetchPeerFileArguments,
   type ShareFileArguments,
 } from './schemas.js';
-import { shareFile } from './share-file.js';
+import { shareFile, type ShareFileInput, type ShareFileResult } from './share-file.js';
+import type { FetchPeerFileInput, FetchPeerFileResult } from './fetch-peer-file.js';
 
 export { fetchPeerFile, shareFile };
+
+/**
+ * What each tool takes and gives, keyed by its name: `callTool` picks its argument and result
+ * types from here. A refusal is never a result: the call rejects with a `Refusal`.
+ */
+export interface ToolSignatures {
+  'share-file': { input: ShareFileInput; result: ShareFileResult };
+  'fetch-peer-file': { input: FetchPeerFileInput; result: FetchPeerFileResult };
+}
+
+/**
+ * A tool's arguments: checked against its contract when the name is known where the call is
+ * written; when it is only known at run time (the union of all names, as the MCP channel has it),
+ * anything, since the arguments are then validated against the schema at run time anyway.
+ */
+export type ToolArguments<N extends ToolName> = [ToolName] extends [N] ? unknown : ToolSignatures[N]['input'];
+
+/** A tool's result: that tool's result object (a union of them for a name known only at run time). */
+export type ToolResult<N extends ToolName> = ToolSignatures[N]['result'];
 
 /** Every tool this server has, declared or not. */
 export const TOOL_NAMES: readonly ToolName[] = Object.freeze(['share-file', 'fetch-peer-file']);
@@ -136,14 +156,17 @@ export function parseToolArguments(spec: Pick<ToolSpec, 'input'>, args: unknown)
 }
 
 /**
- * Runs one tool by name. Refusals are a Refusal whose detail is the sentence for the agent; an
- * unknown tool name is `unknown_tool` (over MCP it never gets here: it is a JSON-RPC error). Every
- * refusal message passes the redaction boundary here, whoever built it: messages quote caller text
- * (a peer, a path, an argument name), and a token pasted into any of them must not come back out.
+ * Runs one tool by name. The name picks the types: `callTool(session, 'share-file', { path, peer })`
+ * resolves to a `ShareFileResult`, and a name that is no tool, or arguments that do not fit it, are
+ * type errors. Refusals are not results: the promise rejects with a Refusal whose detail is the
+ * sentence for the agent (arguments that fail the schema at run time are `invalid_argument`; an
+ * unknown tool name is `unknown_tool`, and over MCP it never gets here: it is a JSON-RPC error).
+ * Every refusal message passes the redaction boundary here, whoever built it: messages quote caller
+ * text (a peer, a path, an argument name), and a token pasted into any of them must not come back out.
  */
-export async function callTool(session: Session, name: string, args: unknown): Promise<Record<string, unknown>> {
+export async function callTool<N extends ToolName>(session: Session, name: N, args: ToolArguments<N>): Promise<ToolResult<N>> {
   try {
-    return await runTool(session, name, args);
+    return (await runTool(session, name, args)) as ToolResult<N>;
   } catch (error) {
     // Anything but a Refusal is unexpected, and its text (a host path, a URL) is not passed on.
     const refusal = error instanceof Refusal ? error : new Refusal('io_error', 'the tool failed unexpectedly');
@@ -151,7 +174,7 @@ export async function callTool(session: Session, name: string, args: unknown): P
   }
 }
 
-async function runTool(session: Session, name: string, args: unknown): Promise<Record<string, unknown>> {
+async function runTool(session: Session, name: string, args: unknown): Promise<ShareFileResult | FetchPeerFileResult> {
   const spec = isToolName(name) ? toolSpecs(session).find((s) => s.name === name) : undefined;
   if (!spec) throw new Refusal('unknown_tool', `no tool named '${name}' exists here`);
   // Validated before anything else, declared or not: a malformed call costs no file, socket or
