@@ -7,13 +7,14 @@
 import { createHash } from 'node:crypto';
 import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { launch, stderrLogger, type Launched } from '../launch/launch.js';
 import { fetchPeerFile } from '../tools/fetch-peer-file.js';
 import { shareFile } from '../tools/share-file.js';
 
-const examples = join(dirname(fileURLToPath(import.meta.url)), '..', 'examples');
+// This file is dist/cli/demo.js once built: examples/ is two levels up, at the package root.
+const examples = fileURLToPath(new URL('../../examples', import.meta.url));
 
 export async function runDemo(out: (line: string) => void = (l) => process.stdout.write(`${l}\n`)): Promise<Launched[]> {
   const scratch = mkdtempSync(join(tmpdir(), 'resource-plane-demo-'));
