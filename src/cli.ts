@@ -4,6 +4,7 @@
 // manifest print as `error[CODE]: …` / `  hint: …` and exit 2; a usage mistake prints one line
 // pointing at the command's --help and exits 2; other failures exit 1.
 import { existsSync, realpathSync } from 'node:fs';
+import { constants as osConstants } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import type { SingleBar } from 'cli-progress';
 import { Command, CommanderError, Option } from 'commander';
@@ -171,7 +172,10 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     logger.flush();
     process.exit(0);
   };
-  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => void shutdown(signal));
+  // SIGHUP is a stop too, not a reload: there is nothing to re-read (the manifest and the flags are
+  // taken once, at launch), and a server left running after its terminal or supervisor hung up
+  // would serve on unwatched.
+  for (const signal of STOP_SIGNALS) process.on(signal, () => void shutdown(signal));
   if (flags.control === 'stdio') {
     const { runControl } = await import('./tools/control.js');
     await runControl(launched, ready, () => shutdown('control channel closed'));
@@ -274,17 +278,41 @@ async function terminalProgress(stream: NodeJS.WriteStream = process.stderr): Pr
 /** A usage error from commander: one line, and where the help is. */
 function shortErrors(cmd: Command, name: string | null): Command {
   return cmd.configureOutput({
-    // Commander may add a second line ("(Did you mean --workdir?)"): kept on the one line.
-    outputError: (text, print) => print(`${text.trim().replace(/\s*\n\s*/g, ' ')} ${helpPointer(name)}\n`),
+    // Commander may add a second line ("(Did you mean --workdir?)"): kept on the one line, where
+    // it reads as the rest of the sentence.
+    outputError: (text, print) => print(`${text.trim().replace(/\s*\n\s*/g, ' ').replace('(Did you mean', '(did you mean')} ${helpPointer(name)}\n`),
   });
 }
+
+/**
+ * A required option, checked after commander's unknown-option check rather than before it (where
+ * `requiredOption` is checked): `serve --workdri cap` is then told `unknown option '--workdri' (did
+ * you mean --workdir?)` instead of only that --workdir is missing. The message is commander's own.
+ */
+function requiredAfterUnknown(cmd: Command, flags: string, description: string): Command {
+  const option = new Option(flags, description);
+  return cmd.addOption(option).hook('preAction', (command) => {
+    if (command.getOptionValue(option.attributeName()) === undefined) {
+      command.error(`error: required option '${option.flags}' not specified`, { code: 'commander.missingMandatoryOptionValue' });
+    }
+  });
+}
+
+/** The signals after which a command stops; 128 + the number is the exit status of one so stopped. */
+const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
 
 export function program(): Command {
   const cmd = new Command(PROGRAM)
     .description('The hardened file server of a capsule: operator plane, peer plane, audit trace.')
-    .version(packageVersion(), '-V, --version', 'print the version and exit')
+    .version(packageVersion(), '-v, --version', 'print the version and exit')
+    // -V too, as before -v existed (and as curl and nginx spell it); not shown in the help.
+    .addOption(new Option('-V').hideHelp())
     .showHelpAfterError(false)
     .exitOverride();
+  cmd.on('option:V', () => {
+    process.stdout.write(`${packageVersion()}\n`);
+    throw new CommanderError(0, 'commander.version', packageVersion());
+  });
   shortErrors(cmd, null);
   cmd.addHelpText(
     'after',
@@ -300,10 +328,11 @@ ${ENVIRONMENT}
 Run '${PROGRAM} <command> --help' for a command's options.`,
   );
 
-  const serve = cmd
-    .command('serve')
-    .description('launch one session over a workdir')
-    .requiredOption('--workdir <dir>', 'the capsule workdir (required); created if missing, once every check passed')
+  const serve = requiredAfterUnknown(
+    cmd.command('serve').description('launch one session over a workdir'),
+    '--workdir <dir>',
+    'the capsule workdir (required); created if missing, once every check passed',
+  )
     .option('--manifest <file>', 'the manifest (default: <workdir>/murmur.yaml)')
     .option('--listen <host:port>', 'where to listen', '127.0.0.1:0')
     .option('--advertise <url>', 'the URL the agent card and audience say (default: http://localhost:<bound port>)')
@@ -320,7 +349,8 @@ Run '${PROGRAM} <command> --help' for a command's options.`,
       'after',
       `
 --workdir is required. With --control none, stdout carries exactly one line of JSON once the
-listener is bound ({"event":"listening","url":…}); logs go to stderr. SIGINT/SIGTERM end the session.
+listener is bound ({"event":"listening","url":…}); logs go to stderr. SIGINT, SIGTERM and SIGHUP
+end the session gracefully (SIGHUP reloads nothing: the manifest is read once, at launch).
 
 Examples:
   ${PROGRAM} serve --workdir ./cap
@@ -391,36 +421,43 @@ Examples:
     .description('download one file, verifying its etag against the bytes before saving')
     .argument('<url>', 'the capsule URL, or unix:/path/to/operator.sock')
     .argument('<path>', 'the path relative to the export root')
-    .option('-o, --output <file>', "where to save it ('-' for stdout; default: its basename here)")
+    .option('-o, --output <file>', "where to save it: a file, a directory (ending in '/' or existing) to save into under the file's name, or '-' for stdout (default: its name, here)")
     .option('--force', 'replace an existing file')
     .addHelpText(
       'after',
       `
 The body streams into a temporary file beside the target and is moved into place only once its
-SHA-256 matches the etag; an existing target is refused before anything is downloaded. A progress
-bar is drawn on stderr when stderr is a terminal.
+SHA-256 matches the etag; an existing target is refused before anything is downloaded (a directory
+is never replaced, even with --force). A progress bar is drawn on stderr when stderr is a terminal.
 
 Examples:
   ${PROGRAM} get http://127.0.0.1:41234 report.md
+  ${PROGRAM} get http://127.0.0.1:41234 sub/report.md -o downloads/
   ${PROGRAM} get http://127.0.0.1:41234 'sub dir/data.csv' -o data.csv --force
   ${PROGRAM} get unix:/run/cap/operator.sock report.md -o - | less`,
     )
     .action(async (url: string, path: string, flags: { output?: string; force?: boolean }) => {
       const { get: download } = await import('./cli/client.js');
-      // An interrupt stops the download and removes what it wrote, then exits as interrupted.
+      // An interrupt, a stop or a hang-up (the terminal closed) stops the download and removes what
+      // it wrote, then exits as that signal would have (130 for Ctrl-C).
       const abort = new AbortController();
-      const onSignal = () => abort.abort();
-      process.once('SIGINT', onSignal);
-      process.once('SIGTERM', onSignal);
+      let stoppedBy: (typeof STOP_SIGNALS)[number] = 'SIGINT';
+      const handlers = STOP_SIGNALS.map((signal) => {
+        const handler = () => {
+          stoppedBy = signal;
+          abort.abort();
+        };
+        process.once(signal, handler);
+        return [signal, handler] as const;
+      });
       const r = await download(url, path, { ...flags, progress: await terminalProgress(), signal: abort.signal }).catch((error) => {
         if (abort.signal.aborted) {
           process.stderr.write('error: interrupted; nothing was saved\n');
-          process.exit(130);
+          process.exit(128 + osConstants.signals[stoppedBy]);
         }
         return fail(error, 'get');
       });
-      process.off('SIGINT', onSignal);
-      process.off('SIGTERM', onSignal);
+      for (const [signal, handler] of handlers) process.off(signal, handler);
       if (r.savedTo) process.stderr.write(`saved ${r.bytes} bytes to ${r.savedTo} (sha256 ${r.sha256}, etag verified)\n`);
     });
   shortErrors(get, 'get');

@@ -1,11 +1,12 @@
 // `resource-plane ls --json` and how `get` saves a file: streamed into an exclusive temporary file
 // beside the target while it arrives, verified, then moved into place; an existing target refused
-// before any request; nothing left behind by a mismatch, a cut connection, an interrupt or a target
-// that appeared meanwhile; a progress bar only on a terminal. The servers here are real sockets:
+// before any request; `-o DIR/` saving into DIR under the file's name; a directory never the target;
+// nothing left behind by a mismatch, a cut connection, an interrupt, a hang-up or a target that
+// appeared meanwhile; a URL with a path refused, not cut short; a progress bar only on a terminal. The servers here are real sockets:
 // the launched operator plane, and plain HTTP servers that misbehave on purpose.
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -205,6 +206,23 @@ describe('get', () => {
     expect(readdirSync(d)).toEqual([]);
   });
 
+  it('a hang-up (SIGHUP: the terminal closed) mid-download exits 129 and leaves nothing behind', async () => {
+    const d = outDir();
+    const target = join(d, 'hup.bin');
+    const release = deferred();
+    handler = stalled(release.promise);
+    const child = reap(spawn(process.execPath, [CLI, 'get', fakeUrl, 'hup.bin', '-o', target]));
+    let stderr = '';
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+    await until('the download to start', () => partsIn(d)[0]);
+    child.kill('SIGHUP');
+    expect(await exited).toBe(129);
+    release.resolve();
+    expect(stderr).toBe('error: interrupted; nothing was saved\n');
+    expect(readdirSync(d)).toEqual([]);
+  });
+
   it('an etag that names no sha256 is refused before anything is written', async () => {
     const d = outDir();
     handler = (_req, res) => {
@@ -240,6 +258,102 @@ describe('get', () => {
     expect(liar.status).toBe(1);
     expect(liar.stdout).toBe('');
     expect(liar.stderr).toMatch(/^error: etag mismatch: .*nothing was saved\n$/);
+  });
+});
+
+describe('get -o DIR', () => {
+  it('-o DIR/ saves into DIR under the file\'s name, refuses to replace it without --force, and replaces it with', async () => {
+    const d = outDir();
+    const into = join(d, 'downloads');
+    mkdirSync(into);
+    const r = await runCli(['get', launched.server.url, 'sub/b.txt', '-o', `${into}/`]);
+    expect(r.status).toBe(0);
+    expect(r.stderr).toMatch(new RegExp(`^saved 1 bytes to ${join(into, 'b.txt').replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\(sha256 [0-9a-f]{64}, etag verified\\)\n$`));
+    expect(readFileSync(join(into, 'b.txt'), 'utf8')).toBe('b');
+    const again = await runCli(['get', launched.server.url, 'sub/b.txt', '-o', `${into}/`]);
+    expect(again.status).toBe(1);
+    expect(again.stderr).toBe(`error: '${join(into, 'b.txt')}' exists; pass --force to replace it\n`);
+    writeFileSync(join(into, 'b.txt'), 'mine');
+    const forced = await runCli(['get', launched.server.url, 'sub/b.txt', '-o', `${into}/`, '--force']);
+    expect(forced.status).toBe(0);
+    expect(readFileSync(join(into, 'b.txt'), 'utf8')).toBe('b');
+    expect(readdirSync(into)).toEqual(['b.txt']);
+  });
+
+  it('-o naming an existing directory, without the slash, saves into it too (as cp does)', async () => {
+    const d = outDir();
+    const r = await runCli(['get', launched.server.url, 'report.md', '-o', d]);
+    expect(r.status).toBe(0);
+    expect(readFileSync(join(d, 'report.md'), 'utf8')).toBe('the report');
+  });
+
+  it('-o DIR/ for a directory that does not exist is refused before any request', async () => {
+    const d = outDir();
+    handler = (_req, res) => {
+      startBody(res);
+      res.end(BODY);
+    };
+    const before = requests;
+    const r = await runCli(['get', fakeUrl, 'x.bin', '-o', join(d, 'absent') + '/']);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toBe(`error: cannot save into '${join(d, 'absent')}/': no such directory\n`);
+    expect(requests).toBe(before);
+    expect(readdirSync(d)).toEqual([]);
+  });
+
+  it.each([[[]], [['--force']]])('a directory where the file would go is never replaced, nor a raw EISDIR (%j)', async (force) => {
+    const d = outDir();
+    mkdirSync(join(d, 'x.bin'));
+    writeFileSync(join(d, 'x.bin', 'keep'), 'keep');
+    handler = (_req, res) => {
+      startBody(res);
+      res.end(BODY);
+    };
+    const before = requests;
+    // `-o DIR/` and `-o DIR` both save into DIR, under the name x.bin, which is the directory.
+    for (const output of [`${d}/`, d]) {
+      const r = await runCli(['get', fakeUrl, 'x.bin', '-o', output, ...force]);
+      expect(r.status).toBe(1);
+      expect(r.stderr).toBe(`error: '${join(d, 'x.bin')}' is a directory, which get never replaces; nothing was saved\n`);
+      expect(r.stderr).not.toContain('EISDIR');
+    }
+    // Refused before any request.
+    expect(requests).toBe(before);
+    expect(readdirSync(d)).toEqual(['x.bin']);
+    expect(readdirSync(join(d, 'x.bin'))).toEqual(['keep']);
+  });
+
+  it('a path that names no file to save as is refused without -o FILE', async () => {
+    const d = outDir();
+    const r = await runCli(['get', fakeUrl, 'sub/..', '-o', `${d}/`]);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toBe("error: 'sub/..' names no file to save as; pass -o FILE\n");
+  });
+});
+
+describe('a URL with a path', () => {
+  it.each([
+    [['ls', '/resources/files/x'], "ls does not use: give the capsule's base URL (ORIGIN)"],
+    [['ls', '/resources/files'], "ls does not use: give the capsule's base URL (ORIGIN)"],
+    [['get', '/resources/files/report.md', 'report.md'], "get does not use: give the capsule's base URL (ORIGIN) and the file as the PATH argument"],
+  ])('%j is refused with the base URL to use, before any request', async ([verb, path, ...rest], tail) => {
+    const d = outDir();
+    const before = requests;
+    const url = `${fakeUrl}${path}`;
+    const r = await runCli([verb!, url, ...rest, ...(verb === 'get' ? ['-o', `${d}/`] : [])]);
+    expect(r.status).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toBe(`error: '${url}' has a path ('${path}'), which ${tail.replace('ORIGIN', fakeUrl)}\n`);
+    expect(requests).toBe(before);
+    expect(readdirSync(d)).toEqual([]);
+  });
+
+  it('a query is refused too; a bare trailing slash is the base URL', async () => {
+    const q = await runCli(['ls', `${launched.server.url}/?x=1`]);
+    expect(q.status).toBe(1);
+    expect(q.stderr).toBe(`error: '${launched.server.url}/?x=1' has a query, which ls does not use: give the capsule's base URL (${launched.server.url})\n`);
+    const ok = await runCli(['ls', `${launched.server.url}/`, '--json']);
+    expect(ok.status).toBe(0);
   });
 });
 

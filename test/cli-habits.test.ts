@@ -1,5 +1,6 @@
-// The command line as a new user meets it: diagnostics that name the file actually given, --version,
-// one-line usage errors that point to --help, help with examples and the environment, a clear
+// The command line as a new user meets it: diagnostics that name the file actually given, --version
+// (and -v, -V), one-line usage errors that point to --help and name a mistyped option even where a
+// required one is then missing, help with examples and the environment, a clear
 // message for a bad log level, and explain-scope defaulting like serve. Each case runs the real
 // command.
 import { execFileSync } from 'node:child_process';
@@ -50,7 +51,7 @@ describe('manifest diagnostics name the file that was read', () => {
 });
 
 describe('--version', () => {
-  it.each([['--version'], ['-V']])('%s prints the version in package.json and exits 0', (flag) => {
+  it.each([['--version'], ['-v'], ['-V']])('%s prints the version in package.json and exits 0', (flag) => {
     const r = runCli([flag]);
     expect(r.status).toBe(0);
     expect(r.stdout).toBe(`${PACKAGE.version}\n`);
@@ -63,9 +64,11 @@ describe('usage errors are one line that points to --help', () => {
     [['serve'], "error: required option '--workdir <dir>' not specified (see resource-plane serve --help)"],
     [['serve', '--workdir', '/nonexistent-rp', '--containment', 'airtight'], /^error: option '--containment <class>' argument 'airtight' is invalid\. Allowed choices are advisory, scoped, sealed\. \(see resource-plane serve --help\)$/],
     [['serve', '--workdir', '/nonexistent-rp', '--frob'], "error: unknown option '--frob' (see resource-plane serve --help)"],
+    // The mistyped option is named, not only the required one it left missing.
+    [['serve', '--workdri', '/nonexistent-rp'], "error: unknown option '--workdri' (did you mean --workdir?) (see resource-plane serve --help)"],
     [['serve', '--workdir', '/nonexistent-rp', '--listen', 'nonsense'], /^error: --listen must be HOST:PORT.* \(see resource-plane serve --help\)$/],
     [['explain-scope'], 'error: explain-scope needs --workdir DIR (reads DIR/murmur.yaml) or --manifest FILE (see resource-plane explain-scope --help)'],
-    [['explain-scope', '--jsn'], /^error: unknown option '--jsn' \(Did you mean --json\?\) \(see resource-plane explain-scope --help\)$/],
+    [['explain-scope', '--jsn'], /^error: unknown option '--jsn' \(did you mean --json\?\) \(see resource-plane explain-scope --help\)$/],
     [['get', 'http://127.0.0.1:1'], "error: missing required argument 'path' (see resource-plane get --help)"],
     [['ls', 'http://127.0.0.1:1', 'extra'], /^error: too many arguments for 'ls'\. .* \(see resource-plane ls --help\)$/],
     [['frob'], "error: unknown command 'frob' (see resource-plane --help)"],
@@ -99,11 +102,16 @@ describe('help', () => {
     expect(shown![1]).toBe(runCli(['--help']).stdout);
   });
 
+  it('the program help offers -v, --version', () => {
+    expect(runCli(['--help']).stdout).toMatch(/^ {2}-v, --version +print the version and exit$/m);
+  });
+
   it('serve --help says --workdir is required, with examples and the environment', () => {
     const r = runCli(['serve', '--help']);
     expect(r.status).toBe(0);
     expect(r.stdout).toMatch(/--workdir <dir>\s+the capsule workdir \(required\)/);
     expect(r.stdout).toContain('--workdir is required.');
+    expect(r.stdout).toContain('SIGINT, SIGTERM and SIGHUP\nend the session gracefully (SIGHUP reloads nothing');
     expect(r.stdout).toContain('resource-plane serve --workdir ./cap --control stdio');
     expect(r.stdout).toContain('RESOURCE_PLANE_LOG_LEVEL    trace|debug|info|warn|error|fatal|silent (default info)');
   });

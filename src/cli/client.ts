@@ -5,7 +5,7 @@
 // behind. An existing target is refused before anything is downloaded.
 import { createHash, randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
-import { linkSync, lstatSync, renameSync, unlinkSync } from 'node:fs';
+import { linkSync, lstatSync, renameSync, statSync, unlinkSync } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
@@ -76,7 +76,12 @@ interface Origin {
   shown: string;
 }
 
-function base(url: string): Origin {
+/**
+ * The capsule's base URL. A URL with a path (`http://host:port/resources/files/x`), a query or a
+ * fragment is refused rather than silently cut back to its origin: the verbs name the path
+ * themselves, and a path that was typed but not used would read as a listing or a file of it.
+ */
+function base(url: string, verb: 'ls' | 'get'): Origin {
   if (url.startsWith('unix:')) {
     const socketPath = url.slice('unix:'.length);
     if (!socketPath.startsWith('/')) throw new ClientError(`'${url}' needs an absolute socket path (unix:/path)`);
@@ -89,6 +94,11 @@ function base(url: string): Origin {
     throw new ClientError(`'${url}' is not a URL (expected http://host:port or unix:/path)`);
   }
   if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new ClientError(`'${url}' is not an http(s) URL`);
+  if (u.pathname !== '/' || u.search !== '' || u.hash !== '' || u.username !== '' || u.password !== '') {
+    const what = u.pathname !== '/' ? `a path ('${u.pathname}')` : u.search !== '' ? 'a query' : u.hash !== '' ? 'a fragment' : 'credentials';
+    const how = verb === 'get' ? `give the capsule's base URL (${u.origin}) and the file as the PATH argument` : `give the capsule's base URL (${u.origin})`;
+    throw new ClientError(`'${printable(url)}' has ${printable(what)}, which ${verb} does not use: ${how}`);
+  }
   return { origin: u.origin, shown: u.origin };
 }
 
@@ -137,7 +147,7 @@ export function shownTime(ms: number): string {
  * server sent it, on one line (re-serialised only so that it is exactly one line).
  */
 export async function list(url: string, opts: { json?: boolean } = {}): Promise<string> {
-  const u = base(url);
+  const u = base(url, 'ls');
   const res = await getRaw(u, '/resources/files');
   if (res.statusCode !== 200) throw refusal(res.statusCode, res.body);
   let parsed: unknown;
@@ -177,7 +187,11 @@ export interface Progress {
 }
 
 export interface GetOptions {
-  /** Where to save: a path, `-` for stdout; default the path's basename in the current directory. */
+  /**
+   * Where to save: a file; a directory (one that exists, or any path ending in `/`) to save into
+   * under the file's basename, as curl's --output-dir and wget's -P do; `-` for stdout. Default:
+   * the file's basename in the current directory.
+   */
   output?: string;
   /** Replace an existing file. */
   force?: boolean;
@@ -221,6 +235,36 @@ function occupied(path: string): boolean {
   return lstatSync(path, { throwIfNoEntry: false }) !== undefined;
 }
 
+/** A directory at `path`, through a symlink too (what a rename onto it would meet). */
+function isDirectory(path: string): boolean {
+  return statSync(path, { throwIfNoEntry: false })?.isDirectory() === true;
+}
+
+const IS_A_DIRECTORY = (target: string) => new ClientError(`'${target}' is a directory, which get never replaces; nothing was saved`);
+
+/**
+ * The file a download is saved as. `-o DIR/` or `-o DIR` naming an existing directory saves into
+ * it under the file's basename; without `-o`, the basename in the current directory. A directory is
+ * never the target itself, --force or not: it would be an EISDIR at the very end, after the whole
+ * download.
+ */
+function targetFor(relpath: string, output: string | undefined): string {
+  const into = output === undefined ? '.' : output.endsWith('/') || isDirectory(output) ? output : null;
+  let target: string;
+  if (into === null) {
+    target = resolve(output!);
+  } else {
+    const name = basename(relpath);
+    if (name === '' || name === '.' || name === '..') {
+      throw new ClientError(`'${printable(relpath)}' names no file to save as; pass -o FILE`);
+    }
+    if (!isDirectory(into)) throw new ClientError(`cannot save into '${printable(output!)}': no such directory`);
+    target = resolve(into, name);
+  }
+  if (isDirectory(target)) throw IS_A_DIRECTORY(target);
+  return target;
+}
+
 function errnoOf(error: unknown): string {
   return (error as NodeJS.ErrnoException)?.code ?? (error as Error)?.message ?? String(error);
 }
@@ -246,13 +290,20 @@ function place(temp: string, target: string, force: boolean): void {
       return;
     } catch (error) {
       const code = errnoOf(error);
-      if (code === 'EEXIST') throw new ClientError(`'${target}' exists; pass --force to replace it`);
+      if (code === 'EEXIST') throw isDirectory(target) ? IS_A_DIRECTORY(target) : new ClientError(`'${target}' exists; pass --force to replace it`);
       // A filesystem without hard links: the check before the download stands.
       if (code !== 'EPERM' && code !== 'ENOTSUP' && code !== 'EOPNOTSUPP') throw error;
       if (occupied(target)) throw new ClientError(`'${target}' exists; pass --force to replace it`);
     }
   }
-  renameSync(temp, target);
+  try {
+    renameSync(temp, target);
+  } catch (error) {
+    // A directory that appeared at the target during the download.
+    const code = errnoOf(error);
+    if (code === 'EISDIR' || code === 'ENOTEMPTY' || code === 'EEXIST') throw IS_A_DIRECTORY(target);
+    throw new ClientError(`cannot save to '${target}': ${code}; nothing was saved`);
+  }
 }
 
 /**
@@ -263,9 +314,9 @@ function place(temp: string, target: string, force: boolean): void {
  * only when the etag names exactly those bytes.
  */
 export async function get(url: string, relpath: string, opts: GetOptions = {}): Promise<GetResult> {
-  const u = base(url);
+  const u = base(url, 'get');
   const toStdout = opts.output === '-';
-  const target = toStdout ? null : resolve(opts.output ?? basename(relpath));
+  const target = toStdout ? null : targetFor(relpath, opts.output);
   // Before a byte is downloaded.
   if (target !== null && !opts.force && occupied(target)) throw new ClientError(`'${target}' exists; pass --force to replace it`);
   // Sent as typed (components percent-encoded, dot segments kept): the server is the judge.
