@@ -124,7 +124,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     ...(memoryBudget !== undefined ? { memoryBudgetBytes: parseBudgetBytes(memoryBudget) } : {}),
     ...(listingBudget !== undefined ? { listingBudgetMs: parseBudgetSeconds(listingBudget) * 1000 } : {}),
   };
-  // Confinement (src/launch/confine.ts): either this is the re-executed, already confined image,
+  // Confinement (src/launch/confine-apply.ts): either this is the re-executed, already confined image,
   // which takes the launch its first phase settled, or this is the first phase, which confines and
   // re-executes (not returning) unless Landlock is off or unavailable here.
   let confinement;

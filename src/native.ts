@@ -332,7 +332,7 @@ export function setDigestCacheCapacity(entries: number): void {
 // ── Confinement (Landlock) ──────────────────────────────────────────────────────────────────────
 // Synchronous, and meant for the JS main thread: a Landlock domain binds the thread that asks for
 // it (and what that thread creates afterwards), never the pool threads that already exist. See
-// src/launch/confine.ts for how a launch makes that cover every thread.
+// src/launch/confine-apply.ts for how a launch makes that cover every thread.
 
 /** Every code a confinement call can answer with, as the addon lists them. */
 export type LandlockCode =

@@ -6,7 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { ancestorNodeModules, elfInterpreter, planConfinement, preloadFiles } from '../src/launch/confine.js';
+import { ancestorNodeModules, elfInterpreter, planConfinement, preloadFiles } from '../src/launch/confine-plan.js';
 import { parseManifest } from '../src/manifest/model.js';
 import * as native from '../src/native.js';
 import { scratch } from './helpers/tree.js';

@@ -62,8 +62,14 @@ export function releaseOnClose(x: Exchange, release: () => void): void {
  */
 export function sendTracedBody(x: Exchange, headers: HeaderList, body: Buffer, record: () => Promise<void>): void {
   const res = x.reply.raw;
+  // 'finish' on a live socket: the last byte was handed to the kernel. Node also emits 'finish'
+  // when a reset socket cancels the writes it still held (and writableFinished then reads true):
+  // by then the socket is destroyed.
+  const socket = x.reply.req.socket;
+  let finished = false;
+  res.once('finish', () => (finished = !socket.destroyed));
   onceClosed(x.reply.req, res, () => {
-    if (res.writableFinished) return;
+    if (finished) return;
     record().catch((error: unknown) => x.reply.logError({ err: (error as Error).message }, 'trace write failed for an undelivered body'));
   });
   x.reply.send(200, headers, body);
