@@ -5,12 +5,19 @@
 //     paths), methods, malformed targets and handles, oversized headers;
 //   - never-reading clients: GETs of an 8 MiB file whose responses are never read;
 //   - slow clients: header bytes trickled forever;
-//   - listing clients: listings of a root that also holds a 1 TiB sparse file, some abandoned.
-// Then it stops the load and requires: zero errors for good requests, zero outside bytes anywhere,
-// the server's descriptors back to within a few of its baseline and its RSS near its baseline.
+//   - listing clients: listings of a root that also holds a 1 TiB sparse file, some abandoned;
+//   - pipelining attackers: 64 KiB of pipelined GETs of a 60 KiB file per connection, never read;
+//   - reset-mid-queue attackers: a 12 MiB and a 3 MiB read pipelined, the connection reset a few
+//     ms later, over and over.
+// The server runs with --memory-budget STRESS_BUDGET_MIB (default 64). Then it stops the load and
+// requires: zero errors for good requests, zero outside bytes anywhere, peak RSS within the budget
+// (plus one 8 MiB buffer per pool thread and the runtime's slack) above the baseline, the budget's
+// in-use gauge back to zero, the server's descriptors back to within a few of its baseline and its
+// RSS near its baseline.
 // Every loop is bounded in time; every connection goes to 127.0.0.1. Exit status 1 on any failure.
 // Env: STRESS_SECONDS, STRESS_GOOD (connections, default 100), STRESS_HOSTILE (50),
-// STRESS_NEVER_READ (64), STRESS_SLOW (200), STRESS_LISTERS (4).
+// STRESS_NEVER_READ (64), STRESS_SLOW (200), STRESS_LISTERS (4), STRESS_PIPELINERS (8),
+// STRESS_RESETTERS (4), STRESS_BUDGET_MIB (64).
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -33,6 +40,11 @@ const HOSTILE = num('STRESS_HOSTILE', 50);
 const NEVER_READ = num('STRESS_NEVER_READ', 64);
 const SLOW = num('STRESS_SLOW', 200);
 const LISTERS = num('STRESS_LISTERS', 4);
+const PIPELINERS = num('STRESS_PIPELINERS', 8);
+const RESETTERS = num('STRESS_RESETTERS', 4);
+const BUDGET_MIB = num('STRESS_BUDGET_MIB', 64);
+/** Above the baseline, besides the budget: one 8 MiB buffer per pool thread, and the runtime. */
+const PEAK_SLACK_MIB = 4 * 8 + 48;
 const SECRET = 'STRESS-OUTSIDE-SECRET-5b1d';
 const RSS_SLACK_MIB = 64;
 const FD_SLACK = 8;
@@ -57,6 +69,9 @@ for (let i = 0; i < 20; i++) {
   small.push({ path: `sub/f${i}.txt`, body, etag: `"sha256:${createHash('sha256').update(body).digest('hex')}"` });
 }
 writeFileSync(join(work, 'out', 'eight.bin'), Buffer.alloc(8 << 20, 3));
+writeFileSync(join(work, 'out', 'sixty.bin'), Buffer.alloc(60 << 10, 4));
+writeFileSync(join(work, 'out', 'twelve.bin'), Buffer.alloc(12 << 20, 5));
+writeFileSync(join(work, 'out', 'three.bin'), Buffer.alloc(3 << 20, 6));
 execFileSync('truncate', ['-s', '1T', join(work, 'out', 'sparse.bin')]);
 symlinkSync('../../outside/secret.txt', join(work, 'out', 'escape'));
 symlinkSync(join(scratch, 'outside', 'secret.txt'), join(work, 'out', 'absolute'));
@@ -64,7 +79,8 @@ writeFileSync(join(work, 'murmur.yaml'), 'name: stress\nversion: "1"\nexports:\n
 
 // ---- the server ----
 async function start() {
-  server = spawn(process.execPath, [CLI, 'serve', '--workdir', work, '--containment', 'sealed', '--trace', join(scratch, 'trace.jsonl')], {
+  const args = ['serve', '--workdir', work, '--containment', 'sealed', '--trace', join(scratch, 'trace.jsonl'), '--memory-budget', `${BUDGET_MIB}Mi`, '--metrics'];
+  server = spawn(process.execPath, [CLI, ...args], {
     stdio: ['ignore', 'pipe', 'ignore'],
     env: { ...process.env, RESOURCE_PLANE_LOG_LEVEL: 'warn' },
   });
@@ -194,6 +210,48 @@ async function lister(i) {
   }
 }
 
+/** 64 KiB of pipelined GETs of a 60 KiB file, never read; when the server cuts it, again. */
+async function pipeliner() {
+  const one = 'GET /resources/files/sixty.bin HTTP/1.1\r\nhost: x\r\n\r\n';
+  const burst = one.repeat(Math.floor((64 << 10) / one.length));
+  while (live()) {
+    await new Promise((resolve) => {
+      const s = connect(Number(port), '127.0.0.1', () => s.write(burst));
+      s.pause();
+      s.on('error', () => undefined);
+      s.on('close', resolve);
+      const stop = setInterval(() => {
+        if (!live()) s.destroy();
+      }, 250);
+      s.on('close', () => clearInterval(stop));
+    });
+    stats.pipelined = (stats.pipelined ?? 0) + 1;
+  }
+}
+
+/** A 12 MiB and a 3 MiB read pipelined, the connection reset a few ms later. */
+async function resetter() {
+  while (live()) {
+    await new Promise((resolve) => {
+      const s = connect(Number(port), '127.0.0.1', () => {
+        s.write('GET /resources/files/twelve.bin HTTP/1.1\r\nhost: x\r\n\r\nGET /resources/files/three.bin HTTP/1.1\r\nhost: x\r\n\r\n');
+        setTimeout(() => s.resetAndDestroy(), 2 + Math.floor(Math.random() * 8));
+      });
+      s.pause();
+      s.on('error', () => undefined);
+      s.on('close', resolve);
+    });
+    stats.resets = (stats.resets ?? 0) + 1;
+  }
+}
+
+/** The budget's in-use gauge, from /metrics. */
+async function budgetInUse() {
+  const r = await raw('/metrics');
+  const m = /^resource_plane_memory_budget_in_use_bytes (\d+)/m.exec(r.body.toString());
+  return m ? Number(m[1]) : null;
+}
+
 const sampler = setInterval(() => {
   stats.peakRssMiB = Math.max(stats.peakRssMiB, procStat().rssMiB);
 }, 250);
@@ -204,6 +262,8 @@ await Promise.all([
   ...Array.from({ length: NEVER_READ }, () => neverReader()),
   ...Array.from({ length: SLOW }, () => slowClient()),
   ...Array.from({ length: LISTERS }, (_, i) => lister(i)),
+  ...Array.from({ length: PIPELINERS }, () => pipeliner()),
+  ...Array.from({ length: RESETTERS }, () => resetter()),
 ]);
 clearInterval(sampler);
 const loadSeconds = (Date.now() - started) / 1000;
@@ -213,6 +273,11 @@ let after = procStat();
 for (let i = 0; i < 40 && (after.fds > baseline.fds + FD_SLACK || after.rssMiB > baseline.rssMiB + RSS_SLACK_MIB); i++) {
   await sleep(250);
   after = procStat();
+}
+let inUse = await budgetInUse();
+for (let i = 0; i < 40 && inUse !== 0; i++) {
+  await sleep(250);
+  inUse = await budgetInUse();
 }
 server.kill('SIGTERM');
 const exit = await new Promise((r) => server.on('exit', (code, signal) => r({ code, signal })));
@@ -227,6 +292,10 @@ const figures = {
   outside_bytes_seen: stats.outsideBytes,
   never_read_8MiB_requests: stats.neverRead,
   slow_clients_cut: stats.slow,
+  pipelining_connections: stats.pipelined ?? 0,
+  reset_mid_queue_connections: stats.resets ?? 0,
+  budget_mib: BUDGET_MIB,
+  budget_in_use_after: inUse,
   listings: stats.listings,
   rss_mib: { baseline: Math.round(baseline.rssMiB), peak: Math.round(stats.peakRssMiB), after: Math.round(after.rssMiB) },
   fds: { baseline: baseline.fds, after: after.fds },
@@ -236,6 +305,10 @@ console.log(JSON.stringify(figures, null, 2));
 const failures = [];
 if (stats.good === 0) failures.push('no good request completed');
 if (stats.goodErrors.length) failures.push(`good requests failed: ${stats.goodErrors.slice(0, 5).join('; ')}`);
+if (stats.peakRssMiB - baseline.rssMiB > BUDGET_MIB + PEAK_SLACK_MIB) {
+  failures.push(`peak RSS passed the budget: ${Math.round(baseline.rssMiB)} → ${Math.round(stats.peakRssMiB)} MiB with a ${BUDGET_MIB} MiB budget`);
+}
+if (inUse !== 0) failures.push(`the memory budget did not come back to zero after the crowd left: ${inUse} bytes in use`);
 if (stats.outsideBytes) failures.push(`outside bytes were served ${stats.outsideBytes} times`);
 if (after.fds > baseline.fds + FD_SLACK) failures.push(`descriptors did not come back: ${baseline.fds} → ${after.fds}`);
 if (after.rssMiB > baseline.rssMiB + RSS_SLACK_MIB) failures.push(`RSS did not come back near baseline: ${Math.round(baseline.rssMiB)} → ${Math.round(after.rssMiB)} MiB`);

@@ -59,6 +59,7 @@ export class ByteBudget {
    * and returns its release; `cancel` gives the reservation back (the file did not fit).
    */
   reserve(maxBytes: number): Reservation {
+    this.collectIfInTheWay(maxBytes);
     const { reserved, budgetBytes } = this.plan(maxBytes);
     const over = this.held + reserved + this.buffers.idleBytes + pendingReclaim() - this.limit;
     if (over > 0) {
@@ -87,15 +88,15 @@ export class ByteBudget {
 
   /** Whether a file of `size` bytes can be held now (what `reserve(size)` would let it read). */
   canHold(size: number): boolean {
-    const fits = () => {
-      const { budgetBytes } = this.plan(size);
-      return budgetBytes === 0 || budgetBytes >= size;
-    };
-    if (fits()) return true;
-    // Released buffers not yet collected are what stands in the way: collect them, look again.
-    if (pendingReclaim() === 0) return false;
-    collectNow();
-    return fits();
+    this.collectIfInTheWay(size);
+    const { budgetBytes } = this.plan(size);
+    return budgetBytes === 0 || budgetBytes >= size;
+  }
+
+  /** Buffers let go but not yet collected standing between `bytes` and the room: collect them now. */
+  private collectIfInTheWay(bytes: number): void {
+    const pending = pendingReclaim();
+    if (pending > 0 && this.limit - this.held - pending < Math.min(bytes, this.limit - this.held)) collectNow();
   }
 
   private plan(maxBytes: number): { reserved: number; budgetBytes: number } {
