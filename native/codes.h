@@ -1,5 +1,5 @@
 // Stable outcome codes shared by every native operation. These names cross the Node-API boundary
-// as strings and are mapped to wire codes by src/errors.ts; renaming one is a breaking change.
+// as strings and are mapped to wire codes by src/codes.ts (NATIVE_TO_CODE); renaming one is a breaking change.
 #pragma once
 
 #include <string>

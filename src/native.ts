@@ -15,7 +15,7 @@ const addonOverride = process.env.RESOURCE_PLANE_ADDON;
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const binding = (addonOverride ? require(addonOverride) : require('node-gyp-build')(packageRoot)) as Binding;
 
-/** Every code the addon can reject with; src/errors.ts maps each one to a wire code. */
+/** Every code the addon can reject with; src/codes.ts (NATIVE_TO_CODE) maps each one to a wire code. */
 export type NativeCode =
   | 'NOT_FOUND'
   | 'OUTSIDE_ROOT'

@@ -786,7 +786,7 @@ describe('the trace as the account of what left', () => {
   // Was a WEAKNESS, now fixed and held by this test (trace integrity + availability, low severity): exports.files.root is kept verbatim
   // and echoed in `x-murmur-export-root` (src/planes/files.ts handleList/handleRead), but Node only
   // accepts header values of \t and 0x20-0xFF. A root with a control character (accepted by
-  // src/manifest.ts exportRoot, which refuses only '', NUL, a leading '/' and '..') or simply any
+  // src/manifest/model.ts's export root check, which refuses only '', NUL, a leading '/' and '..') or simply any
   // character above U+00FF (a perfectly ordinary root such as `出力/`) makes Node throw
   // ERR_INVALID_CHAR when the reply is written - *after* `traced()` wrote `outcome: ok` with bytes
   // and sha256. Every read and listing is then a 500 in Fastify's default error shape (not the

@@ -1,4 +1,4 @@
-// Tests for src/manifest.ts: the byte-count, duration and destination grammars, the one allow-list
+// Tests for src/manifest/ (model.ts, grammars.ts, destinations.ts): the byte-count, duration and destination grammars, the one allow-list
 // matcher, every manifest rule and default, every launch diagnostic with its exact wording, and the
 // E-CAP-007 root check against a real temporary tree with symlinks pointing out of the workdir.
 

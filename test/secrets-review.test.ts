@@ -178,7 +178,7 @@ describe('1. a handle token stays out of every record', () => {
 
   // Was a VIOLATION, now fixed (src/tools/share-file.ts:136, :151, :163; refuse() at :96): share-file builds three refusal
   // messages from the raw `input.peer` (`invalid peer '${peer}'` from targetFromPeer in
-  // src/manifest.ts:287/290, "capabilities.network.allow does not include the peer '${input.peer}'",
+  // src/manifest/destinations.ts, "capabilities.network.allow does not include the peer '${input.peer}'",
   // "the agent card of '${input.peer}' could not be fetched") and throws them without
   // redactHandles, unlike fetch-peer-file's refuse() (src/tools/fetch-peer-file.ts:138). An agent that puts a
   // handle it holds into `peer` (or a runtime that forwards one) gets the token back in the MCP
@@ -186,7 +186,7 @@ describe('1. a handle token stays out of every record', () => {
   // log the audience binding is meant to make tokens harmless in, and which must not hold tokens.
   // The trace line is redacted (src/trace/trace.ts), so the two records disagree.
   // Fix: in mint.ts refuse(), `new Refusal(error.code, redactHandles(error.message))` as fetch.ts
-  // does; better, redact once at the tool boundary (callTool's catch in src/tools.ts and the error
+  // does; better, redact once at the tool boundary (callTool's catch in src/tools/index.ts and the error
   // branch of src/tools/control.ts) so no future message can carry one.
   it.each([
     ['a bare token as the peer', (t: string) => t],
@@ -230,7 +230,7 @@ describe('1. a handle token stays out of every record', () => {
     expect(leaks(readFileSync(join(dir, 't.jsonl'), 'utf8'), token), 'the trace (redacted)').toEqual([]);
   });
 
-  // Was a VIOLATION, now fixed (src/tools.ts:66 and :93): callTool echoes caller text unredacted into its refusals:
+  // Was a VIOLATION, now fixed (src/tools/index.ts): callTool echoes caller text unredacted into its refusals:
   // `unknown argument '${key}'` and `no tool named '${name}' exists here`. Over MCP these become
   // the error result's text (src/tools/control.ts:36). Fix: redactHandles the message at the boundary
   // (one place: the catch in callTool / the error branch in control.ts), or do not echo the text.
