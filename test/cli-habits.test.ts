@@ -11,7 +11,7 @@ import { parseManifest } from '../src/manifest/model.js';
 import { runCli } from './helpers/cli.js';
 import { makeTree, removeTree, scratch } from './helpers/tree.js';
 
-const README = new URL('../README.md', import.meta.url);
+const CLI_DOC = new URL('../docs/cli.md', import.meta.url);
 const PACKAGE = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
 const MANIFEST = 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n';
 
@@ -19,7 +19,7 @@ describe('manifest diagnostics name the file that was read', () => {
   it('--manifest README.md names README.md, not murmur.yaml (explain-scope and serve)', () => {
     const d = scratch();
     const readme = join(d, 'README.md');
-    copyFileSync(README, readme);
+    copyFileSync(CLI_DOC, readme);
     for (const args of [['explain-scope', '--manifest', readme], ['serve', '--workdir', join(d, 'w'), '--manifest', readme, '--trace', join(d, 't.jsonl')]]) {
       const r = runCli(args);
       expect(r.status).toBe(2);
@@ -95,10 +95,10 @@ describe('help', () => {
     for (const v of ['RESOURCE_PLANE_LOG_LEVEL', 'RESOURCE_PLANE_RECORDS_DIR', 'RESOURCE_PLANE_RESOLVER']) expect(r.stdout).toContain(`\n  ${v} `);
   });
 
-  it('the README shows the help exactly as the command prints it', () => {
-    const readme = readFileSync(README, 'utf8');
+  it('docs/cli.md shows the help exactly as the command prints it', () => {
+    const readme = readFileSync(CLI_DOC, 'utf8');
     const shown = /`resource-plane --help` \(and [^\n]*\n\n```\n([\s\S]*?)```\n/.exec(readme);
-    expect(shown, 'the README has the help block').not.toBeNull();
+    expect(shown, 'docs/cli.md has the help block').not.toBeNull();
     expect(shown![1]).toBe(runCli(['--help']).stdout);
   });
 

@@ -1,6 +1,6 @@
-// The committed prebuilds load where the README says they do. Each binary's ELF requirements (the
+// The committed prebuilds load where docs/prebuilds.md says they do. Each binary's ELF requirements (the
 // libraries it needs, the symbol versions it asks of them, what it exports) are read from the file
-// itself and held to the floor table in README.md, "Native addon and prebuilds": one fact, written
+// itself and held to the floor table in docs/prebuilds.md: one fact, written
 // once, checked against the bytes that ship.
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
@@ -23,11 +23,11 @@ function prebuildEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
 }
 const committed = readdirSync(PREBUILDS).flatMap((dir) => readdirSync(join(PREBUILDS, dir)).map((f) => `${dir}/${f}`));
 
-/** The README's floor table: version-name prefix (GLIBC_, GLIBCXX_, …) → the highest allowed. */
+/** docs/prebuilds.md's floor table: version-name prefix (GLIBC_, GLIBCXX_, …) → the highest allowed. */
 function statedFloor(): Map<string, string> {
-  const text = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const text = readFileSync(join(ROOT, 'docs', 'prebuilds.md'), 'utf8');
   const block = /<!-- prebuild-floor:start -->([\s\S]*?)<!-- prebuild-floor:end -->/.exec(text);
-  if (!block) throw new Error('README has no prebuild-floor table markers');
+  if (!block) throw new Error('docs/prebuilds.md has no prebuild-floor table markers');
   const floor = new Map<string, string>();
   for (const line of block[1]!.trim().split('\n').slice(2)) {
     const [name, version] = line.split('|').slice(1, 3).map((c) => c.trim());
@@ -45,7 +45,7 @@ function violations(versions: Map<string, string[]>, floor: Map<string, string>)
     for (const name of names) {
       const m = /^([A-Z]+_)(\d+(?:\.\d+)*)$/.exec(name);
       const limit = m && floor.get(m[1]!);
-      if (!m || !limit) out.push(`${file}: ${name} (not in the README's floor table)`);
+      if (!m || !limit) out.push(`${file}: ${name} (not in docs/prebuilds.md's floor table)`);
       else if (compareVersions(m[2]!, limit) > 0) out.push(`${file}: ${name} (floor ${m[1]}${limit})`);
     }
   }
@@ -296,12 +296,12 @@ describe(`the x64 prebuild on Debian ${OLD_SUITE}'s glibc 2.31 and GCC 10's libs
   }, 120_000);
 });
 
-// The README says what the whole package needs, and a dependency's own prebuild can set that
+// docs/prebuilds.md says what the whole package needs, and a dependency's own prebuild can set that
 // figure higher than ours: recompute it from every native binary the package loads here.
 describe('the glibc the installed package needs', () => {
-  it('is what the README says: the highest GLIBC_ of this addon and sodium-native', () => {
-    const stated = /The package as a whole needs glibc (\d+\.\d+) today/.exec(readFileSync(join(ROOT, 'README.md'), 'utf8'));
-    expect(stated, 'README sentence "The package as a whole needs glibc X today"').not.toBeNull();
+  it('is what docs/prebuilds.md says: the highest GLIBC_ of this addon and sodium-native', () => {
+    const stated = /The package as a whole needs glibc (\d+\.\d+) today/.exec(readFileSync(join(ROOT, 'docs', 'prebuilds.md'), 'utf8'));
+    expect(stated, 'docs/prebuilds.md sentence "The package as a whole needs glibc X today"').not.toBeNull();
     const dir = `linux-${process.arch}`;
     const binaries = [
       join(PREBUILDS, dir, 'capsule-resource-plane.glibc.node'),

@@ -1,10 +1,10 @@
 // Admission: what every request passes before anything answers it, in one place. The planes'
 // plugin runs it on its own routes; the CLI's app runs it on every route; the two answers Fastify
-// cannot route (a request Node's parser rejects, a target that is not a path at all) run it too.
+// gives without a route (a request Node's parser rejects, a target its router refuses) run it too.
 //
 //   - while stopping: 503 shutting_down, connection closed;
-//   - counted in flight until the response, the request or the socket closes, whichever is first
-//     (on Node 20 a pipelined response queued behind one whose socket died never emits 'close');
+//   - counted in flight until the response or its socket closes, whichever is first (on Node 20 a
+//     pipelined response queued behind one whose socket died never emits 'close');
 //   - HTTP/1.x only, a Host on HTTP/1.1, no Expect but 100-continue: 400/417 bad_request;
 //   - one response at a time per connection: a pipelined request waits until the response before
 //     it has closed, so a connection pins at most one body whatever the client pipelines, and a
@@ -12,9 +12,9 @@
 //   - the socket's idle timer is off while the server works on the request (a listing may take
 //     its whole budget) and back on once the answer is handed to Node.
 //
-// Also the rewrite that lets Fastify route a raw target its router cannot decode (`x%ZZ`, a lone
-// `%`, overlong UTF-8) instead of refusing it before any hook: such targets reach their route and
-// every hook like any other, and the planes still read the raw target.
+// Also the rewrite that lets Fastify route a raw target under the planes that its router cannot
+// decode (`x%ZZ`, a lone `%`, overlong UTF-8) instead of refusing it before any hook: such targets
+// reach their route and every hook like any other, and the planes still read the raw target.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';

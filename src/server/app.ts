@@ -1,8 +1,8 @@
 // The CLI's Fastify app: the planes' plugin registered like any host would, plus readiness, metrics
 // and the 404, all behind one admission (src/planes/admission.ts) installed at the root so every
 // request on the listener passes it, including the ones Fastify answers without a route: a target
-// its router cannot decode is routed anyway (the planes read the raw target), a target that is not
-// a path at all gets a 400, and a request Node's parser rejects is answered in the spec's shape.
+// under the planes its router cannot decode is routed anyway (the planes read the raw target), any
+// other it refuses gets a 400, and a request Node's parser rejects is answered in the spec's shape.
 import type { Server } from 'node:http';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
