@@ -84,11 +84,65 @@ export async function raceSwaps(ctx: TestContext, a: string, b: string, opts: Ra
     const { swaps } = await swapper.stop();
     expect(swaps, 'the swapper made no exchange at all').toBeGreaterThan(0);
   }
-  if (!finished) {
-    const note = `race skipped: the cap passed before enough interleavings were seen (${JSON.stringify([...seen])})`;
-    console.warn(`\n*** ${ctx.task.name}: ${note}\n`);
-    ctx.skip(note);
+  if (!finished) skipRace(ctx, `the cap passed before enough interleavings were seen (${JSON.stringify([...seen])})`);
+  return seen;
+}
+
+/**
+ * Skips the test, loudly: the interleaving it exists for did not happen, so passing would claim
+ * something it never checked. Assertions already made still stand (a failure before this fails).
+ */
+export function skipRace(ctx: TestContext, what: string): never {
+  const note = `race skipped: ${what}`;
+  console.warn(`\n*** ${ctx.task.name}: ${note}\n`);
+  return ctx.skip(note); // throws: nothing after a skip runs
+}
+
+/** Skips the test loudly unless the interesting outcome named `what` was seen at least `min` times. */
+export function requireSeen(ctx: TestContext, what: string, seen: number, min = 1): void {
+  if (seen < min) skipRace(ctx, `${what}: seen ${seen} time(s), wanted at least ${min}`);
+}
+
+/**
+ * Polls `cond` until it holds or `capMs` passes; true if it held. For waiting until a race is set
+ * up (a hash under way, a writer parked) instead of sleeping a guessed time and hoping.
+ */
+export async function until(cond: () => boolean, capMs = RACE_CAP_MS, stepMs = 5): Promise<boolean> {
+  const deadline = Date.now() + capMs;
+  for (;;) {
+    if (cond()) return true;
+    if (Date.now() >= deadline) return false;
+    await new Promise((r) => setTimeout(r, stepMs));
   }
+}
+
+export interface TallyOptions {
+  /** One operation; returns the outcome to tally (assertions inside apply to every operation). */
+  step: () => Promise<string> | string;
+  /** True once the tally shows enough interleavings for the test to mean something. */
+  enough: (seen: Map<string, number>) => boolean;
+  /** Wall-clock cap after which the test is skipped (loudly), never failed. */
+  capMs?: number;
+  workers?: number;
+}
+
+/**
+ * raceSwaps without the swapper: runs `step` (from `workers` loops) against a race the test set up
+ * itself (a writer process, a churn child) until `enough` holds, or skips loudly at the cap.
+ */
+export async function raceUntil(ctx: TestContext, opts: TallyOptions): Promise<Map<string, number>> {
+  const seen = new Map<string, number>();
+  const deadline = Date.now() + (opts.capMs ?? RACE_CAP_MS);
+  let finished = false;
+  const worker = async () => {
+    while (!finished && Date.now() < deadline) {
+      const key = await opts.step();
+      seen.set(key, (seen.get(key) ?? 0) + 1);
+      if (opts.enough(seen)) finished = true;
+    }
+  };
+  await Promise.all(Array.from({ length: opts.workers ?? 1 }, worker));
+  if (!finished) skipRace(ctx, `the cap passed before enough interleavings were seen (${JSON.stringify([...seen])})`);
   return seen;
 }
 
