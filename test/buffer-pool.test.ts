@@ -17,6 +17,7 @@ import { ExportView } from '../src/export/export-view.js';
 import * as native from '../src/native.js';
 import { capsule } from './helpers/capsule.js';
 import { defer } from './helpers/cleanup.js';
+import { requireSeen } from './helpers/race.js';
 import { scratch } from './helpers/tree.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
@@ -119,7 +120,7 @@ describe('the addon reads into a given buffer', () => {
     expect(r.bytes.toString()).toBe('x');
   });
 
-  it('never reads past it while the file grows (OVER_BUDGET, the caller looks again)', async () => {
+  it('never reads past it while the file grows (OVER_BUDGET, the caller looks again)', async (ctx) => {
     const dir = scratch(['out/grow @ 900k']);
     const fd = await native.openDirectory(dir);
     defer(() => native.closeFd(fd));
@@ -140,7 +141,7 @@ describe('the addon reads into a given buffer', () => {
         over++;
       }
     }
-    if (over === 0) console.warn('[buffer-pool] the file never grew past the budget during a read on this run');
+    requireSeen(ctx, 'a read that met the file growing past the budget (OVER_BUDGET)', over);
   });
 });
 
@@ -280,7 +281,7 @@ describe('over HTTP', () => {
     }
   });
 
-  it('a slow reader keeps its own bytes while fast readers of another file of that length come and go', async () => {
+  it('a slow reader keeps its own bytes while fast readers of another file of that length come and go', async (ctx) => {
     const c = await capsule({ yaml: YAML, tree: ['out/a: a', 'out/b: b'] });
     const files = { a: randomBytes(8 * MiB), b: randomBytes(8 * MiB) };
     writeFileSync(join(c.workdir, 'out', 'a'), files.a);
@@ -309,19 +310,23 @@ describe('over HTTP', () => {
     let done = false;
     void slow.finally(() => (done = true));
     let fast = 0;
+    let fastDuringSlow = 0;
     while (!done && fast < 40) {
       const r = await get(`${c.url}/resources/files/b`);
       expect(r.body.equals(files.b), `fast read ${fast}`).toBe(true);
       fast++;
+      if (!done) fastDuringSlow++;
     }
     expect((await slow).equals(files.a), 'the slow reader got exactly a').toBe(true);
+    requireSeen(ctx, 'a fast read that came and went while the slow response was still being sent', fastDuringSlow);
   });
 
-  it('a connection cut mid-body leaves every later body of that length exact', async () => {
+  it('a connection cut mid-body leaves every later body of that length exact', async (ctx) => {
     const c = await capsule({ yaml: YAML, tree: ['out/a: a', 'out/b: b'] });
     const files = { a: randomBytes(16 * MiB), b: randomBytes(16 * MiB) };
     writeFileSync(join(c.workdir, 'out', 'a'), files.a);
     writeFileSync(join(c.workdir, 'out', 'b'), files.b);
+    let cutMidBody = 0;
     for (let round = 0; round < 4; round++) {
       // A client that never reads holds its response mid-body, then goes (reset or FIN).
       const socket = connect(Number(new URL(c.url).port), '127.0.0.1');
@@ -331,6 +336,8 @@ describe('over HTTP', () => {
       for (let i = 0; i < 500 && c.session.memory.inUse === 0; i++) await new Promise((r) => setTimeout(r, 10));
       await new Promise((r) => setTimeout(r, 200)); // the body is being written
       const other = get(`${c.url}/resources/files/b`);
+      // The non-reading client's response still holds its buffer: the cut lands mid-body.
+      if (c.session.memory.inUse > 0) cutMidBody++;
       if (round % 2) socket.resetAndDestroy();
       else socket.destroy();
       const rb = await other;
@@ -340,5 +347,6 @@ describe('over HTTP', () => {
     }
     for (let i = 0; i < 200 && c.session.memory.inUse > 0; i++) await new Promise((r) => setTimeout(r, 10));
     expect(c.session.memory.inUse).toBe(0);
+    requireSeen(ctx, 'a connection cut while its response was still mid-body', cutMidBody);
   });
 });
