@@ -7,12 +7,18 @@
 //   - Fastify 5 + @fastify/static (wildcard: false): "just use a static plugin", no hashing;
 //   - node:http doing readFile + node:crypto sha256 per request: the obvious way to serve a file
 //     with its content hash as etag, which is our guarantee;
+//   - the Fastify contract floor (issue 17): a Fastify 5 route doing the contract's minimum per
+//     request (open the root, open the file O_NOFOLLOW|O_NONBLOCK, fstat, read, SHA-256 etag, one
+//     synchronous trace line, close both): the honest ceiling for a 1 KiB read;
 //   - this server, `resource-plane serve --containment sealed`, trace on.
 // Load is wrk -t1 -c32 (requests/s, body MB/s from 2xx answers only, p99 latency). Besides reads:
 // the single-core SHA-256 rate (node:crypto over 64 MiB), a 1 KiB redeem through the peer plane
 // (handle minted with share-file over the CLI's MCP control channel) next to a 1 KiB read on the
-// same server, a listing of 10,000 x 4 KiB files (first and repeat, timed by a client) next to
-// `find | xargs -0 sha256sum`, and start-to-ready and idle RSS next to a bare node:http listener.
+// same server, a listing of 10,000 x 4 KiB files in directories of 100 (first and repeat, timed by
+// curl against `resource-plane serve` run as a user runs it: default options, Landlock on, on a
+// tree whose newest change is older than the digest cache's 2 s racy margin) next to
+// `find | xargs -0 sha256sum`, and start-to-ready and idle RSS next to a bare Fastify listener
+// (and a bare node:http one).
 //
 // The machine is small (2 cores) and often shared, so absolute numbers are noisy: every server
 // stays up for the whole run, and each round measures every server on a case one after the other
@@ -23,9 +29,12 @@
 //
 // Env: BENCH_ROUNDS (default 3; --quick 1), BENCH_SECONDS (per case and round, default 5; --quick 1),
 // BENCH_LOADGEN=wrk|autocannon (default wrk, installed with apt-get when absent and root),
-// BENCH_NGINX=0 to leave nginx out.
+// BENCH_NGINX=0 to leave nginx out, BENCH_TMPDIR to put the scratch trees elsewhere than the OS
+// temp directory (the digest cache works only on ext2/3/4, xfs and btrfs: on tmpfs or overlayfs
+// every listing hashes every file, by design, and the bench says so).
+import { spawnSync } from 'node:child_process';
 import { createHash, randomBytes, randomFillSync } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { cpus, loadavg, release, tmpdir, totalmem } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -85,7 +94,7 @@ const t0Run = performance.now();
 const loadBefore = loadavg();
 
 // ---- the trees ----
-const scratch = mkdtempSync(join(tmpdir(), 'rp-bench-'));
+const scratch = mkdtempSync(join(process.env.BENCH_TMPDIR ? resolve(process.env.BENCH_TMPDIR) : tmpdir(), 'rp-bench-'));
 atExit(() => rmSync(scratch, { recursive: true, force: true }));
 // nginx run as root drops its worker to `nobody`: the tree must be traversable by it (mkdtemp is 0700).
 chmodSync(scratch, 0o755);
@@ -128,6 +137,10 @@ const listDigests = new Map();
   }
 }
 const listingWrittenAt = Date.now();
+// The filesystem under the trees, as `stat -f` names it: the digest cache is used only where
+// mapped writes move the times (ext2/3/4, xfs, btrfs; native/digest_cache.h).
+const listingFs = spawnSync('stat', ['-f', '-c', '%T', listRoot], { encoding: 'utf8' }).stdout?.trim() || 'unknown';
+const CACHED_FS = /^(ext2\/ext3|ext[234]|xfs|btrfs)$/;
 
 // ---- tools ----
 const notes = [];
@@ -151,6 +164,10 @@ if (wrk.path) {
 let nginx = { path: null, note: 'BENCH_NGINX=0' };
 if (process.env.BENCH_NGINX !== '0') nginx = ensureTool('nginx', 'nginx-light');
 if (nginx.note) notes.push(nginx.path ? nginx.note : `nginx skipped: ${nginx.note}`);
+const curl = ensureTool('curl', 'curl');
+if (!curl.path) fail(`the listing is timed by curl, which is unavailable: ${curl.note}`);
+if (curl.note) notes.push(curl.note);
+if (!CACHED_FS.test(listingFs)) notes.push(`the listing tree is on ${listingFs}, where the digest cache is off by design: every listing hashes every file (set BENCH_TMPDIR to an ext4, xfs or btrfs directory)`);
 
 // ---- servers ----
 const env = { ...process.env, RESOURCE_PLANE_RECORDS_DIR: recordsDir };
@@ -158,8 +175,18 @@ const log = (name) => join(scratch, `${name}.log`);
 
 async function startNode(label, args, extraEnv = env) {
   const t0 = performance.now();
-  const child = track(process.execPath, args, { logFile: log(label.replace(/\W+/g, '-')), env: extraEnv });
-  const { line, ms } = await firstJsonLine(child, label, t0);
+  const logFile = log(label.replace(/\W+/g, '-'));
+  const child = track(process.execPath, args, { logFile, env: extraEnv });
+  let line;
+  let ms;
+  try {
+    ({ line, ms } = await firstJsonLine(child, label, t0));
+  } catch (error) {
+    // The scratch directory goes when the bench ends: say what the child said now.
+    let tail = '';
+    try { tail = readFileSync(logFile, 'utf8').trim().split('\n').slice(-5).join('\n'); } catch { /* no log */ }
+    throw new Error(`${error.message}${tail ? `; its log ends:\n${tail}` : ''}`);
+  }
   if (new URL(line.url).hostname !== '127.0.0.1') throw new Error(`${label}: not loopback: ${line.url}`);
   return { child, url: line.url, readyMs: ms, line };
 }
@@ -270,37 +297,71 @@ function sha256sumTree() {
   });
 }
 
-async function timedListing(url) {
+function checkListing(body, by) {
+  const { entries } = JSON.parse(body);
+  if (entries.length !== LIST_FILES) throw new Error(`listing (${by}) has ${entries.length} entries, want ${LIST_FILES}`);
+  for (const e of entries) {
+    if (listDigests.get(e.path) !== e.sha256 || e.size_bytes !== LIST_FILE_SIZE) throw new Error(`listing (${by}) entry ${e.path} is wrong`);
+  }
+}
+
+/** One listing timed by curl (its own time_total: connect to last byte), the body checked after. */
+function curlListing(url) {
+  const bodyFile = join(scratch, 'listing.json');
+  return new Promise((res, rej) => {
+    const child = track(curl.path, ['-s', '-o', bodyFile, '-w', '%{http_code} %{time_total}', '--max-time', '60', `${url}/resources/files`], { stdout: 'pipe' });
+    let out = '';
+    child.stdout.on('data', (c) => { out += c; });
+    child.on('error', rej);
+    child.on('exit', (code) => {
+      const [status, total] = out.trim().split(' ');
+      if (code !== 0) return rej(new Error(`curl exited ${code} (${out})`));
+      const body = readFileSync(bodyFile);
+      if (status !== '200') return rej(new Error(`listing answered ${status}: ${body.toString().slice(0, 200)}`));
+      try { checkListing(body, 'curl'); } catch (e) { return rej(e); }
+      res(Number(total));
+    });
+  });
+}
+
+/** The same through this process's HTTP client, for comparison only (the issue's second client). */
+async function nodeListing(url) {
   const t = performance.now();
   const res = await fetchOnce(`${url}/resources/files`);
   const s = (performance.now() - t) / 1000;
   if (res.status !== 200) throw new Error(`listing answered ${res.status}: ${res.body.toString().slice(0, 200)}`);
-  const { entries } = JSON.parse(res.body);
-  if (entries.length !== LIST_FILES) throw new Error(`listing has ${entries.length} entries, want ${LIST_FILES}`);
-  for (const e of entries) {
-    if (listDigests.get(e.path) !== e.sha256 || e.size_bytes !== LIST_FILE_SIZE) throw new Error(`listing entry ${e.path} is wrong`);
-  }
+  checkListing(res.body, 'node:http client');
   return s;
 }
 
+// The listing server is `resource-plane serve` as a user runs it: default options (containment
+// advisory, trace in the records directory, Landlock on), a fresh process each round, so the first
+// listing finds the digest cache empty and the repeats find it filled.
 async function listingRound(r) {
   const sums = await sha256sumTree();
-  const server = await startNode('ours (listing)', [CLI, 'serve', '--workdir', listing, '--containment', 'sealed', '--trace', join(scratch, `trace-listing-${r}.jsonl`)]);
+  const ageS = (Date.now() - listingWrittenAt) / 1000;
+  const server = await startNode('ours (listing)', [CLI, 'serve', '--workdir', listing]);
   try {
-    const first = await timedListing(server.url);
+    const first = await curlListing(server.url);
     const repeats = [];
-    for (let i = 0; i < LIST_REPEATS; i++) repeats.push(await timedListing(server.url));
+    for (let i = 0; i < LIST_REPEATS; i++) repeats.push(await curlListing(server.url));
+    const nodeRepeat = await nodeListing(server.url);
     const sums2 = await sha256sumTree();
-    raw.listing.push({ round: r, sha256sum_s: [sums, sums2], first_s: first, repeat_s: repeats });
+    raw.listing.push({ round: r, tree_age_s: ageS, sha256sum_s: [sums, sums2], first_s: first, repeat_s: repeats, node_client_repeat_s: nodeRepeat });
   } finally {
     const code = await stop(server.child);
     if (code !== 0) odd.push(`listing server exited with ${code} on SIGTERM`);
   }
 }
 
+const START_KINDS = {
+  ours: { label: 'ours (start)', args: (r) => oursArgs(`start-${r}-${raw.start.length}`) },
+  fastify: { label: 'bare Fastify', args: () => [join(HERE, 'peer-bare-fastify.mjs')] },
+  bare: { label: 'bare node:http', args: () => [join(HERE, 'peer-bare.mjs')] },
+};
+
 async function startSample(kind, r) {
-  const args = kind === 'ours' ? oursArgs(`start-${r}-${raw.start.length}`) : [join(HERE, 'peer-bare.mjs')];
-  const s = await startNode(kind === 'ours' ? 'ours (start)' : 'bare node:http', args);
+  const s = await startNode(START_KINDS[kind].label, START_KINDS[kind].args(r));
   try {
     const probe = kind === 'ours' ? `${s.url}/resources/files/small.bin` : `${s.url}/`;
     const res = await fetchOnce(probe);
@@ -332,6 +393,10 @@ try {
   ]) {
     const s = await startNode(label, [join(HERE, script), outDir]);
     servers.push({ id, label, url: s.url, child: s.child });
+  }
+  {
+    const s = await startNode('Fastify contract floor', [join(HERE, 'peer-contract.mjs'), outDir, join(scratch, 'trace-contract.jsonl')]);
+    servers.push({ id: 'fastify_contract', label: 'Fastify contract floor', url: s.url, child: s.child, etag: true });
   }
   {
     const s = await startNode('ours', oursArgs('ours'));
@@ -372,7 +437,7 @@ try {
     raw.peer.push(pair);
     await listingRound(r);
     for (let i = 0; i < START_SAMPLES; i++) {
-      for (const kind of (r + i) % 2 ? ['ours', 'bare'] : ['bare', 'ours']) await startSample(kind, r);
+      for (const kind of rotate(['fastify', 'ours', 'bare'], r + i)) await startSample(kind, r);
     }
   }
   raw.sha256.push(shaRate());
@@ -408,6 +473,8 @@ const meta = {
   warmup_seconds: WARMUP_SECONDS,
   quick,
   listing_files: LIST_FILES,
+  listing_fs: listingFs,
+  listing_dir: listRoot,
   command: `npm run bench${quick ? ' -- --quick' : ''}`,
   servers: servers.map((s) => ({ id: s.id, label: s.label })),
   notes,
