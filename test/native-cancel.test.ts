@@ -7,10 +7,11 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
 import { renderHttp } from '../src/codes.js';
 import { refusalFromNative } from '../src/export/export-view.js';
 import * as native from '../src/native.js';
+import { skipRace, until } from './helpers/race.js';
 import { removeTree, tempDir } from './helpers/tree.js';
 
 /** Far below the time a 1 TiB hash takes (minutes), far above any scheduling noise. */
@@ -45,6 +46,17 @@ async function settle<T>(p: Promise<T>): Promise<{ ms: number; error?: native.Na
   }
 }
 
+/**
+ * Waits (bounded) until `n` more whole-file hashes began than at `s0`; if they never did, stops the
+ * listings (`stop`) and skips loudly: a cancel that lands before the hash proves nothing here.
+ */
+async function hashing(ctx: TestContext, s0: native.DigestCacheStats, n: number, stop: () => Promise<unknown>): Promise<void> {
+  if (!(await until(() => native.digestCacheStats().hashes - s0.hashes >= n))) {
+    await stop();
+    skipRace(ctx, `${n} listing(s) never started hashing, so no cancel could land mid-hash`);
+  }
+}
+
 /** True if `p` is still pending after `ms`. */
 async function pendingAfter(p: Promise<unknown>, ms: number): Promise<boolean> {
   const marker = Symbol('pending');
@@ -65,21 +77,29 @@ describe('cancelling a listing', () => {
     expect(out.ms).toBeLessThan(SETTLES_WITHIN_MS);
   });
 
-  it('gives the pool back: after four cancelled listings a read is answered', async () => {
+  it('gives the pool back: after four cancelled listings a read is answered', async (ctx) => {
     // libuv's pool has four threads; four listings that kept hashing would hold all of them.
+    const s0 = native.digestCacheStats();
     const tokens = Array.from({ length: 4 }, () => native.cancelToken());
     const listings = tokens.map((cancel) => settle(native.listRoot(workdirFd, 'huge', { ...opts(), cancel })));
-    await sleep(200);
+    // Cancelled before they ran, the listings would never have held a thread: wait until every one
+    // the pool can run at once is hashing.
+    await hashing(ctx, s0, Math.min(4, Number(process.env.UV_THREADPOOL_SIZE ?? 4)), () => {
+      for (const t of tokens) t.cancel();
+      return Promise.all(listings);
+    });
     for (const t of tokens) t.cancel();
     const read = await settle(native.readFile(workdirFd, 'small', 'a', 10, opts()));
     expect(read.value?.bytes.toString()).toBe('a');
     for (const l of await Promise.all(listings)) expect(l.error?.code).toBe('CANCELLED');
   });
 
-  it('follows an AbortSignal, and a token cancelled before the call stops it at once', async () => {
+  it('follows an AbortSignal, and a token cancelled before the call stops it at once', async (ctx) => {
     const controller = new AbortController();
+    const s0 = native.digestCacheStats();
     const listing = settle(native.listRoot(workdirFd, 'huge', { ...opts(), cancel: native.cancelToken(controller.signal) }));
-    await sleep(100);
+    // The abort lands mid-hash, not before the listing looked at its token.
+    await hashing(ctx, s0, 1, () => (controller.abort(), listing));
     controller.abort();
     expect((await listing).error?.code).toBe('CANCELLED');
 
