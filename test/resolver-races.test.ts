@@ -9,7 +9,7 @@ import { ExportView, type Containment } from '../src/export/export-view.js';
 import { Refusal } from '../src/codes.js';
 import * as native from '../src/native.js';
 import { reap } from './helpers/cleanup.js';
-import { raceSwaps, racesTimeout, sawAll } from './helpers/race.js';
+import { raceSwaps, racesTimeout, raceUntil, sawAll } from './helpers/race.js';
 import { heldDirectory, RESOLVERS } from './helpers/resolvers.js';
 import { fdCount, makeTree, scratch } from './helpers/tree.js';
 
@@ -95,29 +95,43 @@ describe.each(RESOLVERS)('content churn (%s)', (resolver) => {
     expect(versions.size).toBeGreaterThan(1);
   });
 
-  it('in-place rewrite: the hash always describes exactly the bytes returned', async () => {
+  it('in-place rewrite: the hash always describes exactly the bytes returned', racesTimeout(1), async (ctx) => {
     const dir = scratch(['out/f.txt: a']);
     const v = await openView(dir, 'sealed', resolver);
     churn(INPLACE_WRITER, dir);
-    for (let i = 0; i < 2000; i++) {
-      const r = await v.read('f.txt');
-      expect(r.sha256).toBe(sha(r.bytes));
-    }
+    // At least 2,000 reads, and until the reads met the writer (more than one version, or a body
+    // caught mid-rewrite): a writer that starts after the last read leaves nothing checked.
+    await raceUntil(ctx, {
+      step: async () => {
+        const r = await v.read('f.txt');
+        expect(r.sha256).toBe(sha(r.bytes));
+        const text = r.bytes.toString();
+        return text.length === 0 ? 'empty' : text === text[0]!.repeat(text.length) ? text[0]! : 'torn';
+      },
+      enough: (m) => sawAll(2000)(m) && m.size > 1,
+    });
   });
 
-  it('a file that grows past the ceiling between fstat and read is refused, not truncated', async () => {
+  it('a file that grows past the ceiling between fstat and read is refused, not truncated', racesTimeout(1), async (ctx) => {
     const dir = scratch(['out/f.txt: a']);
     const v = await openView(dir, 'sealed', resolver, 150_000);
     churn(INPLACE_WRITER, dir);
-    for (let i = 0; i < 2000; i++) {
-      try {
-        const r = await v.read('f.txt');
-        expect(r.bytes.length).toBeLessThanOrEqual(150_000);
-        expect(r.sha256).toBe(sha(r.bytes));
-      } catch (error) {
-        expect((error as Refusal).code).toBe('too_large');
-      }
-    }
+    // At least 2,000 reads, and until both answers were met: versions past the ceiling are
+    // written, so reads that never saw one never raced the writer.
+    await raceUntil(ctx, {
+      step: async () => {
+        try {
+          const r = await v.read('f.txt');
+          expect(r.bytes.length).toBeLessThanOrEqual(150_000);
+          expect(r.sha256).toBe(sha(r.bytes));
+          return 'ok';
+        } catch (error) {
+          expect((error as Refusal).code).toBe('too_large');
+          return 'too_large';
+        }
+      },
+      enough: sawAll(2000, 'ok', 'too_large'),
+    });
   });
 });
 
