@@ -10,7 +10,7 @@ import {
   symlinkSync, writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
 import { list as clientList } from '../src/cli/client.js';
 import type { Containment } from '../src/manifest/model.js';
 import * as native from '../src/native.js';
@@ -18,7 +18,7 @@ import { mintToken, randomNonceHex } from '../src/handle/token.js';
 import { capsule, filesManifest, openCapsule, type Capsule } from './helpers/capsule.js';
 import { defer, reap } from './helpers/cleanup.js';
 import { rawExchange, rawGet, rawRequest, readTrace, sha256Hex, type RawResponse } from './helpers/http.js';
-import { raceSwaps, racesTimeout, sawAll } from './helpers/race.js';
+import { raceSwaps, racesTimeout, raceUntil, sawAll, skipRace, until } from './helpers/race.js';
 import { bothResolvers, RESOLVERS } from './helpers/resolvers.js';
 import { fdCount, makeTree, removeTree, scratch, tempDir } from './helpers/tree.js';
 
@@ -312,10 +312,38 @@ async function watchOpens(paths: string[]): Promise<() => number> {
   return () => out.split('\n').filter((l) => l === 'open').length;
 }
 
-/** A writer parked in open(fifo, O_WRONLY) that drops `marker` once its open returns. */
-async function parkedWriter(fifo: string, marker: string): Promise<void> {
-  child('python3', ['-c', 'import sys\nf = open(sys.argv[1], "w")\nopen(sys.argv[2], "w").write("released")', fifo, marker]);
-  await sleep(400);
+/**
+ * The IN_OPEN events on `node` caused before this call, read in order rather than after a guessed
+ * delay: opens `node` itself and waits (bounded) for that open to be reported, so every earlier one
+ * has been too (inotify reports in order); a watcher that never reports fails, never passes.
+ */
+async function opensBefore(opens: () => number, node: string): Promise<number> {
+  const before = opens();
+  closeSync(openSync(node, 'r'));
+  await until(() => opens() > before, 10_000);
+  expect(opens(), 'the watcher reported the canary open').toBeGreaterThan(before);
+  return opens() - 1;
+}
+
+/**
+ * A writer parked in open(fifo, O_WRONLY) that drops `marker` once its open returns. Waits (bounded)
+ * until the kernel shows it asleep waiting for a reader; if it never parks, the attack could not
+ * release it and the test is skipped loudly instead of passing.
+ */
+async function parkedWriter(ctx: TestContext, fifo: string, marker: string): Promise<void> {
+  const w = child('python3', ['-c', 'import sys\nprint("parking", flush=True)\nf = open(sys.argv[1], "w")\nopen(sys.argv[2], "w").write("released")', fifo, marker]);
+  let out = '';
+  w.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  const proc = (f: string) => {
+    try {
+      return readFileSync(`/proc/${w.pid}/${f}`, 'utf8');
+    } catch {
+      return '';
+    }
+  };
+  // After 'parking' the next call is the open: asleep there ('wait_for_partner' where wchan is shown).
+  const parked = () => out.includes('parking') && proc('stat').split(') ')[1]?.[0] === 'S' && ['wait_for_partner', '0', ''].includes(proc('wchan'));
+  if (!(await until(parked, 10_000))) skipRace(ctx, 'the FIFO writer never parked in open(2) before the attack');
   expect(existsSync(marker), 'the writer is parked before the attack').toBe(false);
 }
 
@@ -350,8 +378,7 @@ describe.each(RESOLVERS)('special files (%s)', (resolver) => {
     const opens = await watchOpens([join(work, 'out/null')]);
     const srv = await up(work, { resolver });
     expect(codeOf(await rawGet(srv.url, '/resources/files/null'))).toBe('not_a_regular_file');
-    await sleep(300);
-    expect(opens(), 'IN_OPEN events on the device node caused by one GET').toBe(0);
+    expect(await opensBefore(opens, join(work, 'out/null')), 'IN_OPEN events on the device node caused by one GET').toBe(0);
   });
 
   // Was a WEAKNESS, now fixed and held by this test: same cause, FIFO flavour. A capsule process parked in open(fifo, O_WRONLY) waiting
@@ -359,10 +386,10 @@ describe.each(RESOLVERS)('special files (%s)', (resolver) => {
   // rendezvous), and the server then closes the read end: the writer's next write(2) gets
   // SIGPIPE/EPIPE. "A FIFO never blocks" holds for the server, but the GET has a side effect on the
   // capsule. Fix as above (O_PATH + fstat before any real open).
-  it('GET of a FIFO does not release a writer parked on it', async () => {
+  it('GET of a FIFO does not release a writer parked on it', async (ctx) => {
     const work = scratch(['out/x: x', 'out/fifo |']);
     const marker = join(work, 'released');
-    await parkedWriter(join(work, 'out/fifo'), marker);
+    await parkedWriter(ctx, join(work, 'out/fifo'), marker);
     const srv = await up(work, { resolver });
     expect(codeOf(await rawGet(srv.url, '/resources/files/fifo'))).toBe('not_a_regular_file');
     await sleep(400);
@@ -373,17 +400,17 @@ describe.each(RESOLVERS)('special files (%s)', (resolver) => {
   // but an in-root symlink to one is resolved and OPENED by the S_ISLNK branch (open_beneath with
   // served_file_flags(), no O_PATH first), so a plain listing releases the parked writer and opens
   // device nodes. Fix: in that branch resolve with O_PATH, fstat, and only open a regular file.
-  it('a listing does not open a FIFO or a device reached through an in-root symlink', async () => {
+  it('a listing does not open a FIFO or a device reached through an in-root symlink', async (ctx) => {
     const work = scratch(['out/x: x', 'out/fifo2 |', 'out/lfifo -> fifo2', 'out/lnull -> null']);
     execFileSync('mknod', [join(work, 'out/null'), 'c', '1', '3']);
     const marker = join(work, 'released');
     const opens = await watchOpens([join(work, 'out/null')]);
-    await parkedWriter(join(work, 'out/fifo2'), marker);
+    await parkedWriter(ctx, join(work, 'out/fifo2'), marker);
     const srv = await up(work, { resolver });
     const res = await rawGet(srv.url, '/resources/files');
     expect(res.json().entries.map((e: { path: string }) => e.path)).toEqual(['x']);
     await sleep(400);
-    expect({ writerReleased: existsSync(marker), deviceOpens: opens() }).toEqual({ writerReleased: false, deviceOpens: 0 });
+    expect({ writerReleased: existsSync(marker), deviceOpens: await opensBefore(opens, join(work, 'out/null')) }).toEqual({ writerReleased: false, deviceOpens: 0 });
   });
 
   it('a FIFO, a socket and a device swapped in for the file between resolution and open never block or serve', racesTimeout(3), async (ctx) => {
@@ -718,29 +745,33 @@ describe('pipelining and request smuggling', () => {
 // ── 9. Files that change during a read ─────────────────────────────────────────────────────────
 
 describe.each(RESOLVERS)('files that shrink and grow during reads (%s)', (resolver) => {
-  it('truncate-to-zero / sparse-extend churn: the etag always describes the body; never above the ceiling', async () => {
+  it('truncate-to-zero / sparse-extend churn: the etag always describes the body; never above the ceiling', racesTimeout(1), async (ctx) => {
     const work = scratch(['out/f: start']);
     const srv = await up(work, { resolver, maxBytes: 300_000 });
     // Alternates: truncate to 0, write 'b' * n, extend sparsely past the ceiling, shrink.
-    const script = `const fs=require('fs');const fd=fs.openSync(process.argv[1],'r+');const end=Date.now()+4000;let i=0;
+    const script = `const fs=require('fs');const fd=fs.openSync(process.argv[1],'r+');const end=Date.now()+120000;let i=0;
 while(Date.now()<end){fs.ftruncateSync(fd,0);fs.writeSync(fd,Buffer.alloc(1000+(i*7919)%250000,98),0,undefined,0);
 if(i%3===0)fs.ftruncateSync(fd,400000);if(i%5===0)fs.ftruncateSync(fd,10);i++;}`;
     const writer = child(process.execPath, ['-e', script, join(work, 'out/f')]);
-    const deadline = Date.now() + 2500;
-    const seen = new Set<string>();
-    while (Date.now() < deadline) {
-      const res = await rawGet(srv.url, '/resources/files/f');
-      const code = codeOf(res);
-      seen.add(code);
-      expect(['ok', 'too_large']).toContain(code);
-      if (code === 'ok') {
-        expect(res.body.length).toBeLessThanOrEqual(300_000);
-        expect(res.header('etag')).toBe(`"sha256:${sha256Hex(res.body)}"`);
-        for (const byte of new Set(res.body)) expect([0, 98, 115, 116, 97, 114]).toContain(byte);
-      }
-    }
+    // At least 300 reads, and until they met the churn both ways (a churned body served, and a
+    // version past the ceiling refused): reads that only ever saw 'start' raced nothing.
+    const seen = await raceUntil(ctx, {
+      step: async () => {
+        const res = await rawGet(srv.url, '/resources/files/f');
+        const code = codeOf(res);
+        expect(['ok', 'too_large']).toContain(code);
+        if (code === 'ok') {
+          expect(res.body.length).toBeLessThanOrEqual(300_000);
+          expect(res.header('etag')).toBe(`"sha256:${sha256Hex(res.body)}"`);
+          for (const byte of new Set(res.body)) expect([0, 98, 115, 116, 97, 114]).toContain(byte);
+          return res.body.toString() === 'start' ? 'ok:start' : 'ok:churned';
+        }
+        return code;
+      },
+      enough: sawAll(300, 'ok:churned', 'too_large'),
+    });
     writer.kill('SIGKILL');
-    expect(seen.has('ok')).toBe(true);
+    expect(seen.has('ok:churned')).toBe(true);
   });
 });
 
@@ -861,8 +892,7 @@ describe.each(RESOLVERS)('peer plane (%s)', (resolver) => {
     const srv = await upPeer(work, resolver);
     const res = await rawGet(srv.url, `/resources/peer/${handleFor(srv, 'null')}`, [['x-murmur-audience', AUD]]);
     expect(codeOf(res)).toBe('not_a_regular_file');
-    await sleep(300);
-    expect(opens(), 'IN_OPEN events on the device node caused by one redeem').toBe(0);
+    expect(await opensBefore(opens, join(work, 'out/null')), 'IN_OPEN events on the device node caused by one redeem').toBe(0);
   });
 });
 
@@ -880,9 +910,10 @@ describe('resource exhaustion', () => {
   // separate queue with a concurrency of one so they cannot starve reads and the trace.
   // Fixed by running listings one at a time per root (src/export/export-view.ts): the read is answered
   // before the second listing finishes, whatever the machine's speed. Order, not a timer, is asserted.
-  it('a read is not starved by four concurrent listings of a root holding a 1 GiB sparse file', async () => {
+  it('a read is not starved by four concurrent listings of a root holding a 1 GiB sparse file', async (ctx) => {
     const work = scratch(['out/small: small', 'out/sparse @ 1g']);
     const srv = await up(work);
+    const s0 = native.digestCacheStats(); // the server runs in this process: its hashes are counted here
     const finished: string[] = [];
     const listings = Array.from({ length: 4 }, (_, i) =>
       rawRequest(srv.url, { target: '/resources/files', timeoutMs: 120_000 }).then((r) => {
@@ -890,6 +921,12 @@ describe('resource exhaustion', () => {
         return r;
       }),
     );
+    // The read must arrive while a listing hashes: wait (bounded) for the first hash to begin, then
+    // give the other three the same 100 ms as before to arrive.
+    if (!(await until(() => native.digestCacheStats().hashes > s0.hashes, 60_000))) {
+      await Promise.all(listings);
+      skipRace(ctx, 'no listing had started hashing when the read would have been sent');
+    }
     await sleep(100);
     const res = await rawGet(srv.url, '/resources/files/small');
     finished.push('read');
