@@ -5,7 +5,7 @@
 // trace's event ids stay UUIDv7 and in creation order.
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { closeSync, constants, openSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { closeSync, constants, openSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { open as openAsync } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -15,7 +15,7 @@ import { ExportView, SYNC_READ_BYTES } from '../src/export/export-view.js';
 import * as native from '../src/native.js';
 import { newEventId } from '../src/trace/trace.js';
 import { defer } from './helpers/cleanup.js';
-import { requireSeen, skipRace } from './helpers/race.js';
+import { requireSeen, skipRace, until } from './helpers/race.js';
 import { scratch } from './helpers/tree.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
@@ -40,7 +40,7 @@ function leasesWork(dir: string): boolean {
 }
 
 describe('a small file is read without the thread pool', () => {
-  it('answers while every pool thread is held, and a large read waits for one', async () => {
+  it('answers while every pool thread is held, and a large read waits for one', async (ctx) => {
     const dir = scratch(['out/small: tiny', 'out/big @ 1m', 'fifos/']);
     const view = await viewOf(dir);
     // Hold every pool thread: each open of a FIFO without a writer blocks one until a writer comes.
@@ -69,7 +69,16 @@ describe('a small file is read without the thread pool', () => {
       for (const h of held) await h.then((f) => f.close(), () => undefined);
     };
     defer(release);
-    await sleep(50); // let the opens reach the pool
+    // Every pool thread asleep in a FIFO open (the kernel's wait_for_partner), or the test proves nothing.
+    const parked = () =>
+      readdirSync('/proc/self/task').filter((t) => {
+        try {
+          return readFileSync(`/proc/self/task/${t}/wchan`, 'utf8') === 'wait_for_partner';
+        } catch {
+          return false;
+        }
+      }).length;
+    if (!(await until(() => parked() >= threads, 10_000))) skipRace(ctx, `only ${parked()} of ${threads} pool threads were held in a FIFO open`);
 
     let bigDone = false;
     const big = view.read('big').then((r) => {
