@@ -77,10 +77,12 @@ describe('pipelining is bounded per connection', () => {
   it('gives back the budget of a response queued behind one whose socket was reset', async () => {
     const c = await up({ 'big.bin': 12 * MiB, 'mid.bin': 3 * MiB }, { memoryBudgetBytes: 40 * MiB });
     for (let round = 0; round < 14; round++) {
+      await until(() => c.session.memory.inUse === 0);
       const s = await open(c.url);
       s.pause();
       s.write(get('big.bin') + get('mid.bin'));
-      await new Promise((r) => setTimeout(r, 5));
+      // Reset once the big read holds its share (the mid one is parsed and waits behind it).
+      expect(await until(() => c.session.memory.inUse > 0), `round ${round}: the big read never held memory`).toBe(true);
       s.resetAndDestroy();
       await closed(s);
     }

@@ -173,7 +173,8 @@ describe('no way around the host hooks or the shutdown gate', () => {
       await new Promise<void>((resolve) => stuck.once('connect', () => resolve()));
       stuck.write('GET /resources/files/big.bin HTTP/1.1\r\nHost: x\r\n\r\n');
       stuck.pause();
-      await new Promise((r) => setTimeout(r, 200));
+      for (let i = 0; i < 400 && session.memory.inUse === 0; i++) await new Promise((r) => setTimeout(r, 25));
+      expect(session.memory.inUse, 'the held read holds its share').toBeGreaterThan(0);
       const closing = app.close();
       await new Promise((r) => setTimeout(r, 50));
       for (const target of ['/resources/files/b%ZZ', '/resources/files/a.txt']) {
