@@ -80,6 +80,8 @@ interface Connection {
   tail: Promise<void> | null;
   /** An answer to write once every admitted request here has closed (a parser error after them). */
   afterLast?: () => void;
+  /** The newest admitted request. */
+  last?: IncomingMessage;
 }
 
 const watched = new WeakMap<Socket, Set<() => void>>();
@@ -254,8 +256,10 @@ export class Admission {
             `${HEADER.containment}: ${this.containment}\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body.toString()}`,
         );
       };
-      // Requests before the bad one are answered first, in order; the error answer comes last.
-      if (conn && conn.waiting > 0) conn.afterLast = answer;
+      // A bad request after complete ones: those are answered first, in order, and the error
+      // last. An error inside a request already dispatched (its body cannot be framed) is that
+      // request's answer: now, and the connection ends (RFC 9112 section 6.1).
+      if (conn && conn.waiting > 0 && conn.last?.complete) conn.afterLast = answer;
       else answer();
     };
   }
@@ -282,6 +286,7 @@ export class Admission {
       this.connections.set(socket, conn);
     }
     const c = conn;
+    c.last = req;
     const before = c.tail;
     let ended!: () => void;
     const mine = new Promise<void>((resolve) => (ended = resolve));
