@@ -76,7 +76,7 @@ beforeAll(async () => {
     const served = await serveCapsule({ workdir, yaml, traceDir: join(r.base, 'traces') });
     const p: Place = { name: r.name, base: r.base, served, files: new Map(), untouched: [], next: 0 };
     // Enough aged files for every case of the bounded run; a longer run grows the pool as it goes.
-    grow(p, Math.min(2 * EDGE_SIZES.length, Math.ceil(RUNS * FUZZ_SCALE) + EDGE_SIZES.length));
+    grow(p, Math.ceil(RUNS * FUZZ_SCALE) + 2 * EDGE_SIZES.length);
     places.push(p);
   }
 });
