@@ -103,7 +103,7 @@ describe('handle expiry against the session clock', () => {
   fuzzIt({
     name: 'time-expiry',
     file: import.meta.filename,
-    runs: 60,
+    runs: 30,
     timeoutMs: 120_000,
     // Invariant: a handle minted at t with ttl r has exp = t + min(r, max_ttl)*1000 and redeems iff exp > now.
     property: () =>
