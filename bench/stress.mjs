@@ -155,19 +155,24 @@ async function hostileClient(i) {
   }
 }
 
+/** Sends `bytes` on a new connection and never reads; resolves when the server (or the end) cuts it. */
+function sendAndNeverRead(bytes) {
+  return new Promise((resolve) => {
+    const s = connect(Number(port), '127.0.0.1', () => s.write(bytes));
+    s.pause();
+    s.on('error', () => undefined);
+    s.on('close', resolve);
+    const stop = setInterval(() => {
+      if (!live()) s.destroy();
+    }, 250);
+    s.on('close', () => clearInterval(stop));
+  });
+}
+
 /** Asks for 8 MiB and never reads; when the server cuts it, asks again. */
 async function neverReader() {
   while (live()) {
-    await new Promise((resolve) => {
-      const s = connect(Number(port), '127.0.0.1', () => s.write('GET /resources/files/eight.bin HTTP/1.1\r\nhost: x\r\n\r\n'));
-      s.pause();
-      s.on('error', () => undefined);
-      s.on('close', resolve);
-      const stop = setInterval(() => {
-        if (!live()) s.destroy();
-      }, 250);
-      s.on('close', () => clearInterval(stop));
-    });
+    await sendAndNeverRead('GET /resources/files/eight.bin HTTP/1.1\r\nhost: x\r\n\r\n');
     stats.neverRead += 1;
   }
 }
@@ -215,16 +220,7 @@ async function pipeliner() {
   const one = 'GET /resources/files/sixty.bin HTTP/1.1\r\nhost: x\r\n\r\n';
   const burst = one.repeat(Math.floor((64 << 10) / one.length));
   while (live()) {
-    await new Promise((resolve) => {
-      const s = connect(Number(port), '127.0.0.1', () => s.write(burst));
-      s.pause();
-      s.on('error', () => undefined);
-      s.on('close', resolve);
-      const stop = setInterval(() => {
-        if (!live()) s.destroy();
-      }, 250);
-      s.on('close', () => clearInterval(stop));
-    });
+    await sendAndNeverRead(burst);
     stats.pipelined = (stats.pipelined ?? 0) + 1;
   }
 }
