@@ -1,4 +1,4 @@
-// The code table and errno text. No Node-API here: workers.cc turns these into JS errors.
+// The code table and errno text. No Node-API here: bind_common.cc turns these into JS errors.
 #include "codes.h"
 
 #include <cctype>

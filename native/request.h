@@ -1,6 +1,6 @@
 // What every export operation (read, stat, list) is asked to do, as one value: which workdir, which
 // declared root beneath it, which file beneath that, under which symlink policy and resolver, and
-// within which byte ceiling. workers.cc fills it from a named-options object; the syscall files
+// within which byte ceiling. bind_exports.cc fills it from a named-options object; the syscall files
 // take it whole, so adding a field never reorders a parameter list.
 #pragma once
 
