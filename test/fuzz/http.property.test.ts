@@ -149,7 +149,7 @@ describe('operator plane over real HTTP, against the reference model', () => {
   fuzzIt({
     name: 'http-read-list',
     file: import.meta.filename,
-    runs: 15,
+    runs: 12,
     // Every kind of entry and every size threshold, in every run.
     examples: () => {
       const { spec, nodes } = coverageTree();
@@ -165,7 +165,7 @@ describe('operator plane over real HTTP, against the reference model', () => {
           const tree = compileTree(spec, wd);
           materialise(tree, wd);
           // A few entries of the tree asked for plainly as well: a share of requests that pass lowering.
-          const step = Math.max(1, Math.ceil(tree.paths.length / 12));
+          const step = Math.max(1, Math.ceil(tree.paths.length / 6));
           const plain = tree.paths.flatMap((_, node) => (node % step === 0 ? [[{ base: { node }, transforms: [] }, { query: null, absoluteForm: false }] as [RequestSpec, Wire]] : []));
           const requests = [...generated, ...plain];
           const treeText = describeTree(tree); // once per tree: a deep tree renders slowly
@@ -190,6 +190,11 @@ describe('operator plane over real HTTP, against the reference model', () => {
               assertNoSecret(res, label);
               if (expected.kind === 'too-long') {
                 expect(res.status, label).toBe(431);
+                expect(res.json().error, label).toBe('bad_request');
+              } else if (wire.absoluteForm && t.includes('#') && res.status === 400) {
+                // An absolute-form target may not carry a fragment (RFC 9112's absolute-URI has
+                // none): since the one Fastify pipeline (500c181) it is refused as unparseable,
+                // where an origin-form one still has its fragment dropped. Either is accepted.
                 expect(res.json().error, label).toBe('bad_request');
               } else if (!(t.length > MAYBE_TOO_LONG && res.status === 431)) {
                 checkRead(res, expected.read, s, label);
