@@ -8,6 +8,10 @@
 //   FUZZ_MINUTES   wall-clock budget (default 10); the iteration under way finishes
 //   FUZZ_SCALE     runs per iteration, as a multiple of the bounded run in `npm test` (default 10)
 //   FUZZ_PROPERTY  only this property (the others are skipped)
+//   FUZZ_SKIP      not these properties (comma-separated), e.g. one that fails on an open bug
+//   FUZZ_SHRINK_SECONDS  how long a failure may shrink (default here 30: an iteration is not held up)
+//
+// On the shared 2-core machine run it as `nice -n 10 npm run fuzz`.
 //   FUZZ_FILES     which test files (default test/fuzz)
 import { spawn } from 'node:child_process';
 import { appendFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -33,7 +37,7 @@ function runOnce(seed) {
   return new Promise((resolve) => {
     const child = spawn('npx', ['vitest', 'run', ...files, '--maxWorkers=1', '--no-file-parallelism'], {
       cwd: repo,
-      env: { ...process.env, FUZZ_SEED: String(seed), FUZZ_SCALE: String(scale), FUZZ_LOG: log, FORCE_COLOR: '0' },
+      env: { FUZZ_SHRINK_SECONDS: '30', ...process.env, FUZZ_SEED: String(seed), FUZZ_SCALE: String(scale), FUZZ_LOG: log, FORCE_COLOR: '0' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '';
