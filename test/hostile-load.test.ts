@@ -243,12 +243,15 @@ describe('the memory budget holds the peak, not only the steady state', () => {
         // Budget 32 MiB, plus at most one 8 MiB buffer per pool thread, plus slack for the runtime.
         expect(peak - baseline, `round ${round}`).toBeLessThan(32 + 4 * 8 + 48);
         for (const h of holders) h.destroy();
+        // Under the ASan build the sanitizer's quarantine keeps some freed chunks resident by design:
+        // what must come back allows for it there (the peak above holds the same bound under both).
+        const returned = process.env.RESOURCE_PLANE_ASAN ? 48 + 64 : 48;
         let after = rssMiB();
-        for (let i = 0; i < 50 && after - baseline > 48; i++) {
+        for (let i = 0; i < 50 && after - baseline > returned; i++) {
           await new Promise((r) => setTimeout(r, 100));
           after = rssMiB();
         }
-        expect(after - baseline, `round ${round}`).toBeLessThan(48);
+        expect(after - baseline, `round ${round}`).toBeLessThan(returned);
       }
     } finally {
       s.child.kill('SIGTERM');
