@@ -39,6 +39,7 @@ const INFO = [
   { id: 'redeem_vs_read', what: '1 KiB redeem / 1 KiB operator read, time per request (same server)', expect: '' },
   { id: 'listing_repeat_node_client_vs_sha256sum', what: 'listing repeat, timed by a node:http client instead of curl: ours / `sha256sum`', expect: '≈ the curl figure' },
   { id: 'start_vs_bare', what: 'start to ready: ours / bare node:http listener', expect: '' },
+  { id: 'unconfined_start_vs_fastify', what: 'start to ready: ours with `--no-landlock` / bare Fastify (ours without the confinement\'s re-exec)', expect: '' },
   { id: 'fastify_start_vs_bare', what: 'start to ready: bare Fastify / bare node:http listener (Fastify\'s own cost)', expect: '' },
   { id: 'rss_minus_bare_mib', what: 'idle RSS: ours − bare node:http listener (MiB)', expect: '', unit: 'MiB' },
 ];
@@ -81,6 +82,7 @@ export function summarise(raw, serverIds, cases) {
     read4m_vs_contract: perRound((r) => rd('ours', '4m', r).mbps / rd('fastify_contract', '4m', r).mbps),
     listing_repeat_node_client_vs_sha256sum: perRound((r) => listFor(r).node_client_repeat_s / sums(r)),
     start_vs_fastify: perRound((r) => ready('ours', r) / ready('fastify', r)),
+    unconfined_start_vs_fastify: perRound((r) => ready('unconfined', r) / ready('fastify', r)),
     fastify_start_vs_bare: perRound((r) => ready('fastify', r) / ready('bare', r)),
     rss_minus_fastify_mib: perRound((r) => rss('ours', r) - rss('fastify', r)),
     read1k_vs_ceiling: perRound((r) => rd('ours', '1k', r).rps / rd('node_memory', '1k', r).rps),
@@ -130,6 +132,7 @@ export function summarise(raw, serverIds, cases) {
       ours_ready_ms: stat(raw.start.filter((s) => s.kind === 'ours').map((s) => s.ready_ms)),
       fastify_ready_ms: stat(raw.start.filter((s) => s.kind === 'fastify').map((s) => s.ready_ms)),
       fastify_rss_mib: stat(raw.start.filter((s) => s.kind === 'fastify').map((s) => s.rss_mib)),
+      unconfined_ready_ms: stat(raw.start.filter((s) => s.kind === 'unconfined').map((s) => s.ready_ms)),
       bare_rss_mib: stat(raw.start.filter((s) => s.kind === 'bare').map((s) => s.rss_mib)),
       ours_rss_mib: stat(raw.start.filter((s) => s.kind === 'ours').map((s) => s.rss_mib)),
     },
@@ -198,7 +201,7 @@ export function renderReport(meta, s, servers, cases) {
     ['ours (`serve`, default options, Landlock on), first listing after start, timed by curl (s)', cell(s.listing.first_s)],
     ['ours, repeat listing, timed by curl (s)', cell(s.listing.repeat_s)],
     ['ours, repeat listing, timed by a node:http client (s)', cell(s.listing.node_client_repeat_s)],
-    ['start to ready: bare node:http / bare Fastify / ours (ms)', `${cell(s.start.bare_ready_ms)} / ${cell(s.start.fastify_ready_ms)} / ${cell(s.start.ours_ready_ms)}`],
+    ['start to ready: bare node:http / bare Fastify / ours / ours with `--no-landlock` (ms)', `${cell(s.start.bare_ready_ms)} / ${cell(s.start.fastify_ready_ms)} / ${cell(s.start.ours_ready_ms)} / ${cell(s.start.unconfined_ready_ms)}`],
     ['idle RSS after one request: bare node:http / bare Fastify / ours (MiB)', `${cell(s.start.bare_rss_mib)} / ${cell(s.start.fastify_rss_mib)} / ${cell(s.start.ours_rss_mib)}`],
   ], false));
   out.push('');

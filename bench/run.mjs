@@ -357,13 +357,15 @@ async function listingRound(r) {
 const START_KINDS = {
   ours: { label: 'ours (start)', args: (r) => oursArgs(`start-${r}-${raw.start.length}`) },
   fastify: { label: 'bare Fastify', args: () => [join(HERE, 'peer-bare-fastify.mjs')] },
+  // The same serve without Landlock: what the confinement's re-exec (a second Node boot) costs.
+  unconfined: { label: 'ours (start, --no-landlock)', args: (r) => oursArgs(`start-${r}-${raw.start.length}`, ['--no-landlock']) },
   bare: { label: 'bare node:http', args: () => [join(HERE, 'peer-bare.mjs')] },
 };
 
 async function startSample(kind, r) {
   const s = await startNode(START_KINDS[kind].label, START_KINDS[kind].args(r));
   try {
-    const probe = kind === 'ours' ? `${s.url}/resources/files/small.bin` : `${s.url}/`;
+    const probe = kind === 'ours' || kind === 'unconfined' ? `${s.url}/resources/files/small.bin` : `${s.url}/`;
     const res = await fetchOnce(probe);
     if (res.status !== 200) throw new Error(`${kind}: ${probe} answered ${res.status}`);
     await sleep(100);
@@ -437,7 +439,7 @@ try {
     raw.peer.push(pair);
     await listingRound(r);
     for (let i = 0; i < START_SAMPLES; i++) {
-      for (const kind of rotate(['fastify', 'ours', 'bare'], r + i)) await startSample(kind, r);
+      for (const kind of rotate(['fastify', 'ours', 'bare', 'unconfined'], r + i)) await startSample(kind, r);
     }
   }
   raw.sha256.push(shaRate());
