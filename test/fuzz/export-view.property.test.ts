@@ -64,6 +64,7 @@ describe('lowering a tool argument (share-file path), against the model', () => 
     '\ud800', '\udc00', '\ud83d\ude00', 'é', '%c0%ae', '%ff', '%EF%BB%BF', ' ', '%25', '%%'];
   fuzzIt({
     name: 'view-lower-text',
+    // Invariant: a tool's text path lowers to exactly the model's relpath, or is refused outside_root.
     file: import.meta.filename,
     runs: 2000,
     property: () =>

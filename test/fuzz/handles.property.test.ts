@@ -42,6 +42,7 @@ describe('peer handles in process', () => {
 
   fuzzIt({
     name: 'token-verify',
+    // Invariant: a token verifies (and to the model's verdict) only if this key sealed it for this very audience.
     file: import.meta.filename,
     runs: 150,
     property: () =>
@@ -253,6 +254,7 @@ describe('peer handles over real HTTP', () => {
 
   fuzzIt({
     name: 'redeem-http',
+    // Invariant: every redeem answers the model's code and status, and a token whose MAC fails opens no file.
     file: import.meta.filename,
     runs: 40,
     timeoutMs: 120_000,
@@ -337,6 +339,7 @@ describe('peer handles over real HTTP', () => {
 
   fuzzIt({
     name: 'redeem-http-opens',
+    // Invariant: redeeming a verified handle is seen as an open (the inotify watch is not blind).
     file: import.meta.filename,
     runs: 3,
     // The watch is not blind: redeeming a verified handle for a file is seen as an open of it.

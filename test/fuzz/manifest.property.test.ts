@@ -81,6 +81,7 @@ function emit(key: string, f: Field, indent: string): string {
 describe('the manifest loader', () => {
   fuzzIt({
     name: 'manifest-grammar',
+    // Invariant: byte counts, durations and the E-CAP-008 rule give exactly the model's value or diagnostic.
     file: import.meta.filename,
     runs: 400,
     property: () =>
@@ -128,6 +129,7 @@ describe('the manifest loader', () => {
 
   fuzzIt({
     name: 'manifest-chaos',
+    // Invariant: any YAML gives a manifest or a catalogued ManifestError that renders, never a crash.
     file: import.meta.filename,
     runs: 250,
     property: () => fc.property(chaosArb, guardSync((text: string) => void outcome(text))),
@@ -208,6 +210,7 @@ describe('refused manifests through the real CLI', () => {
 
   fuzzIt({
     name: 'manifest-cli',
+    // Invariant: a refused manifest exits 2 from explain-scope and serve with its diagnostic, and serve creates nothing.
     file: import.meta.filename,
     runs: 3,
     timeoutMs: 120_000,
