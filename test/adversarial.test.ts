@@ -38,9 +38,14 @@ function up(workdir: string, opts: { containment?: Containment; resolver?: nativ
   });
 }
 
-/** A child process killed (by its own pid) when the test ends. */
+/**
+ * A child process killed (by its own pid) when the test ends. Helpers are not what is under test:
+ * they start without the sanitizer runtime the ASan suite preloads (python starts slowly under it).
+ */
 function child(cmd: string, args: string[]): ChildProcess {
-  return reap(spawn(cmd, args, { stdio: ['ignore', 'pipe', 'ignore'] }));
+  const env = { ...process.env };
+  for (const name of ['LD_PRELOAD', 'ASAN_OPTIONS', 'UBSAN_OPTIONS']) delete env[name];
+  return reap(spawn(cmd, args, { stdio: ['ignore', 'pipe', 'ignore'], env }));
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
