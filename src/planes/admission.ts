@@ -184,6 +184,7 @@ export class Admission {
    * redacted; the trace is the record, this is a diagnostic echo of it.
    */
   readonly onResponse = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
+    if (request.log.level !== 'debug' && request.log.level !== 'trace') return;
     request.log.debug(
       { method: request.raw.method, url: redactHandles(rawTarget(request.raw)), status: reply.statusCode, ms: Math.round(reply.elapsedTime) },
       'request',
