@@ -182,19 +182,22 @@ describe('operator plane over real HTTP, against the reference model', () => {
                 return res;
               };
               const expected = expectedFor(tree, t, s.containment, s.maxBytes);
-              if (expected.kind === 'list') {
+              // An absolute-form target may not carry a fragment (RFC 9112's absolute-URI has
+              // none): since the one Fastify pipeline (500c181) it is refused as unparseable,
+              // where an origin-form one still has its fragment dropped. Either is accepted.
+              const fragmentRefusable = wire.absoluteForm && t.includes('#') && expected.kind !== 'too-long';
+              if (expected.kind === 'list' && !fragmentRefusable) {
                 await listMatches(fetch, tree, s, label);
                 continue;
               }
               const res = await fetch();
               assertNoSecret(res, label);
-              if (expected.kind === 'too-long') {
-                expect(res.status, label).toBe(431);
+              if (fragmentRefusable && res.status === 400) {
                 expect(res.json().error, label).toBe('bad_request');
-              } else if (wire.absoluteForm && t.includes('#') && res.status === 400) {
-                // An absolute-form target may not carry a fragment (RFC 9112's absolute-URI has
-                // none): since the one Fastify pipeline (500c181) it is refused as unparseable,
-                // where an origin-form one still has its fragment dropped. Either is accepted.
+              } else if (expected.kind === 'list') {
+                checkList(res, tree, s, label);
+              } else if (expected.kind === 'too-long') {
+                expect(res.status, label).toBe(431);
                 expect(res.json().error, label).toBe('bad_request');
               } else if (!(t.length > MAYBE_TOO_LONG && res.status === 431)) {
                 checkRead(res, expected.read, s, label);
