@@ -19,7 +19,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Refusal, renderHttp } from '../codes.js';
-import { requestPath } from '../paths.js';
+import { percentDecodeOnce, requestPath } from '../paths.js';
 import { redactHandles } from '../redact.js';
 import { LIMITS } from '../server/limits.js';
 import { HEADER, RESOURCES_PREFIX } from '../wire.js';
@@ -59,6 +59,14 @@ export function routeRawTargets(prefix = ''): (req: IncomingMessage) => string {
 /** The request target exactly as the client sent it (before any rewrite for the router). */
 export function rawTarget(req: IncomingMessage): string {
   return (req as Tagged)[RAW_TARGET] ?? req.url ?? '/';
+}
+
+/**
+ * A target as a log line may show it: percent-decoded once (as the planes read it), then with every
+ * token redacted, so `mh1.%65yJ…` cannot carry a live token into the log under its encoding.
+ */
+export function logTarget(raw: string): string {
+  return redactHandles(percentDecodeOnce(Buffer.from(raw, 'latin1')).toString('utf8'));
 }
 
 /** Why a request is refused before routing, if it is: HTTP/0.9, no Host on 1.1, an unknown Expect. */
@@ -186,7 +194,7 @@ export class Admission {
   readonly onResponse = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     if (request.log.level !== 'debug' && request.log.level !== 'trace') return;
     request.log.debug(
-      { method: request.raw.method, url: redactHandles(rawTarget(request.raw)), status: reply.statusCode, ms: Math.round(reply.elapsedTime) },
+      { method: request.raw.method, url: logTarget(rawTarget(request.raw)), status: reply.statusCode, ms: Math.round(reply.elapsedTime) },
       'request',
     );
   };
