@@ -3,8 +3,9 @@
 // a trace that cannot be written fails the request closed (500 io_error, no file bytes). The trace
 // is the only account of what left the capsule, so nothing leaves unrecorded.
 import { Refusal, renderHttp, type Rendered } from '../codes.js';
+import type { Trace } from '../trace/trace.js';
 import { onceClosed } from './admission.js';
-import { sendError, type HeaderList, type PlaneReply } from './reply.js';
+import { etagOf, sendError, type HeaderList, type PlaneReply } from './reply.js';
 
 export interface Exchange {
   reply: PlaneReply;
@@ -88,6 +89,37 @@ export function noneMatch(header: string | string[] | undefined, etag: string): 
     if (match[1] === undefined && match[2] === etag) return true;
   }
   return false;
+}
+
+type RecordRead = (outcome: string, reason: string | null, bytes: number | null, sha256: string | null) => Promise<void>;
+const EMPTY = Buffer.alloc(0);
+
+/**
+ * Answers a read or a redeem whose bytes are in hand: a 304 when the client already has exactly
+ * these bytes (its If-None-Match names the etag just computed over
+ * them), traced as a read that sent no body; otherwise the traced body.
+ */
+export async function answerRead(
+  x: Exchange,
+  result: { bytes: Buffer; sha256: string },
+  headers: HeaderList,
+  record: RecordRead,
+  recordUndelivered: () => Promise<void>,
+): Promise<void> {
+  if (noneMatch(x.reply.req.headers['if-none-match'], etagOf(result))) {
+    if (!(await traced(x, () => record('not_modified', null, 0, result.sha256)))) return;
+    x.observe?.('not_modified', 0);
+    x.reply.send(304, headers, EMPTY);
+    return;
+  }
+  if (!(await traced(x, () => record('ok', null, result.bytes.length, result.sha256)))) return;
+  x.observe?.('ok', result.bytes.length);
+  sendTracedBody(x, headers, result.bytes, recordUndelivered);
+}
+
+/** The outcome event of a body whose response closed before all of it was sent. */
+export function undelivered(trace: Trace, of: string, fields: { [field: string]: unknown }): Promise<void> {
+  return trace.append('response_undelivered', { of, ...fields, outcome: 'undelivered', reason: 'the connection closed before the whole body was sent' });
 }
 
 /** Anything a plane caught: a Refusal as it is, anything else an io_error that echoes nothing. */

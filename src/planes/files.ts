@@ -7,9 +7,9 @@ import type { Release } from '../export/export-view.js';
 import { lowerRelpath } from '../paths.js';
 import type { Session } from '../session.js';
 import { FILES_PREFIX, HEADER } from '../wire.js';
-import { asRefusal, noneMatch, releaseOnClose, refuse, sendTracedBody, traced, type Exchange } from './exchange.js';
+import { answerRead, asRefusal, releaseOnClose, refuse, sendTracedBody, traced, undelivered, type Exchange } from './exchange.js';
 import type { PlaneContext } from './plugin.js';
-import { etagOf, headerSafe, readHeaders, type PlaneReply } from './reply.js';
+import { headerSafe, readHeaders, type HeaderList, type PlaneReply } from './reply.js';
 
 export async function handleFiles(ctx: PlaneContext, method: string, path: string, reply: PlaneReply): Promise<void> {
   const { session, metrics } = ctx;
@@ -69,13 +69,13 @@ async function handleList(session: Session, x: Exchange, method: string, generat
       entries: entries.map((e) => ({ path: e.path, size_bytes: e.size, mtime_ms: e.mtimeMs, sha256: e.sha256 })),
     }),
   );
-  const headers: Array<[string, string]> = [
+  const headers: HeaderList = [
     ['content-type', 'application/json'],
     [HEADER.generation, String(generation)],
     [HEADER.containment, session.containment],
     [HEADER.exportRoot, headerSafe(view.opts.root)],
   ];
-  sendTracedBody(x, headers, body, () => undelivered(session, 'resource_list', { bytes: body.length, generation }));
+  sendTracedBody(x, headers, body, () => undelivered(session.trace, 'resource_list', { bytes: body.length, generation }));
 }
 
 async function handleRead(ctx: PlaneContext, x: Exchange, method: string, raw: string, generation: number): Promise<void> {
@@ -103,23 +103,6 @@ async function handleRead(ctx: PlaneContext, x: Exchange, method: string, raw: s
     return refused(asRefusal(error));
   }
   releaseOnClose(x, result.release);
-  const headers = [...readHeaders(result, generation, session.containment), [HEADER.exportRoot, headerSafe(view.opts.root)] as [string, string]];
-  // The client has these very bytes (the etag just computed over them): a 304, traced as a read
-  // that sent no body.
-  if (noneMatch(x.reply.req.headers['if-none-match'], etagOf(result))) {
-    if (!(await traced(x, () => record('not_modified', null, 0, result.sha256)))) return;
-    x.observe?.('not_modified', 0);
-    x.reply.send(304, headers, EMPTY);
-    return;
-  }
-  if (!(await traced(x, () => record('ok', null, result.bytes.length, result.sha256)))) return;
-  x.observe?.('ok', result.bytes.length);
-  sendTracedBody(x, headers, result.bytes, () => undelivered(session, 'resource_read', { path: lowered.display, bytes: result.bytes.length, generation }));
-}
-
-const EMPTY = Buffer.alloc(0);
-
-/** The outcome event of a body whose response closed before all of it was sent. */
-export function undelivered(session: Session, of: string, fields: Record<string, unknown>): Promise<void> {
-  return session.trace.append('response_undelivered', { of, ...fields, outcome: 'undelivered', reason: 'the connection closed before the whole body was sent' });
+  const headers: HeaderList = [...readHeaders(result, generation, session.containment), [HEADER.exportRoot, headerSafe(view.opts.root)]];
+  await answerRead(x, result, headers, record, () => undelivered(session.trace, 'resource_read', { path: lowered.display, bytes: result.bytes.length, generation }));
 }

@@ -8,10 +8,9 @@ import type { Release } from '../export/export-view.js';
 import { canonicalRelpath } from '../paths.js';
 import { handleId } from '../redact.js';
 import { HEADER, PEER_PREFIX } from '../wire.js';
-import { asRefusal, noneMatch, releaseOnClose, refuse, sendTracedBody, traced, type Exchange } from './exchange.js';
-import { undelivered } from './files.js';
+import { answerRead, asRefusal, releaseOnClose, refuse, undelivered, type Exchange } from './exchange.js';
 import type { PlaneContext } from './plugin.js';
-import { etagOf, readHeaders, sendError, type HeaderList, type PlaneReply } from './reply.js';
+import { readHeaders, sendError, type HeaderList, type PlaneReply } from './reply.js';
 
 export async function handleRedeem(ctx: PlaneContext, method: string, path: string, reply: PlaneReply): Promise<void> {
   const { session, metrics } = ctx;
@@ -82,13 +81,5 @@ export async function handleRedeem(ctx: PlaneContext, method: string, path: stri
   releaseOnClose(x, result.release);
   // Never x-murmur-export-root: the peer plane discloses no path structure.
   const headers: HeaderList = [...readHeaders(result, generation, session.containment), [HEADER.handleId, hid]];
-  if (noneMatch(reply.req.headers['if-none-match'], etagOf(result))) {
-    if (!(await traced(x, () => record('not_modified', null, 0, result.sha256)))) return;
-    x.observe?.('not_modified', 0);
-    reply.send(304, headers, Buffer.alloc(0));
-    return;
-  }
-  if (!(await traced(x, () => record('ok', null, result.bytes.length, result.sha256)))) return;
-  x.observe?.('ok', result.bytes.length);
-  sendTracedBody(x, headers, result.bytes, () => undelivered(session, 'peer_handle_redeem', { handle_id: hid, path: verifiedPath, bytes: result.bytes.length, generation }));
+  await answerRead(x, result, headers, record, () => undelivered(session.trace, 'peer_handle_redeem', { handle_id: hid, path: verifiedPath, bytes: result.bytes.length, generation }));
 }
