@@ -62,6 +62,9 @@ void remove_at(int dirfd, const char* name) {
 
 bool clean_path(const std::string& p) {
   if (p.empty() || p.size() > 300 || p[0] == '/' || p.back() == '/' || p.find('\0') != std::string::npos) return false;
+  // A file's content is its own path: a path holding the secrets' marker would be read back as a
+  // "secret" the input wrote itself (a false alarm the fuzzer found).
+  if (p.find("SECRET-") != std::string::npos) return false;
   size_t start = 0;
   for (;;) {
     size_t slash = p.find('/', start);
