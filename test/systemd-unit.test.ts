@@ -83,7 +83,9 @@ describe('the systemd unit', () => {
     expect(readFileSync(UNIT, 'utf8')).toMatch(/MemoryDenyWriteExecute is deliberately not set: V8/);
   });
 
-  it.skipIf(!hasAnalyze || !hasStrace)('allows every system call and socket family a confined serve uses to start, list, read and stop', async () => {
+  // Not under the ASan suite: strace with the sanitizer runtime preloaded hangs (as ps does), and
+  // the runtime's own system calls are not the server's.
+  it.skipIf(!hasAnalyze || !hasStrace || !!process.env.RESOURCE_PLANE_ASAN)('allows every system call and socket family a confined serve uses to start, list, read and stop', async () => {
     const d = scratch(['w/out/report.md: the report', 'w/out/sub/b.txt: b', 'records/', 'run/']);
     const manifest = join(d, 'cap.yaml');
     const log = join(d, 'strace.txt');
