@@ -67,25 +67,13 @@ export interface RaceOptions {
  * assertion inside `step` still applies to every operation; only the stopping rule is count-based.
  */
 export async function raceSwaps(ctx: TestContext, a: string, b: string, opts: RaceOptions): Promise<Map<string, number>> {
-  const seen = new Map<string, number>();
   const swapper = startSwapper(a, b);
-  const deadline = Date.now() + (opts.capMs ?? RACE_CAP_MS);
-  let finished = false;
-  const worker = async () => {
-    while (!finished && Date.now() < deadline) {
-      const key = await opts.step();
-      seen.set(key, (seen.get(key) ?? 0) + 1);
-      if (opts.enough(seen)) finished = true;
-    }
-  };
   try {
-    await Promise.all(Array.from({ length: opts.workers ?? 4 }, worker));
+    return await raceUntil(ctx, { ...opts, workers: opts.workers ?? 4 });
   } finally {
     const { swaps } = await swapper.stop();
     expect(swaps, 'the swapper made no exchange at all').toBeGreaterThan(0);
   }
-  if (!finished) skipRace(ctx, `the cap passed before enough interleavings were seen (${JSON.stringify([...seen])})`);
-  return seen;
 }
 
 /**
