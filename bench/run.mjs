@@ -42,7 +42,7 @@ import { fileURLToPath } from 'node:url';
 import { atExit, fetchOnce, firstJsonLine, rssBytes, sleep, stop, track } from './children.mjs';
 import { mcpClient } from './mcp.mjs';
 import { renderReport, summarise } from './report.mjs';
-import { autocannonLoad, ensureTool, startNginx, toolVersion, wrkLoad } from './tools.mjs';
+import { autocannonLoad, ensureTool, startNginx, toolVersion, wrkCycle, wrkLoad } from './tools.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const CLI = join(HERE, '..', 'dist', 'cli.js');
@@ -102,12 +102,11 @@ const recordsDir = join(scratch, 'records');
 const capsule = join(scratch, 'capsule');
 const outDir = join(capsule, 'out');
 mkdirSync(outDir, { recursive: true, mode: 0o755 });
-// exports.files.max_bytes is left at its default (10 MiB, room for the 4 MiB file): a read reserves
-// max_bytes of the memory budget until it knows the file's size, so a larger ceiling throttles
-// concurrent large reads (here 64Mi gave about half the 4 MiB throughput of the default).
+// exports.files.max_bytes has room for the 64 MiB streamed file; the ceiling costs nothing (a body
+// above the streaming threshold holds two chunks of the memory budget, whatever its size).
 writeFileSync(join(capsule, 'murmur.yaml'), [
   'name: bench', 'version: "0.1.0"', 'exports:',
-  '  files:', '    root: out/', '    mode: read-only',
+  '  files:', '    root: out/', '    mode: read-only', '    max_bytes: 128Mi',
   '  peer_files:', '    root: out/', '    max_ttl: 15m', '    max_bytes: 1Mi',
   'capabilities:', '  network:', '    allow:', '      - localhost', '',
 ].join('\n'));
@@ -136,6 +135,26 @@ const listDigests = new Map();
     listDigests.set(rel, createHash('sha256').update(bytes).digest('hex'));
   }
 }
+// The streamed rows (ours only, besides nginx): an unchanged 64 MiB file, whose body is hashed as it
+// is sent (so its limit is the single-core SHA-256 rate), and a client cycling through 450 files of
+// distinct sizes from 600 to 1,049 KiB next to the same cycle over 450 files of one size (issue 23:
+// an export mirrored file by file must not cost more because its files differ in size).
+const HUGE = { file: 'huge.bin', size: 64 * MiB };
+{
+  const bytes = randomBytes(HUGE.size);
+  writeFileSync(join(outDir, HUGE.file), bytes, { mode: 0o644 });
+  files[HUGE.file] = { bytes, etag: `"sha256:${createHash('sha256').update(bytes).digest('hex')}"` };
+}
+const CYCLE_FILES = 450;
+const cycles = { distinct: [], same: [] };
+for (const kind of ['distinct', 'same']) {
+  mkdirSync(join(outDir, `cycle-${kind}`), { mode: 0o755 });
+  for (let i = 0; i < CYCLE_FILES; i++) {
+    const size = kind === 'distinct' ? (600 + i) * 1024 : 825 * 1024;
+    writeFileSync(join(outDir, `cycle-${kind}`, `f${i}.bin`), randomBytes(size), { mode: 0o644 });
+    cycles[kind].push(`/resources/files/cycle-${kind}/f${i}.bin`);
+  }
+}
 const listingWrittenAt = Date.now();
 // The filesystem under the trees, as `stat -f` names it: the digest cache is used only where
 // mapped writes move the times (ext2/3/4, xfs, btrfs; native/digest_cache.h).
@@ -151,8 +170,10 @@ let load;
 let loadgen;
 const wrk = wanted === 'autocannon' ? { path: null, note: 'BENCH_LOADGEN=autocannon' } : ensureTool('wrk', 'wrk');
 if (wrk.note) notes.push(wrk.note);
+let cycle = null;
 if (wrk.path) {
   load = wrkLoad(wrk.path, scratch, CONNECTIONS);
+  cycle = wrkCycle(wrk.path, scratch, 4);
   loadgen = `${toolVersion(wrk.path, ['-v']).split(' [')[0]}, 1 thread, ${CONNECTIONS} connections, --latency`;
 } else {
   if (wanted === 'wrk') fail(`BENCH_LOADGEN=wrk but wrk is unavailable: ${wrk.note}`);
@@ -239,6 +260,7 @@ async function verifyRedeem() {
 
 async function verifyAll() {
   for (const s of servers) for (const c of CASES) await verifyRead(s, c);
+  for (const s of servers.filter((x) => x.id === 'ours' || x.id === 'nginx')) await verifyRead(s, HUGE);
   await verifyRead({ label: 'ours (control stdio)', url: oursPeer.url, etag: true }, CASES[0]);
   await verifyRedeem();
 }
@@ -252,12 +274,31 @@ async function mint() {
 }
 
 // ---- measurements ----
-const raw = { reads: {}, peer: [], sha256: [], listing: [], start: [] };
+const raw = { reads: {}, peer: [], sha256: [], listing: [], start: [], streamed: [] };
 const push = (obj, key, v) => (obj[key] ??= []).push(v);
 
 async function timedLoad(url, size, headers) {
   if (WARMUP_SECONDS) await load(url, WARMUP_SECONDS, size, headers);
   return load(url, SECONDS, size, headers);
+}
+
+// The streamed rows of one round: ours (and nginx, for reference) on the 64 MiB file, then the two
+// size cycles on ours with 4 connections, in an order that alternates between rounds.
+async function streamedRound(r) {
+  const ours = servers.find((s) => s.id === 'ours');
+  const row = { round: r };
+  for (const s of rotate(servers.filter((x) => x.id === 'ours' || x.id === 'nginx'), r)) {
+    row[`${s.id}_64m`] = await timedLoad(`${s.url}/resources/files/${HUGE.file}`, HUGE.size);
+    if (row[`${s.id}_64m`].errors) odd.push(`${s.label}, 64 MiB, round ${r + 1}: ${row[`${s.id}_64m`].errors} errors or non-2xx answers`);
+  }
+  if (cycle) {
+    for (const kind of r % 2 ? ['same', 'distinct'] : ['distinct', 'same']) {
+      if (WARMUP_SECONDS) await cycle(ours.url, cycles[kind], WARMUP_SECONDS);
+      row[`cycle_${kind}`] = await cycle(ours.url, cycles[kind], SECONDS);
+      if (row[`cycle_${kind}`].errors) odd.push(`ours, ${kind}-size cycle, round ${r + 1}: ${row[`cycle_${kind}`].errors} errors or non-2xx answers`);
+    }
+  }
+  raw.streamed.push(row);
 }
 
 function shaRate() {
@@ -437,6 +478,7 @@ try {
       if (m.errors) odd.push(`ours (control stdio) ${which}, round ${r + 1}: ${m.errors} errors or non-2xx answers`);
     }
     raw.peer.push(pair);
+    await streamedRound(r);
     await listingRound(r);
     for (let i = 0; i < START_SAMPLES; i++) {
       for (const kind of rotate(['fastify', 'ours', 'bare', 'unconfined'], r + i)) await startSample(kind, r);

@@ -91,6 +91,42 @@ export function wrkLoad(wrk, scratch, connections) {
   };
 }
 
+/**
+ * wrk over a cycle of paths (one request per path in turn, on every connection): the measure of a
+ * client mirroring an export. Resolves to { rps, mbps (every byte wrk read, headers included),
+ * errors }.
+ */
+export function wrkCycle(wrk, scratch, connections) {
+  let n = 0;
+  return (baseUrl, paths, seconds) => {
+    const script = join(scratch, `cycle-${n++}.lua`);
+    writeFileSync(script, `${WRK_REPORT}
+local paths = {${paths.map((p) => JSON.stringify(p)).join(',')}}
+local i = 0
+request = function()
+  i = i % #paths + 1
+  return wrk.format("GET", paths[i])
+end
+`);
+    const args = ['-t1', `-c${connections}`, `-d${seconds}s`, '--timeout', '10s', '-s', script, baseUrl];
+    return new Promise((resolve, reject) => {
+      const child = track(wrk, args, { stdout: 'pipe' });
+      const timer = setTimeout(() => child.kill('SIGKILL'), (seconds + 30) * 1000);
+      let out = '';
+      child.stdout.on('data', (c) => { out += c; });
+      child.on('error', reject);
+      child.on('exit', (code) => {
+        clearTimeout(timer);
+        const line = out.split('\n').reverse().find((l) => l.startsWith('{"requests"'));
+        if (code !== 0 || !line) return reject(new Error(`wrk exited with ${code}:\n${out}`));
+        const r = JSON.parse(line);
+        const secs = r.duration_us / 1e6;
+        resolve({ rps: (r.requests - r.status) / secs, mbps: r.bytes / secs / 1e6, errors: r.connect + r.read + r.write + r.status + r.timeout });
+      });
+    });
+  };
+}
+
 /** The same contract on autocannon (in process; it cannot push much more than ~50 MB/s of body). */
 export function autocannonLoad(autocannon, connections) {
   return async (url, seconds, size, headers = {}) => {

@@ -1,6 +1,6 @@
 // The export table and nothing else: each function is defined by the bind_*.cc file of its
-// concern (bind_exports: the export operations and the digest cache; bind_landing: the landing;
-// bind_landlock: confinement), over the syscall files, which never include napi.h.
+// concern (bind_exports: the export operations and the digest cache; bind_stream: streamed bodies
+// and the size limits; bind_landing: the landing; bind_landlock: confinement), over the syscall files, which never include napi.h.
 #include <malloc.h>
 #include <napi.h>
 
@@ -8,26 +8,25 @@
 #include "bind_exports.h"
 #include "bind_landing.h"
 #include "bind_landlock.h"
+#include "bind_stream.h"
 #include "codes.h"
 #include "landlock.h"
+#include "limits.h"
 
 namespace {
 
-// Read buffers are up to max_bytes each and are freed when Node collects them. glibc's dynamic mmap
-// threshold rises to the size of the first large block freed, after which such buffers come from
-// the thread-pool threads' heap arenas and their memory is kept by the process after clients leave.
-// A fixed threshold keeps every buffer of 1 MiB or more in its own mapping, returned on free.
-constexpr int kMmapThresholdBytes = 1024 * 1024;
-
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
+  mallopt(M_MMAP_THRESHOLD, rp::kMmapThresholdBytes);  // see limits.h
   rp::InitAddonData(env);
   rp::InitExportBindings(env, exports);
   rp::InitLandingBinding(env);
+  rp::InitStreamBinding(env, exports);
   exports.Set("openDirectory", Napi::Function::New(env, rp::OpenDirectory, "openDirectory"));
   exports.Set("closeFd", Napi::Function::New(env, rp::CloseFd, "closeFd"));
   exports.Set("read", Napi::Function::New(env, rp::Read, "read"));
   exports.Set("readSmall", Napi::Function::New(env, rp::ReadSmall, "readSmall"));
+  exports.Set("openStream", Napi::Function::New(env, rp::OpenStream, "openStream"));
+  exports.Set("releasePages", Napi::Function::New(env, rp::ReleasePages, "releasePages"));
   exports.Set("stat", Napi::Function::New(env, rp::Stat, "stat"));
   exports.Set("list", Napi::Function::New(env, rp::List, "list"));
   exports.Set("checkRoot", Napi::Function::New(env, rp::CheckRoot, "checkRoot"));

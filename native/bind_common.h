@@ -48,10 +48,11 @@ class PromiseWorker : public Napi::AsyncWorker {
 
 
 // Per-environment state: the classes whose instances the addon must recognise or create, each set
-// by the file that defines the class (bind_exports.cc, bind_landing.cc).
+// by the file that defines the class (bind_exports.cc, bind_landing.cc, bind_stream.cc).
 struct AddonData {
   Napi::FunctionReference landing_ctor;
   Napi::FunctionReference cancel_ctor;
+  Napi::FunctionReference stream_ctor;
 };
 
 // Creates the per-environment data; call first from the module's Init.

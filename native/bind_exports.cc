@@ -10,20 +10,15 @@
 
 #include "bind_common.h"
 #include "digest_cache.h"
+#include "limits.h"
 #include "list.h"
+#include "listing_json.h"
 #include "read.h"
 #include "request.h"
 #include "resolve.h"
 #include "stop.h"
 
 namespace rp {
-
-namespace {
-
-// Results up to this size are copied into V8-owned buffers (see read_result_value).
-constexpr size_t kCopiedReadMaxBytes = 64 * 1024;
-// The most readSmall reads on the JS thread.
-constexpr uint64_t kSmallReadMaxBytes = 256 * 1024;
 
 std::string hex(const unsigned char* bytes, size_t n) {
   static const char digits[] = "0123456789abcdef";
@@ -34,6 +29,8 @@ std::string hex(const unsigned char* bytes, size_t n) {
   }
   return out;
 }
+
+namespace {
 
 // ── Cancel tokens ───────────────────────────────────────────────────────────────────────────────
 // `new CancelToken()` in JS; `cancel()` sets a flag that every worker given the token asks
@@ -64,9 +61,11 @@ class CancelTokenHandle final : public Napi::ObjectWrap<CancelTokenHandle> {
   CancelFlag flag_;
 };
 
+}  // namespace
+
 // ── Options of the export operations ────────────────────────────────────────────────────────────
 
-Resolver resolver_field(const Napi::Object& o) {
+static Resolver resolver_field(const Napi::Object& o) {
   std::string name = string_field(o, "resolver");
   if (name == "openat2") return Resolver::Openat2;
   if (name == "walk") return Resolver::Walk;
@@ -85,7 +84,7 @@ CancelFlag cancel_field(const Napi::Object& o) {
 }
 
 // `timeBudgetMs`: absent, or a whole number of milliseconds in [1, 2^31 - 1].
-void budget_field(const Napi::Object& o, StopSignal* stop) {
+static void budget_field(const Napi::Object& o, StopSignal* stop) {
   Napi::Value v = field(o, "timeBudgetMs");
   if (v.IsUndefined()) return;
   if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), "timeBudgetMs must be a number");
@@ -94,8 +93,6 @@ void budget_field(const Napi::Object& o, StopSignal* stop) {
     throw Napi::RangeError::New(o.Env(), "timeBudgetMs must be a whole number of ms in [1, 2^31 - 1]");
   stop->set_budget(static_cast<uint64_t>(d));
 }
-
-enum class Wants { Root, File, FileWithCeiling };
 
 // The one input of read/stat/list: {workdirFd, root, relpath?, maxBytes?, refuseSymlinks, resolver}.
 ExportRequest request_from(const Napi::Object& o, Wants wants) {
@@ -113,6 +110,8 @@ ExportRequest request_from(const Napi::Object& o, Wants wants) {
   return req;
 }
 
+namespace {
+
 // ── Export operations ───────────────────────────────────────────────────────────────────────────
 
 class OpenDirectoryWorker final : public PromiseWorker {
@@ -129,6 +128,25 @@ class OpenDirectoryWorker final : public PromiseWorker {
   Fd fd_;
 };
 
+// Hands `bytes` to JS as a Node Buffer. Small: copied into a buffer V8 owns (a finalizer per
+// response costs more than the copy). Larger: ownership moves to the Buffer's finalizer, no copy
+// (NewOrCopy copies, and frees ours at once, only where the runtime forbids external buffers); the
+// allocation is reported to V8 as external memory, so that it weighs on when V8 collects.
+Napi::Value owned_buffer_value(Napi::Env env, OwnedBuffer& bytes) {
+  const size_t length = bytes.size();
+  if (length <= kCopiedReadMaxBytes) return Napi::Buffer<unsigned char>::Copy(env, bytes.data(), length);
+  const int64_t held = static_cast<int64_t>(bytes.capacity());
+  Napi::MemoryManagement::AdjustExternalMemory(env, held);
+  return Napi::Buffer<unsigned char>::NewOrCopy(
+      env, bytes.release(), length,
+      [](Napi::Env e, unsigned char* p, int64_t* size) {
+        OwnedBuffer::free_released(p);
+        Napi::MemoryManagement::AdjustExternalMemory(e, -*size);
+        delete size;
+      },
+      new int64_t(held));
+}
+
 // A read's result as JS sees it: {bytes, mtimeMs, sha256, digestCached}. `into`: the caller's
 // buffer the bytes were read into, if any; bytes is then a view of its first bytes.
 Napi::Object read_result_value(Napi::Env env, ReadResult& result, Napi::Object into = Napi::Object()) {
@@ -137,24 +155,8 @@ Napi::Object read_result_value(Napi::Env env, ReadResult& result, Napi::Object i
   if (result.bytes.borrowed()) {
     Napi::Function subarray = into.Get("subarray").As<Napi::Function>();
     out.Set("bytes", subarray.Call(into, {Napi::Number::New(env, 0), Napi::Number::New(env, static_cast<double>(length))}));
-  } else if (length <= kCopiedReadMaxBytes) {
-    // Small: copied into a buffer V8 owns. A finalizer per response costs more than the copy.
-    out.Set("bytes", Napi::Buffer<unsigned char>::Copy(env, result.bytes.data(), length));
   } else {
-    // Ownership moves to the Buffer's finalizer: no copy (NewOrCopy copies, and frees ours at
-    // once, only where the runtime forbids external buffers). The allocation is reported to V8 as
-    // external memory, so that buffers nobody holds any more are collected while clients come and
-    // go, not only when the JS heap happens to grow.
-    const int64_t held = static_cast<int64_t>(result.bytes.capacity());
-    Napi::MemoryManagement::AdjustExternalMemory(env, held);
-    out.Set("bytes", Napi::Buffer<unsigned char>::NewOrCopy(
-                         env, result.bytes.release(), length,
-                         [](Napi::Env e, unsigned char* p, int64_t* size) {
-                           OwnedBuffer::free_released(p);
-                           Napi::MemoryManagement::AdjustExternalMemory(e, -*size);
-                           delete size;
-                         },
-                         new int64_t(held)));
+    out.Set("bytes", owned_buffer_value(env, result.bytes));
   }
   out.Set("mtimeMs", Napi::Number::New(env, static_cast<double>(result.mtime_ms)));
   out.Set("sha256", Napi::String::New(env, hex(result.sha256, 32)));
@@ -222,14 +224,28 @@ class CheckRootWorker final : public PromiseWorker {
 
 class ListWorker final : public PromiseWorker {
  public:
-  ListWorker(Napi::Env env, ExportRequest req) : PromiseWorker(env, "resource-plane:list"), req_(std::move(req)) {}
+  // `render`: set, the body is rendered here (listing_json.h) between `head` and `tail`, and JS gets
+  // {rootMissing, entryCount, totalBytes, body} instead of one object per entry.
+  ListWorker(Napi::Env env, ExportRequest req, bool render, std::string head, std::string tail)
+      : PromiseWorker(env, "resource-plane:list"), req_(std::move(req)), render_(render), head_(std::move(head)), tail_(std::move(tail)) {}
   void Execute() override {
     result_ = list_export_root(req_);
     failure_ = result_.failure;
+    if (failure_.failed() || !render_) return;
+    for (const ListEntry& e : result_.entries) total_ += e.size;
+    if (!render_listing(result_, head_, tail_, &body_)) failure_.set(Code::IoError, ENOMEM);
+    count_ = result_.entries.size();
+    result_.entries = std::vector<ListEntry>();  // the body is all that is left of them
   }
   Napi::Value Result(Napi::Env env) override {
     Napi::Object out = Napi::Object::New(env);
     out.Set("rootMissing", Napi::Boolean::New(env, result_.root_missing));
+    if (render_) {
+      out.Set("entryCount", Napi::Number::New(env, static_cast<double>(count_)));
+      out.Set("totalBytes", Napi::Number::New(env, static_cast<double>(total_)));
+      out.Set("body", owned_buffer_value(env, body_));
+      return out;
+    }
     Napi::Array entries = Napi::Array::New(env, result_.entries.size());
     uint32_t i = 0;
     for (const ListEntry& e : result_.entries) {
@@ -247,6 +263,11 @@ class ListWorker final : public PromiseWorker {
  private:
   ExportRequest req_;
   ListResult result_;
+  bool render_;
+  std::string head_, tail_;
+  OwnedBuffer body_;
+  uint64_t total_ = 0;
+  size_t count_ = 0;
 };
 
 }  // namespace
@@ -289,7 +310,7 @@ Napi::Value Read(const Napi::CallbackInfo& info) {
 
 // readSmall({workdirFd, root, relpath, maxBytes, smallBytes, refuseSymlinks, resolver}): the same
 // read, synchronously on the calling thread, of a file of at most smallBytes (at most
-// kSmallReadMaxBytes) by its fstat: {bytes, mtimeMs, sha256, digestCached}. A larger file is not
+// kStreamThresholdBytes, limits.h) by its fstat: {bytes, mtimeMs, sha256, digestCached}. A larger file is not
 // read: {size} is returned, its fstat size, for the caller to reserve memory and read it on the
 // pool. A failure throws the same error a rejected read carries. Small reads of regular files
 // (the O_PATH probe has refused FIFOs and devices) cost less than the pool's round trip.
@@ -298,7 +319,7 @@ Napi::Value ReadSmall(const Napi::CallbackInfo& info) {
   Napi::Object o = options_arg(info);
   ExportRequest req = request_from(o, Wants::FileWithCeiling);
   const uint64_t small = byte_count_field(o, "smallBytes");
-  if (small > kSmallReadMaxBytes) throw Napi::RangeError::New(env, "smallBytes is above the synchronous read limit");
+  if (small > kStreamThresholdBytes) throw Napi::RangeError::New(env, "smallBytes is above the synchronous read limit");
   req.budget_bytes = small == 0 ? 1 : small;  // budget 0 would mean "no limit"
   req.stop.operation = "read";
   ReadResult result = read_export_file(req);
@@ -316,15 +337,19 @@ Napi::Value Stat(const Napi::CallbackInfo& info) {
   return queue<StatWorker>(info.Env(), request_from(options_arg(info), Wants::File));
 }
 
-// list({workdirFd, root, refuseSymlinks, resolver, cancel?, timeBudgetMs?}). The budget runs
-// from this call, so time spent queued for a pool thread counts.
+// list({workdirFd, root, refuseSymlinks, resolver, cancel?, timeBudgetMs?, render?: {head, tail}}).
+// The budget runs from this call, so time spent queued for a pool thread counts.
 Napi::Value List(const Napi::CallbackInfo& info) {
   Napi::Object o = options_arg(info);
   ExportRequest req = request_from(o, Wants::Root);
   req.stop.operation = "listing";
   req.stop.cancel = cancel_field(o);
   budget_field(o, &req.stop);
-  return queue<ListWorker>(info.Env(), std::move(req));
+  Napi::Value render = field(o, "render");
+  if (render.IsUndefined()) return queue<ListWorker>(info.Env(), std::move(req), false, std::string(), std::string());
+  if (!render.IsObject()) throw Napi::TypeError::New(info.Env(), "render must be {head, tail}");
+  Napi::Object r = render.As<Napi::Object>();
+  return queue<ListWorker>(info.Env(), std::move(req), true, string_field(r, "head"), string_field(r, "tail"));
 }
 
 // checkRoot({workdirFd, root, resolver}) -> exists. No symlink policy: the root itself may be a

@@ -7,7 +7,21 @@
 
 #include <napi.h>
 
+#include <string>
+
+#include "request.h"
+#include "stop.h"
+
 namespace rp {
+
+// What an operation's options name: only the root, a file, or a file with its byte ceiling.
+enum class Wants { Root, File, FileWithCeiling };
+// The one input of read/stat/list/openStream: {workdirFd, root, relpath?, maxBytes?,
+// budgetBytes?, refuseSymlinks, resolver}, each field by name and type.
+ExportRequest request_from(const Napi::Object& o, Wants wants);
+// `cancel`: absent, or a CancelToken made by this addon.
+CancelFlag cancel_field(const Napi::Object& o);
+std::string hex(const unsigned char* bytes, size_t n);
 
 // Defines CancelToken on `exports` (and records it in the AddonData); after InitAddonData.
 void InitExportBindings(Napi::Env env, Napi::Object exports);

@@ -18,6 +18,7 @@ std::string code_name(Code code) {
     case Code::Cancelled: return "CANCELLED";
     case Code::TimeBudget: return "TIME_BUDGET";
     case Code::OverBudget: return "OVER_BUDGET";
+    case Code::FileChanged: return "FILE_CHANGED";
     case Code::IoError: return "IO_ERROR";
   }
   return "E_UNKNOWN_" + std::to_string(static_cast<int>(code));

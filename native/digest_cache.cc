@@ -129,8 +129,9 @@ bool settled_before(const struct timespec& ctime, const struct timespec& start) 
 }
 
 int64_t whole_file_digest(int fd, struct stat* st, unsigned char out[32], const StopSignal& stop,
-                          Failure* failure) {
+                          Failure* failure, bool* hit) {
   DigestCache& cache = digest_cache();
+  if (hit) *hit = false;
   if (!times_follow_mapped_writes(fd)) {
     cache.count_fs_uncached();
     cache.count_hash();
@@ -147,7 +148,10 @@ int64_t whole_file_digest(int fd, struct stat* st, unsigned char out[32], const 
       return -1;
     }
     *st = under;
-    if (cache.lookup(file_key(*st), out)) return static_cast<int64_t>(st->st_size);
+    if (cache.lookup(file_key(*st), out)) {
+      if (hit) *hit = true;
+      return static_cast<int64_t>(st->st_size);
+    }
   } else {
     cache.count_lease_refused();
   }

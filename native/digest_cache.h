@@ -123,7 +123,8 @@ bool settled_before(const struct timespec& ctime, const struct timespec& start);
 // by the rules above (on a filesystem off the allowlist: always by hashing). `st` is the caller's fstat of `fd`; it is replaced by the fstat taken under
 // the lease when there is one, so size and mtime describe the bytes the digest is of. Returns the
 // byte count the digest covers, or -1 with `failure` set (Cancelled, TimeBudget, IoError).
+// `hit`, when given, says whether the digest came from the cache.
 int64_t whole_file_digest(int fd, struct stat* st, unsigned char out[32], const StopSignal& stop,
-                          Failure* failure);
+                          Failure* failure, bool* hit = nullptr);
 
 }  // namespace rp

@@ -18,14 +18,6 @@
 
 namespace rp {
 
-namespace {
-
-// A read fills its buffer at most 4 MiB per pread: that bounds how long a worker runs between two
-// looks at its cancel flag and deadline.
-constexpr size_t kReadChunk = 4 << 20;
-
-}  // namespace
-
 int served_file_flags() { return O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC; }
 
 namespace {
@@ -118,7 +110,7 @@ ReadResult read_export_file(const ExportRequest& req) {
   // small and a reservation is never exceeded.
   const uint64_t ceiling = read_ceiling(req);
   const bool budgeted = ceiling < req.max_bytes;
-  const uint64_t limit = ceiling + 1;
+  const uint64_t limit = read_limit(ceiling);
   OwnedBuffer& buf = result.bytes;
   if (req.into != nullptr) {
     if (req.into_capacity < limit) {  // the binding refuses this; never read past the memory
@@ -159,7 +151,7 @@ ReadResult read_export_file(const ExportRequest& req) {
         return result;
       }
     }
-    const size_t want = buf.spare_size() < kReadChunk ? buf.spare_size() : kReadChunk;
+    const size_t want = buf.spare_size() < kReadChunkBytes ? buf.spare_size() : kReadChunkBytes;
     ssize_t n = retry_eintr([&] {
       return pread(fd.get(), buf.spare(), want, static_cast<off_t>(buf.size()));
     });

@@ -10,6 +10,7 @@
 
 #include "buffer.h"
 #include "codes.h"
+#include "limits.h"
 #include "request.h"
 #include "resolve.h"
 
@@ -46,18 +47,17 @@ Fd open_regular_beneath(int dirfd, const std::string& rel, SymlinkPolicy policy,
 // on every call.
 Fd open_export_file(const ExportRequest& req, OpenFor purpose, FileStat* stat, Failure* failure);
 
-// open_export_file, then at most req.max_bytes + 1 bytes read from that one descriptor, in chunks,
+// open_export_file, then at most read_limit(read_ceiling(req)) bytes read from that one descriptor, in chunks,
 // asking req.stop before each one and hashing as it goes. A file of at least kCachedReadMinBytes,
 // on a filesystem the digest cache trusts (times_follow_mapped_writes), is read under a read lease
 // when one is granted: a digest cached for exactly this version of the file
 // is then used instead of hashing, provided the lease is still intact after the last byte was read
 // (no writer can have changed them); a digest hashed under an intact lease is stored for the next
 // read. Whenever the lease is refused or broken, the bytes in the buffer are what is hashed.
-constexpr uint64_t kCachedReadMinBytes = 256 * 1024;
 ReadResult read_export_file(const ExportRequest& req);
 
 // The most bytes read_export_file returns for `req`: its memory budget when one is set below
-// max_bytes, else max_bytes. It reads at most one byte more (to see the file grow past it).
+// max_bytes, else max_bytes. It reads read_limit() of it (one byte more, to see the file grow).
 inline uint64_t read_ceiling(const ExportRequest& req) {
   return req.budget_bytes != 0 && req.budget_bytes < req.max_bytes ? req.budget_bytes : req.max_bytes;
 }

@@ -7,16 +7,9 @@
 
 #include "buffer.h"
 #include "fd.h"
+#include "limits.h"
 
 namespace rp {
-
-namespace {
-
-// A listing's hash reads 1 MiB at a time: that bounds how long a worker runs between two looks at
-// its cancel flag, its deadline and its lease.
-constexpr size_t kHashChunk = 1 << 20;
-
-}  // namespace
 
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
   ok_ = ctx_ && EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) == 1;
@@ -37,7 +30,7 @@ int64_t hash_whole_fd(int fd, unsigned char out[32], const StopSignal& stop, Fai
   // One chunk per thread, kept: a listing hashes thousands of small files, and a fresh 1 MiB
   // allocation each (an mmap and its page faults, at the pinned threshold) cost more than the hash.
   thread_local OwnedBuffer chunk;
-  if (!sha.ok() || !chunk.reserve(kHashChunk)) {
+  if (!sha.ok() || !chunk.reserve(kHashChunkBytes)) {
     failure->set(Code::IoError, ENOMEM);
     return -1;
   }
@@ -45,7 +38,7 @@ int64_t hash_whole_fd(int fd, unsigned char out[32], const StopSignal& stop, Fai
   for (;;) {
     if (stop.should_stop(failure)) return -1;
     if (lease && !lease->intact()) lease = nullptr;  // a writer waits: it was released for them
-    ssize_t n = retry_eintr([&] { return pread(fd, chunk.spare(), kHashChunk, static_cast<off_t>(off)); });
+    ssize_t n = retry_eintr([&] { return pread(fd, chunk.spare(), kHashChunkBytes, static_cast<off_t>(off)); });
     if (n < 0) {
       failure->set(Code::IoError, errno);
       return -1;

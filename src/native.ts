@@ -26,10 +26,33 @@ export type NativeCode =
   | 'CANCELLED'
   | 'TIME_BUDGET'
   | 'OVER_BUDGET'
+  | 'FILE_CHANGED'
   | 'IO_ERROR';
 
 /** The codes as the addon itself lists them (read from its code table, not restated here). */
 export const NATIVE_CODES: readonly string[] = Object.freeze([...binding.codes]);
+
+/**
+ * Every size threshold of the export path, as the addon defines them (native/limits.h, each with
+ * its reason). Nothing in TypeScript restates one.
+ */
+export interface Limits {
+  /** Files up to this size are read synchronously on the JS thread (readSmall). */
+  syncReadMaxBytes: number;
+  /** A body larger than this is streamed under a verified etag (openStream), never held whole. */
+  streamThresholdBytes: number;
+  /** The chunk of a streamed body, and the size of a pooled body buffer. */
+  streamChunkBytes: number;
+  /** Bodies up to this size are copied into V8-owned memory. */
+  copiedReadMaxBytes: number;
+  /** Reads and streams of files at least this large ask the digest cache. */
+  cachedReadMinBytes: number;
+  readChunkBytes: number;
+  hashChunkBytes: number;
+  mmapThresholdBytes: number;
+}
+
+export const LIMITS: Readonly<Limits> = binding.limits;
 
 export type ResolverKind = 'openat2' | 'walk';
 
@@ -81,6 +104,28 @@ export interface ReadResult {
   digestCached?: boolean;
 }
 
+/**
+ * A body being streamed (native/stream.h): the descriptor stays in the addon. next(buffer) reads and
+ * hashes the next chunk into buffer's first `bytes` bytes; the chunk that completes the body comes
+ * with `final` true, and only once everything read hashes to the etag promised, with nothing past
+ * the promised size. A body that changed rejects with FILE_CHANGED instead, and that chunk must not
+ * be sent. One next() at a time; the buffer must not be touched until it settles. close() lets the
+ * descriptor go (after the chunk in flight, if any).
+ */
+export interface StreamHandle {
+  next(into: Buffer): Promise<{ bytes: number; final: boolean }>;
+  close(): void;
+}
+
+export interface StreamOpened {
+  /** The bytes the digest covers: the body's content-length. */
+  size: number;
+  mtimeMs: number;
+  sha256: string;
+  digestCached: boolean;
+  stream: StreamHandle;
+}
+
 export interface StatResult {
   size: number;
   mtimeMs: number;
@@ -96,6 +141,15 @@ export interface ListEntry {
 export interface ListResult {
   rootMissing: boolean;
   entries: ListEntry[];
+}
+
+/** A listing rendered by the addon (listRendered): its body, and what the trace records of it. */
+export interface RenderedListing {
+  rootMissing: boolean;
+  entryCount: number;
+  /** The sum of the entries' sizes. */
+  totalBytes: number;
+  body: Buffer;
 }
 
 export class NativeError extends Error {
@@ -165,7 +219,11 @@ interface Binding {
   read(call: ExportCall & { relpath: string; maxBytes: number; budgetBytes?: number; into?: Buffer; cancel?: CancelToken }): Promise<ReadResult>;
   readSmall(call: ExportCall & { relpath: string; maxBytes: number; smallBytes: number }): ReadResult | { size: number };
   stat(call: ExportCall & { relpath: string }): Promise<StatResult>;
+  openStream(call: ExportCall & { relpath: string; maxBytes: number; cancel?: CancelToken }): Promise<StreamOpened>;
+  releasePages(buffer: Buffer): number;
+  limits: Limits;
   list(call: ExportCall & { cancel?: CancelToken; timeBudgetMs?: number }): Promise<ListResult>;
+  list(call: ExportCall & { cancel?: CancelToken; timeBudgetMs?: number; render: { head: string; tail: string } }): Promise<RenderedListing>;
   checkRoot(call: { workdirFd: number; root: string; resolver: ResolverKind }): Promise<boolean>;
   landingOpen(call: { workdirFd: number; inbox: string }): Promise<LandingHandle>;
   landlockCodes: string[];
@@ -253,6 +311,28 @@ export function readSmall(workdirFd: number, root: string, relpath: string, maxB
   }
 }
 
+/**
+ * Opens a body for streaming: the same resolution and checks as readFile, max_bytes refused by
+ * fstat before a byte is read, then its digest (from the digest cache where sound, else a hashing
+ * pass over the same descriptor) before anything is sent.
+ */
+export function openStream(workdirFd: number, root: string, relpath: string, maxBytes: number, opts: ResolveOptions & { cancel?: CancelToken }): Promise<StreamOpened> {
+  return call(binding.openStream({ workdirFd, root, relpath, maxBytes, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel }));
+}
+
+/** Streams a chunk, with FILE_CHANGED and IO_ERROR rejections as NativeError. */
+export function nextChunk(stream: StreamHandle, into: Buffer): Promise<{ bytes: number; final: boolean }> {
+  return call(stream.next(into));
+}
+
+/**
+ * Gives an idle pooled buffer's whole pages back to the system at once (madvise MADV_DONTNEED);
+ * it reads back as zeros. Only for a buffer nothing else uses.
+ */
+export function releasePages(buffer: Buffer): number {
+  return binding.releasePages(buffer);
+}
+
 export function statFile(workdirFd: number, root: string, relpath: string, opts: ResolveOptions): Promise<StatResult> {
   return call(binding.stat({ workdirFd, root, relpath, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver }));
 }
@@ -260,6 +340,17 @@ export function statFile(workdirFd: number, root: string, relpath: string, opts:
 export function listRoot(workdirFd: number, root: string, opts: ListOptions): Promise<ListResult> {
   return call(binding.list({
     workdirFd, root, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel, timeBudgetMs: opts.timeBudgetMs,
+  }));
+}
+
+/**
+ * The same listing, rendered in the addon as `head` + the entries as a JSON array's items
+ * ({"path","size_bytes","mtime_ms","sha256"}, exactly as JSON.stringify writes them) + `tail`: no JS
+ * object per entry, so a listing of a huge tree costs its body and nothing else in JS.
+ */
+export function listRendered(workdirFd: number, root: string, opts: ListOptions, render: { head: string; tail: string }): Promise<RenderedListing> {
+  return call(binding.list({
+    workdirFd, root, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel, timeBudgetMs: opts.timeBudgetMs, render,
   }));
 }
 

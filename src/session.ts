@@ -6,7 +6,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { Refusal, UsageError } from './codes.js';
-import { ByteBudget } from './export/budget.js';
+import { MemoryBudget } from './export/memory.js';
 import type { Confinement } from './launch/confinement.js';
 import { ExportView } from './export/export-view.js';
 import { RefusalLimiter } from './trace/refusal-limit.js';
@@ -76,7 +76,7 @@ export class Session {
   readonly key: InstanceKey | null;
   readonly advertisedUrl: string | null;
   /** Bytes held by reads and redeems in flight (src/export/budget.ts). */
-  readonly memory: ByteBudget;
+  readonly memory: MemoryBudget;
   /** Which refusals are traced one by one, per client (src/trace/refusal-limit.ts). */
   readonly refusals: RefusalLimiter;
   /** The clock handles are minted and verified against (Unix ms): Date.now unless injected. */
@@ -98,7 +98,7 @@ export class Session {
     this.trace = init.trace;
     this.advertisedUrl = init.advertisedUrl;
     this.now = init.now ?? Date.now;
-    this.memory = new ByteBudget(init.memoryBudgetBytes);
+    this.memory = new MemoryBudget(init.memoryBudgetBytes);
     this.refusals = new RefusalLimiter((fields) => this.trace.append('refusals_suppressed', fields));
     this.grants = effectiveGrants(init.manifest, init.containment);
     const common = { workdirFd: () => this.workdirDescriptor, containment: init.containment, resolver: init.resolver, listingBudgetMs: init.listingBudgetMs };
@@ -167,6 +167,7 @@ export class Session {
     this.key?.destroy();
     await this.refusals.close();
     await this.trace.end({ reason });
+    this.memory.clear();
     native.closeFd(this.workdirFd);
     this.workdirFd = -1;
   }

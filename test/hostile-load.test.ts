@@ -6,6 +6,7 @@ import { connect, type Socket } from 'node:net';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import * as native from '../src/native.js';
 import { TRACE_FIELD_MAX_CHARS } from '../src/trace/trace.js';
 import { capsule, filesManifest, type Capsule } from './helpers/capsule.js';
 import { rawGet, rawRequest, readTrace } from './helpers/http.js';
@@ -85,13 +86,15 @@ describe('the memory budget', () => {
   it('answers 503 over_capacity with retry-after, traced, while never-reading clients hold the budget; memory frees when they go', async () => {
     const workdir = scratch(['out/small: s'], 'rp-load-');
     writeFileSync(join(workdir, 'out', 'eight.bin'), Buffer.alloc(8 << 20, 2));
-    const l = await capsule({ workdir, yaml: filesManifest('out/', 64 << 20), memoryBudgetBytes: 20 << 20 });
+    // Two streamed 8 MiB bodies hold a window each (two chunks); a budget of two windows and a half
+    // has no room for a third. Their clients never read.
+    const window = 2 * native.LIMITS.streamChunkBytes;
+    const l = await capsule({ workdir, yaml: filesManifest('out/', 64 << 20), memoryBudgetBytes: 2 * window + window / 2 });
     const { tracePath } = l;
-    // Two 8 MiB reads fit a 20 MiB budget; their clients never read.
     const holders = await Promise.all([0, 1].map(() => trickle(l.server.url, 'GET /resources/files/eight.bin HTTP/1.1\r\nhost: x\r\n\r\n')));
     for (const h of holders) h.pause();
-    await new Promise((r) => setTimeout(r, 300));
-    expect(l.session.memory.inUse).toBe(16 << 20);
+    for (let i = 0; i < 200 && l.session.memory.inUse < 2 * window; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(l.session.memory.inUse).toBe(2 * window);
     const refused = await rawGet(l.server.url, '/resources/files/eight.bin');
     expect(refused.status).toBe(503);
     expect(refused.header('retry-after')).toBe('1');
@@ -265,27 +268,67 @@ describe('the memory budget holds the peak, not only the steady state', () => {
     }
   });
 
-  it('reserves before reading: a file that does not fit is not read, a small one always is', async () => {
-    const { ByteBudget, SMALL_READ_BYTES } = await import('../src/export/budget.js');
-    const b = new ByteBudget(10 << 20, 50);
-    const big = b.reserve(8 << 20);
-    expect(big.budgetBytes).toBe(8 << 20);
-    const hold = big.settle(6 << 20); // the file took 6 MiB: 2 MiB of the reservation come back
-    expect(b.inUse).toBe(6 << 20);
-    const next = b.reserve(8 << 20); // 4 MiB of room: the addon may allocate at most that
-    expect(next.budgetBytes).toBe(4 << 20);
-    next.cancel();
-    const filler = b.reserve(4 << 20).settle(4 << 20);
-    const starved = b.reserve(8 << 20); // no room: only a small file may be read, nothing reserved
-    expect([starved.budgetBytes, b.inUse]).toEqual([SMALL_READ_BYTES, 10 << 20]);
-    expect(starved.settle(100)).toBeTypeOf('function');
-    expect(b.inUse).toBe(10 << 20);
-    const wake = b.released(10_000);
-    hold();
-    await wake;
-    filler();
+  it('holds what fits, waits for a release, never refuses a counted small body, and lets one oversized request run alone', async () => {
+    const { MemoryBudget } = await import('../src/export/memory.js');
+    const b = new MemoryBudget(10 << 20, 200);
+    const big = await b.acquire(8 << 20);
+    expect(b.inUse).toBe(8 << 20);
+    // 2 MiB of room: a 4 MiB request waits, and gets its share once the 8 MiB go back.
+    let got = false;
+    const waiting = b.acquire(4 << 20).then((release) => {
+      got = true;
+      return release;
+    });
+    await new Promise((r) => setTimeout(r, 20));
+    expect(got).toBe(false);
+    big();
+    const four = await waiting;
+    expect(b.inUse).toBe(4 << 20);
+    // Past the wait: over_capacity.
+    const filler = await b.acquire(6 << 20);
+    await expect(b.acquire(1 << 20)).rejects.toMatchObject({ code: 'over_capacity' });
+    // A small synchronous body is counted, never refused.
+    const small = b.count(16 << 10);
+    expect(b.inUse).toBe((10 << 20) + (16 << 10));
+    for (const release of [small, four, filler]) {
+      release();
+      release(); // idempotent
+    }
     expect(b.inUse).toBe(0);
-    // One file larger than the whole budget is still servable when nothing else is held.
-    expect(b.reserve(64 << 20).budgetBytes).toBe(0);
+    // One request larger than the whole budget still runs when nothing else is held.
+    const alone = await b.acquire(64 << 20);
+    expect(b.inUse).toBe(64 << 20);
+    alone();
+    // An aborted wait gives up at once.
+    const holder = await b.acquire(10 << 20);
+    const gone = new AbortController();
+    const aborted = b.acquire(1 << 20, gone.signal);
+    gone.abort();
+    await expect(aborted).rejects.toMatchObject({ code: 'over_capacity' });
+    holder();
+  });
+
+  it('keeps idle pooled buffers within the limit, and gives their pages back when the room is needed', async () => {
+    const { MemoryBudget } = await import('../src/export/memory.js');
+    const chunk = native.LIMITS.streamChunkBytes;
+    const b = new MemoryBudget(4 * chunk, 200);
+    const buffers = [b.buffer(), b.buffer(), b.buffer()];
+    for (const buffer of buffers) buffer.fill(7);
+    for (const buffer of buffers) b.recycle(buffer);
+    expect(b.idleBytes).toBe(3 * chunk);
+    b.recycle(buffers[0]!); // twice: never pooled twice
+    expect(b.idleBytes).toBe(3 * chunk);
+    // A request that needs the room of two idle buffers makes them give their pages back (they
+    // read as zeros afterwards) instead of waiting or dropping them for a collection.
+    const release = await b.acquire(3 * chunk);
+    expect(b.idleBytes).toBe(chunk);
+    const reused = [b.buffer(), b.buffer(), b.buffer()];
+    // Whole pages only: the partial pages at either end keep what they had.
+    const inner = (x: Buffer) => x.subarray(4096, x.length - 4096);
+    expect(reused.filter((x) => inner(x).every((v) => v === 0)).length, 'two buffers gave their pages back').toBe(2);
+    expect(reused.filter((x) => x.every((v) => v === 7)).length, 'the warm one kept its bytes').toBe(1);
+    expect(new Set([...reused, ...buffers]).size, 'the same three buffers, reused').toBe(3);
+    release();
+    b.clear();
   });
 });

@@ -1,25 +1,30 @@
 // The hot path of issue 12, each guarantee on real files: a small file is read on the JS thread
-// (no pool round trip) with the same answer as the pool's read; a large one has its size reserved,
-// not max_bytes; a large file read again is answered from the digest cache only under a read lease
-// held across the whole read, and never with a digest of other bytes, whatever writers do; the
-// trace's event ids stay UUIDv7 and in creation order.
+// (no pool round trip) with the same answer as the pool's read; a file read whole has its size held
+// in the memory budget, not max_bytes, and a streamed one its window; a large file read again takes
+// its digest from the digest cache only under a read lease, and never a digest of other bytes,
+// whatever writers do (a streamed body is verified against it as it is sent); the trace's event ids
+// stay UUIDv7 and in creation order.
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { closeSync, constants, openSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { closeSync, constants, openSync, readdirSync, readFileSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { open as openAsync } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import { ByteBudget, SMALL_READ_BYTES } from '../src/export/budget.js';
-import { ExportView, SYNC_READ_BYTES } from '../src/export/export-view.js';
+import { ExportView } from '../src/export/export-view.js';
+import { MemoryBudget } from '../src/export/memory.js';
 import * as native from '../src/native.js';
 import { newEventId } from '../src/trace/trace.js';
+import { drain } from './helpers/body.js';
 import { defer } from './helpers/cleanup.js';
 import { requireSeen, skipRace, until } from './helpers/race.js';
 import { scratch } from './helpers/tree.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 const RESOLVER = native.chooseResolver();
+const { syncReadMaxBytes: SYNC, streamThresholdBytes: STREAM, streamChunkBytes: CHUNK } = native.LIMITS;
+/** What a streamed body holds of the budget: two chunks. */
+const WINDOW = 2 * CHUNK;
 /** The racy-entry margin of native/digest_cache.h, plus slack for a coarse clock tick. */
 const SETTLE_MS = 2_300;
 
@@ -86,18 +91,19 @@ describe('a small file is read without the thread pool', () => {
       return r;
     });
     const small = await view.read('small');
-    expect(small.bytes.toString()).toBe('tiny');
+    expect((await drain(small))!.toString()).toBe('tiny');
     expect(small.sha256).toBe(sha(Buffer.from('tiny')));
     expect(bigDone, 'a 1 MiB read needs a pool thread, and none is free').toBe(false);
 
     await release();
     const got = await big;
-    expect(got.bytes.length).toBe(1024 * 1024);
-    expect(got.sha256).toBe(sha(got.bytes));
+    const bytes = (await drain(got))!;
+    expect(bytes.length).toBe(1024 * 1024);
+    expect(got.sha256).toBe(sha(bytes));
   });
 
   it('gives the same answer as the pool read, for every size around the line', async () => {
-    const sizes = [0, 1, 1024, SYNC_READ_BYTES - 1, SYNC_READ_BYTES, SYNC_READ_BYTES + 1, SMALL_READ_BYTES, SMALL_READ_BYTES + 1, 300 * 1024];
+    const sizes = [0, 1, 1024, SYNC - 1, SYNC, SYNC + 1, STREAM - 1, STREAM, STREAM + 1, 300 * 1024];
     const dir = scratch(['out/']);
     for (const n of sizes) writeFileSync(join(dir, 'out', `f${n}`), Buffer.alloc(n, n % 251));
     const view = await viewOf(dir);
@@ -105,8 +111,9 @@ describe('a small file is read without the thread pool', () => {
     defer(() => native.closeFd(fd));
     for (const n of sizes) {
       const viaView = await view.read(`f${n}`);
+      expect(viaView.kind, `f${n}`).toBe(n > STREAM ? 'stream' : 'whole');
       const viaPool = await native.readFile(fd, 'out', `f${n}`, 64 * 1024 * 1024, { refuseSymlinks: false, resolver: RESOLVER });
-      expect(viaView.bytes.equals(viaPool.bytes), `f${n}`).toBe(true);
+      expect((await drain(viaView))!.equals(viaPool.bytes), `f${n}`).toBe(true);
       expect(viaView.sha256).toBe(viaPool.sha256);
       expect(viaView.mtimeMs).toBe(viaPool.mtimeMs);
     }
@@ -127,7 +134,7 @@ describe('a small file is read without the thread pool', () => {
       }
     };
     for (const [rel, max] of [['f', 5], ['p', 100], ['esc', 100], ['nope', 100]] as const) {
-      expect(syncCode(() => native.readSmall(fd, 'out', rel, max, SMALL_READ_BYTES, o)), rel).toBe(await code(native.readFile(fd, 'out', rel, max, o)));
+      expect(syncCode(() => native.readSmall(fd, 'out', rel, max, SYNC, o)), rel).toBe(await code(native.readFile(fd, 'out', rel, max, o)));
     }
     expect(native.readSmall(fd, 'out', 'f', 100, 4, o)).toEqual({ size: 10 });
   });
@@ -160,43 +167,53 @@ for (;;) { fs.ftruncateSync(fd, 1); fs.writeSync(fd, big, 0, big.length, 1); }`,
       expect(r.bytes.length, 'read on the JS thread').toBeLessThanOrEqual(16 * 1024);
       expect(r.sha256).toBe(sha(r.bytes));
     }
-    // Through a budget: every byte held is accounted for while it is held.
+    // Through a budget: every byte held is accounted for while it is held, and a body read whole
+    // is never more than the streaming threshold.
     const view = await viewOf(dir);
-    const budget = new ByteBudget(64 * 1024 * 1024, 2_000);
+    const budget = new MemoryBudget(64 * 1024 * 1024, 2_000);
     let heldLarge = 0;
     for (let i = 0; i < 60; i++) {
       const r = await view.read('grow', budget).catch(() => null);
       if (!r) continue;
-      if (r.bytes.length > SMALL_READ_BYTES) {
+      if (r.kind === 'whole' && r.bytes.length > SYNC) {
         heldLarge++;
+        expect(r.bytes.length).toBeLessThanOrEqual(STREAM);
         expect(budget.inUse, 'a held read is counted').toBeGreaterThanOrEqual(r.bytes.length);
       }
-      expect(r.sha256).toBe(sha(r.bytes));
-      r.release();
+      if (r.kind === 'stream') {
+        heldLarge++;
+        expect(budget.inUse, 'a stream holds its window').toBeGreaterThanOrEqual(WINDOW);
+      }
+      const bytes = await drain(r);
+      if (bytes) expect(r.sha256).toBe(sha(bytes));
     }
     expect(budget.inUse).toBe(0);
     // Each half proves something only if its interleaving happened: otherwise skipped, loudly.
     requireSeen(ctx, 'a small read on the JS thread that met the file growing past its limit', grewPast);
-    requireSeen(ctx, 'a large read of the growing file held under the budget', heldLarge);
+    requireSeen(ctx, 'a read of the growing file past the synchronous size, held under the budget', heldLarge);
   });
 });
 
-describe('the memory budget reserves what a large file needs, not max_bytes', () => {
-  it('lets reads of known size share a budget that max_bytes reservations could not', async () => {
-    const dir = scratch(['out/a @ 1m', 'out/b @ 1m', 'out/c @ 1m']);
-    // max_bytes 64 MiB, budget 4 MiB: reserving max_bytes, the second read would wait and fail.
-    const view = await viewOf(dir, 64 * 1024 * 1024);
-    const budget = new ByteBudget(4 * 1024 * 1024, 200);
+describe('the memory budget holds what a body needs, not max_bytes', () => {
+  it('holds a whole body\'s size and a streamed body\'s window, whatever max_bytes and the file size are', async () => {
+    const dir = scratch(['out/a @ 200k', 'out/b @ 200k', 'out/c @ 200k', 'out/huge @ 64m']);
+    // max_bytes 256 MiB, budget 2 MiB: reserving max_bytes, the second read would wait and fail.
+    const view = await viewOf(dir, 256 * 1024 * 1024);
+    const budget = new MemoryBudget(2 * 1024 * 1024, 200);
     const reads = await Promise.all(['a', 'b', 'c'].map((f) => view.read(f, budget)));
-    expect(budget.inUse).toBe(3 * 1024 * 1024);
-    for (const r of reads) r.release();
+    expect(reads.map((r) => r.kind)).toEqual(['whole', 'whole', 'whole']);
+    expect(budget.inUse).toBe(3 * 200 * 1024);
+    const huge = await view.read('huge', budget);
+    expect(huge.kind).toBe('stream');
+    expect(budget.inUse).toBe(3 * 200 * 1024 + WINDOW);
+    for (const r of [...reads, huge]) r.release();
     expect(budget.inUse).toBe(0);
   });
 
   it('reads waiting for room never starve the event loop', async () => {
     const dir = scratch(['out/a @ 3m', 'out/b @ 3m']);
     const view = await viewOf(dir);
-    const budget = new ByteBudget(4 * 1024 * 1024, 1_000);
+    const budget = new MemoryBudget(WINDOW + CHUNK, 1_000);
     const first = await view.read('a', budget);
     // 1 MiB left: each waiter finds too little room. Once, waking to that cancelled a reservation,
     // which woke every other waiter, which did the same: a loop of promise jobs that never let a
@@ -213,7 +230,7 @@ describe('the memory budget reserves what a large file needs, not max_bytes', ()
   it('still refuses over_capacity when the sizes do not fit', async () => {
     const dir = scratch(['out/a @ 3m', 'out/b @ 3m']);
     const view = await viewOf(dir);
-    const budget = new ByteBudget(4 * 1024 * 1024, 100);
+    const budget = new MemoryBudget(WINDOW + CHUNK, 100);
     const first = await view.read('a', budget);
     await expect(view.read('b', budget)).rejects.toMatchObject({ code: 'over_capacity' });
     first.release();
@@ -233,7 +250,7 @@ describe('a large file read again takes its digest from the cache, under a read 
     const second = await view.read('big');
     expect(first.digestCached).toBe(false);
     expect(second.digestCached).toBe(true);
-    expect(second.sha256).toBe(sha(second.bytes));
+    expect(second.sha256).toBe(sha((await drain(second))!));
     expect(second.sha256).toBe(sha(readFileSync(join(dir, 'out', 'big'))));
     const d = native.digestCacheStats();
     expect(d.stores - s0.stores).toBe(1);
@@ -303,41 +320,51 @@ while True:
     for (let i = 0; i < 40; i++) {
       const r = await view.read('m');
       expect(r.digestCached, 'a writable mapping refuses the lease').toBe(false);
-      expect(r.sha256, 'the etag is the hash of exactly the bytes served').toBe(sha(r.bytes));
+      // Served only if every byte sent hashes to the etag; a body the writer changed meanwhile is cut.
+      const bytes = await drain(r);
+      if (bytes) expect(r.sha256, 'the etag is the hash of exactly the bytes served').toBe(sha(bytes));
     }
     // The first mapped write moves the times, and for 2 s the racy rule alone would keep these
     // reads off the cache: the lease refusal, counted on every read, is what this test is about.
     expect(native.digestCacheStats().leaseRefused - s0.leaseRefused, 'the lease was refused on every read').toBe(40);
   });
 
-  it('lets a writer that arrives mid-read through, and hashes exactly what was read', async (ctx) => {
+  it('lets a writer that arrives mid-digest through, stores nothing, and sends only what it hashed', async (ctx) => {
     const dir = scratch(['out/small: s', 'out/huge @ 256m']);
     if (!leasesWork(dir)) return ctx.skip();
-    await sleep(SETTLE_MS);
+    const path = join(dir, 'out', 'huge');
     const view = await viewOf(dir, 512 * 1024 * 1024);
-    await view.read('huge');
     // A writer already running, told when to open: the file is opened for writing and closed
-    // again, so the lease must give way, and no timestamp changes (the next attempt may hit again).
-    const writer = spawn('python3', ['-c', 'import os, sys\nfor line in sys.stdin:\n    os.close(os.open(sys.argv[1], os.O_WRONLY))\n    print("opened", flush=True)', join(dir, 'out', 'huge')]);
+    // again, so the lease held through the digest must give way.
+    const writer = spawn('python3', ['-c', 'import os, sys\nfor line in sys.stdin:\n    os.close(os.open(sys.argv[1], os.O_WRONLY))\n    print("opened", flush=True)', path]);
     defer(() => writer.kill('SIGKILL'));
     const opened = () => new Promise<void>((resolve) => writer.stdout.once('data', () => resolve()));
     let broken = 0;
-    // Count-based: until a writer's open has landed in the middle of a cached read a few times.
+    // Count-based: until a writer's open has landed in the middle of a digest a few times. The
+    // file's ctime moves before each attempt, so no digest is ever cached for it (the racy rule)
+    // and every stream's digest is a hashing pass under the lease.
     for (let attempt = 0; attempt < 40 && broken < 3; attempt++) {
+      const now = new Date();
+      utimesSync(path, now, now);
       const s0 = native.digestCacheStats();
       const reading = view.read('huge');
       const done = opened();
       writer.stdin.write('go\n');
       await done;
       const r = await reading;
-      expect(r.sha256, 'the etag is the hash of exactly the bytes served').toBe(sha(r.bytes));
       if (native.digestCacheStats().leaseBroken > s0.leaseBroken) {
         broken += 1;
         expect(r.digestCached, 'a broken lease vouches for nothing').toBe(false);
+        expect(native.digestCacheStats().stores - s0.stores, 'nothing stored under a broken lease').toBe(0);
+        // The digest taken while the writer came is the one the body is sent under.
+        const bytes = await drain(r);
+        if (bytes) expect(r.sha256, 'the etag is the hash of exactly the bytes served').toBe(sha(bytes));
+      } else {
+        r.release();
       }
     }
     // Without a writer landing inside a cached read, only the etag property was checked: skipped.
-    requireSeen(ctx, 'a writer opening the file inside a cached read (a broken lease)', broken, 3);
+    requireSeen(ctx, 'a writer opening the file inside a digest (a broken lease)', broken, 3);
   });
 });
 

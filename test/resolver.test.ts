@@ -8,6 +8,7 @@ import * as native from '../src/native.js';
 import { buildEscapeTree, ESCAPE_CASES, LISTED_FOLLOW, LISTED_SCOPED, MAX_BYTES, SECRET, SECRET_SHA } from './helpers/escape-cases.js';
 import { heldDirectory, RESOLVERS } from './helpers/resolvers.js';
 import { makeTree, removeTree, scratch, tempDir } from './helpers/tree.js';
+import { listEntries } from './helpers/body.js';
 
 const CLASSES: Containment[] = ['sealed', 'advisory', 'scoped'];
 
@@ -76,7 +77,7 @@ describe.each(RESOLVERS)('resolver %s', (resolver) => {
     });
 
     it('lists regular files beneath the root only, sorted by bytes, per the class', async () => {
-      const entries = await view(listWorkdirFd, containment, resolver).list();
+      const entries = await listEntries(view(listWorkdirFd, containment, resolver));
       expect(entries.map((e) => e.path)).toEqual(containment === 'scoped' ? LISTED_SCOPED : LISTED_FOLLOW);
       for (const e of entries) {
         expect(e.sha256).toMatch(/^[0-9a-f]{64}$/);
@@ -94,10 +95,10 @@ describe.each(RESOLVERS)('resolver %s', (resolver) => {
       const dir = scratch();
       const { fd } = await heldDirectory(dir);
       const v = view(fd, containment, resolver, 'later/');
-      expect(await v.list()).toEqual([]);
+      expect(await listEntries(v)).toEqual([]);
       expect((await outcome(() => v.read('x.txt'))).code).toBe('not_found');
       makeTree(dir, ['later/x.txt: arrived']);
-      expect((await v.list()).map((e) => e.path)).toEqual(['x.txt']);
+      expect((await listEntries(v)).map((e) => e.path)).toEqual(['x.txt']);
       expect((await v.read('x.txt')).bytes.toString()).toBe('arrived');
     });
 
@@ -108,10 +109,10 @@ describe.each(RESOLVERS)('resolver %s', (resolver) => {
       const { fd } = await heldDirectory(dir);
       expect((await view(fd, containment, resolver, 'alias/').read('r.txt')).bytes.toString()).toBe('real');
       expect((await outcome(() => view(fd, containment, resolver, 'away/').read('s.txt'))).code).toBe('outside_root');
-      expect((await outcome(() => view(fd, containment, resolver, 'away/').list())).code).toBe('outside_root');
-      expect((await outcome(() => view(fd, containment, resolver, 'away-rel/').list())).code).toBe('outside_root');
+      expect((await outcome(() => listEntries(view(fd, containment, resolver, 'away/')))).code).toBe('outside_root');
+      expect((await outcome(() => listEntries(view(fd, containment, resolver, 'away-rel/')))).code).toBe('outside_root');
       expect((await outcome(() => view(fd, containment, resolver, 'file-root').read('x'))).code).toBe('not_found');
-      expect(await view(fd, containment, resolver, 'file-root').list()).toEqual([]);
+      expect(await listEntries(view(fd, containment, resolver, 'file-root'))).toEqual([]);
     });
   });
 });

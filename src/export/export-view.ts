@@ -2,8 +2,7 @@
 // use, so a path is judged by exactly one piece of code whichever door it came through. It lowers
 // the path (src/paths.ts), calls the native resolver/reader, and turns every native failure into a
 // neutral Refusal (src/codes.ts); the edge that answers renders it.
-import { SMALL_READ_BYTES, type ByteBudget } from './budget.js';
-import { noteReleased } from './reclaim.js';
+import type { MemoryBudget, Release } from './memory.js';
 import { NATIVE_TO_CODE, Refusal } from '../codes.js';
 import * as native from '../native.js';
 import { lowerRelpath } from '../paths.js';
@@ -43,16 +42,32 @@ export interface ExportViewOptions {
 }
 
 /** Gives a read's memory back; called once its response has closed (sent, cut or abandoned). */
-export type Release = () => void;
+export type { Release } from './memory.js';
 const noRelease: Release = () => undefined;
 
+/** A body read whole: at most LIMITS.streamThresholdBytes, hashed over exactly these bytes. */
+export interface WholeBody extends native.ReadResult {
+  kind: 'whole';
+  size: number;
+  release: Release;
+}
+
 /**
- * Files up to this size are read on the JS thread (native.readSmall), and are the ones the memory
- * budget does not count. Larger ones go to the pool: hashing 64 KiB costs ~50 µs, during which the
- * event loop would answer nothing else, while the pool's round trip costs ~10 µs and runs the hash
- * on another core.
+ * A body above LIMITS.streamThresholdBytes: its digest and size are known, its bytes are still in
+ * the file, and `stream` sends them under that etag (native.StreamHandle). `release` gives back its
+ * window and closes the stream.
  */
-export const SYNC_READ_BYTES = SMALL_READ_BYTES;
+export interface StreamedBody {
+  kind: 'stream';
+  size: number;
+  mtimeMs: number;
+  sha256: string;
+  digestCached: boolean;
+  stream: native.StreamHandle;
+  release: Release;
+}
+
+export type Body = WholeBody | StreamedBody;
 
 export class ExportView {
   readonly opts: Readonly<ExportViewOptions>;
@@ -75,74 +90,58 @@ export class ExportView {
   }
 
   /**
-   * Reads one file: at most max_bytes, hashed over exactly the bytes returned. A file of at most
-   * SYNC_READ_BYTES is read synchronously on this thread (native.readSmall: no pool round trip).
-   * Those are not counted against a memory `budget`. A larger one is read on the pool: with a
-   * `budget`, its size (known from that first look) is reserved before the read allocates
-   * anything and held until the caller calls `release` (the response is done). A file that does
-   * not fit now waits for memory to be released, and past the budget's wait is refused
-   * (over_capacity); one that grew past its reservation meanwhile is looked at again.
+   * Reads one file as a Body, never more than max_bytes (refused by fstat before a byte is read).
+   * Up to LIMITS.syncReadMaxBytes it is read on this thread (no pool round trip), counted against
+   * `budget` but never refused for memory. Up to LIMITS.streamThresholdBytes it is read whole on the
+   * pool once its size is held in `budget`. Above that it is streamed: only its window (two chunks)
+   * is held, and its digest is taken before anything is sent. A share that cannot be had within the
+   * budget's wait is refused over_capacity; `signal` (the client left) stops the wait and the digest.
    */
-  async read(relpath: string, budget?: ByteBudget, reuseBuffers = false): Promise<native.ReadResult & { release: Release }> {
-    const deadline = budget ? Date.now() + budget.waitMs : 0;
+  async read(relpath: string, budget?: MemoryBudget, signal?: AbortSignal): Promise<Body> {
+    const { workdirFd, root, maxBytes } = this.opts;
     for (;;) {
       let first: native.ReadResult | { size: number };
       try {
-        first = native.readSmall(this.opts.workdirFd(), this.opts.root, relpath, this.opts.maxBytes, SYNC_READ_BYTES, this.resolveOpts);
+        first = native.readSmall(workdirFd(), root, relpath, maxBytes, native.LIMITS.syncReadMaxBytes, this.resolveOpts);
       } catch (error) {
         throw refusalFromNative(error);
       }
-      if ('bytes' in first) return Object.assign(first, { release: noRelease });
+      if ('bytes' in first) {
+        return Object.assign(first, { kind: 'whole' as const, size: first.bytes.length, release: budget ? budget.count(first.bytes.length) : noRelease });
+      }
       const size = first.size;
-      if (!budget) {
+      if (size > native.LIMITS.streamThresholdBytes) {
+        const release = budget ? await budget.acquire(2 * native.LIMITS.streamChunkBytes, signal) : noRelease;
+        let opened: native.StreamOpened;
         try {
-          return Object.assign(await native.readFile(this.opts.workdirFd(), this.opts.root, relpath, this.opts.maxBytes, this.resolveOpts), { release: noRelease });
+          opened = await native.openStream(workdirFd(), root, relpath, maxBytes, { ...this.resolveOpts, cancel: native.cancelToken(signal) });
         } catch (error) {
+          release();
           throw refusalFromNative(error);
         }
+        const { stream } = opened;
+        return { kind: 'stream', size: opened.size, mtimeMs: opened.mtimeMs, sha256: opened.sha256, digestCached: opened.digestCached, stream, release: () => {
+          release();
+          stream.close();
+        } };
       }
-      if (!budget.canHold(size)) {
-        // Nothing is reserved while waiting, so a waiter that wakes to find too little room
-        // changes nothing for the others (they are woken by real releases only).
-        const left = deadline - Date.now();
-        if (left <= 0) throw new Refusal('over_capacity');
-        await budget.released(left);
-        continue;
-      }
-      const reservation = budget.reserve(size);
-      // A reused buffer, one byte longer than the most this read may take (the addon's rule).
-      const most = reservation.budgetBytes ? Math.min(reservation.budgetBytes, this.opts.maxBytes) : 0;
-      const into = reuseBuffers && most > SMALL_READ_BYTES ? budget.buffers.take(most + 1) : null;
+      const release = budget ? await budget.acquire(size, signal) : noRelease;
       let result: native.ReadResult;
       try {
-        result = await native.readFile(this.opts.workdirFd(), this.opts.root, relpath, this.opts.maxBytes, {
-          ...this.resolveOpts,
-          ...(reservation.budgetBytes ? { budgetBytes: reservation.budgetBytes } : {}),
-          ...(into ? { into } : {}),
-        });
+        // Never more than the streaming threshold in memory: a file that grew past it since the
+        // first look is OVER_BUDGET, and is looked at again (and streamed).
+        result = await native.readFile(workdirFd(), root, relpath, maxBytes, { ...this.resolveOpts, budgetBytes: native.LIMITS.streamThresholdBytes });
       } catch (error) {
-        reservation.cancel();
-        if (into) budget.recycle(into); // the read is over and nothing else saw it
-        if (!(error instanceof native.NativeError) || error.code !== 'OVER_BUDGET') throw refusalFromNative(error);
-        // It grew past what was reserved for it since the first look: look again.
-        if (Date.now() >= deadline) throw new Refusal('over_capacity');
-        continue;
+        release();
+        if (error instanceof native.NativeError && error.code === 'OVER_BUDGET') continue;
+        throw refusalFromNative(error);
       }
-      // What the response holds until it closes: with a reused buffer, all of it (the file may
-      // have shrunk since the first look, and the bytes are a view that keeps it alive), less the
-      // one byte that was there to see it grow, so an unchanged file counts as its size.
-      const held = into ? Math.max(result.bytes.length, into.length - 1) : result.bytes.length;
-      const hold = reservation.settle(held);
-      let released = false;
-      return Object.assign(result, {
-        release: () => {
-          if (released) return;
-          released = true;
-          hold();
-          if (into && budget.recycle(into)) return;
-          if (held > SMALL_READ_BYTES) noteReleased(held);
-        },
-      });
+      // It may have grown (up to the threshold) since the first look: what it holds is counted.
+      const extra = budget && result.bytes.length > size ? budget.count(result.bytes.length - size) : noRelease;
+      return Object.assign(result, { kind: 'whole' as const, size: result.bytes.length, release: () => {
+        release();
+        extra();
+      } });
     }
   }
 
@@ -184,15 +183,23 @@ export class ExportView {
    * why) when `signal` aborts (the client left, the session is stopping) or past the time budget.
    * At most MAX_CONCURRENT_LISTINGS run at once (each holds a pool thread while it hashes, and
    * reads need the pool too), so one stuck listing never holds the next; a listing that waits for a
-   * slot longer than the budget is refused over_capacity.
+   * slot longer than the budget is refused over_capacity. The addon renders the body between `head`
+   * and `tail` (native.listRendered); with a `budget`, the body's bytes are held in it before the
+   * slot is given up, so no more than MAX_CONCURRENT_LISTINGS bodies ever exist outside the budget,
+   * and one that gets no room within the budget's wait is refused over_capacity.
    */
-  async list(signal?: AbortSignal): Promise<native.ListEntry[]> {
+  async list(signal: AbortSignal | undefined, render: { head: string; tail: string }, budget?: MemoryBudget): Promise<native.RenderedListing & { release: Release }> {
     await this.listingSlot(signal);
     try {
       const cancel = native.cancelToken(signal);
-      return (await native.listRoot(this.opts.workdirFd(), this.opts.root, { ...this.resolveOpts, cancel, timeBudgetMs: this.opts.listingBudgetMs ?? DEFAULT_LISTING_BUDGET_MS })).entries;
-    } catch (error) {
-      throw refusalFromNative(error);
+      let listing: native.RenderedListing;
+      try {
+        listing = await native.listRendered(this.opts.workdirFd(), this.opts.root, { ...this.resolveOpts, cancel, timeBudgetMs: this.opts.listingBudgetMs ?? DEFAULT_LISTING_BUDGET_MS }, render);
+      } catch (error) {
+        throw refusalFromNative(error);
+      }
+      const release = budget ? await budget.acquire(listing.body.length, signal) : noRelease;
+      return Object.assign(listing, { release });
     } finally {
       this.listingsRunning -= 1;
       this.listingsWaiting.shift()?.();

@@ -3,9 +3,12 @@
 // a trace that cannot be written fails the request closed (500 io_error, no file bytes). The trace
 // is the only account of what left the capsule, so nothing leaves unrecorded.
 import { Refusal, renderHttp, type Rendered } from '../codes.js';
+import type { Body } from '../export/export-view.js';
+import type { MemoryBudget } from '../export/memory.js';
 import type { Trace } from '../trace/trace.js';
 import { onceClosed } from './admission.js';
-import { etagOf, sendError, type HeaderList, type PlaneReply } from './reply.js';
+import { etagOf, sendError, type HeaderList, type PlaneReply, type StreamPayload } from './reply.js';
+import { StreamBody, type ChunkBuffers } from './stream-body.js';
 
 export interface Exchange {
   reply: PlaneReply;
@@ -47,12 +50,19 @@ export async function refuse(x: Exchange, refusal: Refusal, record: (outcome: st
 }
 
 /**
- * Gives a read's share of the memory budget (and its buffer, for reuse) back once its response
- * closes, or its socket does: sent, cut or abandoned. Not before: until then a write may still be
- * using the buffer.
+ * Gives a read's share of the memory budget back (and closes its stream) once its response closes,
+ * or its socket does: sent, cut or abandoned. Not before: until then a write may still be using
+ * its bytes.
  */
 export function releaseOnClose(x: Exchange, release: () => void): void {
   onceClosed(x.reply.req, x.reply.raw, release);
+}
+
+/** Aborts once the response closes before it was answered (the client left): stops waits and hashing. */
+export function clientGone(x: Exchange): AbortSignal {
+  const gone = new AbortController();
+  x.reply.raw.once('close', () => gone.abort());
+  return gone.signal;
 }
 
 /**
@@ -61,7 +71,7 @@ export function releaseOnClose(x: Exchange, release: () => void): void {
  * adds an outcome event saying it was not delivered: the line before the reply stays true to what
  * was decided, and this one to what happened.
  */
-export function sendTracedBody(x: Exchange, headers: HeaderList, body: Buffer, record: () => Promise<void>): void {
+export function sendTracedBody(x: Exchange, headers: HeaderList, body: Buffer | StreamPayload, record: (reason?: string) => Promise<void>): void {
   const res = x.reply.raw;
   // 'finish' on a live socket: the last byte was handed to the kernel. Node also emits 'finish'
   // when a reset socket cancels the writes it still held (and writableFinished then reads true):
@@ -71,7 +81,8 @@ export function sendTracedBody(x: Exchange, headers: HeaderList, body: Buffer, r
   res.once('finish', () => (finished = !socket.destroyed));
   onceClosed(x.reply.req, res, () => {
     if (finished) return;
-    record().catch((error: unknown) => x.reply.logError({ err: (error as Error).message }, 'trace write failed for an undelivered body'));
+    const failure = Buffer.isBuffer(body) ? null : (body.stream as StreamBody).failure ?? null;
+    record(failure ?? undefined).catch((error: unknown) => x.reply.logError({ err: (error as Error).message }, 'trace write failed for an undelivered body'));
   });
   x.reply.send(200, headers, body);
 }
@@ -95,31 +106,46 @@ type RecordRead = (outcome: string, reason: string | null, bytes: number | null,
 const EMPTY = Buffer.alloc(0);
 
 /**
- * Answers a read or a redeem whose bytes are in hand: a 304 when the client already has exactly
- * these bytes (its If-None-Match names the etag just computed over
- * them), traced as a read that sent no body; otherwise the traced body.
+ * Where a streamed body's chunk buffers come from: the budget's pool when nothing but our own
+ * writes can hold a chunk (the CLI's app), else a fresh buffer per chunk (a host app's hooks may
+ * keep a payload, so nothing is reused under them).
+ */
+export function chunkBuffers(budget: MemoryBudget, reuse: boolean): ChunkBuffers {
+  if (reuse) return { take: () => budget.buffer(), give: (buffer) => budget.recycle(buffer) };
+  return { take: () => Buffer.allocUnsafeSlow(budget.bufferBytes), give: () => undefined };
+}
+
+/**
+ * Answers a read or a redeem whose digest is in hand: a 304 when the client already has exactly
+ * these bytes (its If-None-Match names the etag computed over them), traced as a read that sent no
+ * body; otherwise the traced body, whole or streamed.
  */
 export async function answerRead(
   x: Exchange,
-  result: { bytes: Buffer; sha256: string },
+  body: Body,
   headers: HeaderList,
+  buffers: ChunkBuffers,
   record: RecordRead,
-  recordUndelivered: () => Promise<void>,
+  recordUndelivered: (reason?: string) => Promise<void>,
 ): Promise<void> {
-  if (noneMatch(x.reply.req.headers['if-none-match'], etagOf(result))) {
-    if (!(await traced(x, () => record('not_modified', null, 0, result.sha256)))) return;
+  if (noneMatch(x.reply.req.headers['if-none-match'], etagOf(body))) {
+    if (!(await traced(x, () => record('not_modified', null, 0, body.sha256)))) return;
     x.observe?.('not_modified', 0);
     x.reply.send(304, headers, EMPTY);
     return;
   }
-  if (!(await traced(x, () => record('ok', null, result.bytes.length, result.sha256)))) return;
-  x.observe?.('ok', result.bytes.length);
-  sendTracedBody(x, headers, result.bytes, recordUndelivered);
+  if (!(await traced(x, () => record('ok', null, body.size, body.sha256)))) return;
+  x.observe?.('ok', body.size);
+  const payload = body.kind === 'whole' ? body.bytes : { stream: new StreamBody(body.stream, buffers), length: body.size };
+  sendTracedBody(x, headers, payload, recordUndelivered);
 }
 
+/** Why a body was not delivered, when nothing more specific is known. */
+export const UNDELIVERED_REASON = 'the connection closed before the whole body was sent';
+
 /** The outcome event of a body whose response closed before all of it was sent. */
-export function undelivered(trace: Trace, of: string, fields: { [field: string]: unknown }): Promise<void> {
-  return trace.append('response_undelivered', { of, ...fields, outcome: 'undelivered', reason: 'the connection closed before the whole body was sent' });
+export function undelivered(trace: Trace, of: string, fields: { [field: string]: unknown }, reason: string = UNDELIVERED_REASON): Promise<void> {
+  return trace.append('response_undelivered', { of, ...fields, outcome: 'undelivered', reason });
 }
 
 /** Anything a plane caught: a Refusal as it is, anything else an io_error that echoes nothing. */

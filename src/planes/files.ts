@@ -2,12 +2,12 @@
 // the raw request path. Every request here leaves exactly one trace line, written before the reply
 // goes out (src/planes/exchange.ts).
 import { Refusal } from '../codes.js';
-import type { ListEntry, ReadResult } from '../native.js';
-import type { Release } from '../export/export-view.js';
+import type { RenderedListing } from '../native.js';
+import type { Body, Release } from '../export/export-view.js';
 import { lowerRelpath } from '../paths.js';
 import type { Session } from '../session.js';
 import { FILES_PREFIX, HEADER } from '../wire.js';
-import { answerRead, asRefusal, releaseOnClose, refuse, sendTracedBody, traced, undelivered, type Exchange } from './exchange.js';
+import { answerRead, asRefusal, chunkBuffers, clientGone, releaseOnClose, refuse, sendTracedBody, traced, undelivered, type Exchange } from './exchange.js';
 import type { PlaneContext } from './plugin.js';
 import { headerSafe, readHeaders, type HeaderList, type PlaneReply } from './reply.js';
 
@@ -42,40 +42,28 @@ async function handleList(session: Session, x: Exchange, method: string, generat
   const refused = (r: Refusal) => refuse(x, r, (code, reason) => record(code, reason, null, null));
   if (method !== 'GET') return refused(new Refusal('method_not_allowed'));
   if (!view) return refused(new Refusal('no_resource_plane'));
-  let entries: ListEntry[];
+  // The addon renders the entries between these (the object JSON.stringify would give, in the
+  // spec's key order); the body is held in the memory budget before it is sent.
+  const head = JSON.stringify({ root: view.opts.root, mode: 'read-only', max_bytes: view.opts.maxBytes, generation, containment_achieved: session.containment, entries: [] });
+  const render = { head: head.slice(0, -2), tail: ']}' };
+  let listing: RenderedListing & { release: Release };
   try {
-    // The client leaving or the session stopping cancels the hashing at once.
-    const gone = new AbortController();
-    const onClose = () => gone.abort();
-    x.reply.raw.once('close', onClose);
-    try {
-      entries = await view.list(AbortSignal.any([gone.signal, session.stoppingSignal]));
-    } finally {
-      x.reply.raw.off('close', onClose);
-    }
+    // The client leaving or the session stopping cancels the hashing (and the wait for memory) at once.
+    listing = await view.list(AbortSignal.any([clientGone(x), session.stoppingSignal]), render, session.memory);
   } catch (error) {
     return refused(asRefusal(error));
   }
-  const total = entries.reduce((sum, e) => sum + e.size, 0);
-  if (!(await traced(x, () => record('ok', null, entries.length, total)))) return;
+  releaseOnClose(x, listing.release);
+  const { body } = listing;
+  if (!(await traced(x, () => record('ok', null, listing.entryCount, listing.totalBytes)))) return;
   x.observe?.('ok', 0);
-  const body = Buffer.from(
-    JSON.stringify({
-      root: view.opts.root,
-      mode: 'read-only',
-      max_bytes: view.opts.maxBytes,
-      generation,
-      containment_achieved: session.containment,
-      entries: entries.map((e) => ({ path: e.path, size_bytes: e.size, mtime_ms: e.mtimeMs, sha256: e.sha256 })),
-    }),
-  );
   const headers: HeaderList = [
     ['content-type', 'application/json'],
     [HEADER.generation, String(generation)],
     [HEADER.containment, session.containment],
     [HEADER.exportRoot, headerSafe(view.opts.root)],
   ];
-  sendTracedBody(x, headers, body, () => undelivered(session.trace, 'resource_list', { bytes: body.length, generation }));
+  sendTracedBody(x, headers, body, (reason) => undelivered(session.trace, 'resource_list', { bytes: body.length, generation }, reason));
 }
 
 async function handleRead(ctx: PlaneContext, x: Exchange, method: string, raw: string, generation: number): Promise<void> {
@@ -96,13 +84,15 @@ async function handleRead(ctx: PlaneContext, x: Exchange, method: string, raw: s
   if (method !== 'GET') return refused(new Refusal('method_not_allowed'));
   if (!view) return refused(new Refusal('no_resource_plane'));
   if (!lowered.ok) return refused(new Refusal('outside_root'));
-  let result: ReadResult & { release: Release };
+  let body: Body;
   try {
-    result = await view.read(lowered.relpath, session.memory, ctx.reuseBuffers);
+    body = await view.read(lowered.relpath, session.memory, clientGone(x));
   } catch (error) {
     return refused(asRefusal(error));
   }
-  releaseOnClose(x, result.release);
-  const headers: HeaderList = [...readHeaders(result, generation, session.containment), [HEADER.exportRoot, headerSafe(view.opts.root)]];
-  await answerRead(x, result, headers, record, () => undelivered(session.trace, 'resource_read', { path: lowered.display, bytes: result.bytes.length, generation }));
+  releaseOnClose(x, body.release);
+  const headers: HeaderList = [...readHeaders(body, generation, session.containment), [HEADER.exportRoot, headerSafe(view.opts.root)]];
+  await answerRead(x, body, headers, chunkBuffers(session.memory, ctx.reuseBuffers), record, (reason) =>
+    undelivered(session.trace, 'resource_read', { path: lowered.display, bytes: body.size, generation }, reason),
+  );
 }

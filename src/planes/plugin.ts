@@ -173,7 +173,11 @@ async function planesPlugin(app: FastifyInstance, options: PlanesOptions): Promi
           sendServerError(reply, new Refusal('not_found'));
           return;
         }
-        return dispatch(ctx, planes, target.slice(prefix.length), request.raw.method ?? 'GET', fastifyPlaneReply(reply));
+        // Settled once the response is over, not when the body is handed over: a streamed body is
+        // still being sent when the plane returns, and Fastify would otherwise answer again.
+        return dispatch(ctx, planes, target.slice(prefix.length), request.raw.method ?? 'GET', fastifyPlaneReply(reply)).then(
+          () => new Promise<void>((resolve) => reply.then(resolve, () => resolve())),
+        );
       };
       // exposeHeadRoute off: HEAD is a method like any other here, answered 405 by the planes.
       const options = { exposeHeadRoute: false };

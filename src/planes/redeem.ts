@@ -3,12 +3,11 @@
 // then served by the same ExportView (resolver, reader, symlink policy) as the operator plane.
 import { Refusal, renderHttp } from '../codes.js';
 import { checkShape, verifyToken } from '../handle/token.js';
-import type { ReadResult } from '../native.js';
-import type { Release } from '../export/export-view.js';
+import type { Body } from '../export/export-view.js';
 import { canonicalRelpath } from '../paths.js';
 import { handleId } from '../redact.js';
 import { HEADER, PEER_PREFIX } from '../wire.js';
-import { answerRead, asRefusal, releaseOnClose, refuse, undelivered, type Exchange } from './exchange.js';
+import { answerRead, asRefusal, chunkBuffers, clientGone, releaseOnClose, refuse, undelivered, type Exchange } from './exchange.js';
 import type { PlaneContext } from './plugin.js';
 import { readHeaders, sendError, type HeaderList, type PlaneReply } from './reply.js';
 
@@ -72,14 +71,16 @@ export async function handleRedeem(ctx: PlaneContext, method: string, path: stri
   // The payload is ours (the MAC proved it), but it is judged again rather than trusted.
   const relpath = canonicalRelpath(verdict.payload.p);
   if (relpath === null) return refused(new Refusal('outside_root'));
-  let result: ReadResult & { release: Release };
+  let body: Body;
   try {
-    result = await view.read(relpath, session.memory, ctx.reuseBuffers);
+    body = await view.read(relpath, session.memory, clientGone(x));
   } catch (error) {
     return refused(asRefusal(error));
   }
-  releaseOnClose(x, result.release);
+  releaseOnClose(x, body.release);
   // Never x-murmur-export-root: the peer plane discloses no path structure.
-  const headers: HeaderList = [...readHeaders(result, generation, session.containment), [HEADER.handleId, hid]];
-  await answerRead(x, result, headers, record, () => undelivered(session.trace, 'peer_handle_redeem', { handle_id: hid, path: verifiedPath, bytes: result.bytes.length, generation }));
+  const headers: HeaderList = [...readHeaders(body, generation, session.containment), [HEADER.handleId, hid]];
+  await answerRead(x, body, headers, chunkBuffers(session.memory, ctx.reuseBuffers), record, (reason) =>
+    undelivered(session.trace, 'peer_handle_redeem', { handle_id: hid, path: verifiedPath, bytes: body.size, generation }, reason),
+  );
 }

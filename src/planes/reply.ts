@@ -1,12 +1,18 @@
 // Writing replies the way every plane must: headers in the spec's order, a content-length equal to
 // the body on every response, JSON error bodies from the catalogue.
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Readable } from 'node:stream';
 import type { FastifyReply } from 'fastify';
 import type { Rendered } from '../codes.js';
-import type { ReadResult } from '../native.js';
 import { HEADER } from '../wire.js';
 
 export type HeaderList = Array<[string, string]>;
+
+/** A body sent from a stream: its length is known (and promised in content-length) before it starts. */
+export interface StreamPayload {
+  stream: Readable;
+  length: number;
+}
 
 /** Where a plane writes its answer: a Fastify reply, so the app's hooks apply to it. */
 export interface PlaneReply {
@@ -15,7 +21,7 @@ export interface PlaneReply {
   readonly raw: ServerResponse;
   /** The client address refusals are counted against (`unix` on a unix socket). */
   readonly client: string;
-  send(status: number, headers: HeaderList, body: Buffer): void;
+  send(status: number, headers: HeaderList, body: Buffer | StreamPayload): void;
   logError(fields: object, message: string): void;
 }
 
@@ -31,8 +37,13 @@ export function fastifyPlaneReply(reply: FastifyReply): PlaneReply {
       for (const [name, value] of headers) reply.removeHeader(name).header(name, value);
       // A 304 carries no body, and no length that would differ from the 200's: none at all.
       reply.removeHeader('content-length');
-      if (status !== 304) reply.header('content-length', String(body.length));
-      reply.send(body);
+      if (Buffer.isBuffer(body)) {
+        if (status !== 304) reply.header('content-length', String(body.length));
+        reply.send(body);
+        return;
+      }
+      reply.header('content-length', String(body.length));
+      reply.send(body.stream);
     },
     logError: (fields, message) => reply.log.error(fields, message),
   };
@@ -52,7 +63,7 @@ export function etagOf(result: { sha256: string }): string {
 }
 
 /** The validator headers of a served file, shared by both planes, in the spec's order. */
-export function readHeaders(result: ReadResult, generation: number, containment: string): HeaderList {
+export function readHeaders(result: { sha256: string; mtimeMs: number }, generation: number, containment: string): HeaderList {
   return [
     ['content-type', 'application/octet-stream'],
     ['etag', etagOf(result)],

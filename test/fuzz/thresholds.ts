@@ -1,34 +1,22 @@
-// Every size threshold the read and list paths have, read from where the code defines it, so that a
-// threshold that moves moves the generated sizes with it: the synchronous small read
-// (SYNC_READ_BYTES), the memory budget's counting limit (SMALL_READ_BYTES), the digest cache's size
-// limit for reads (kCachedReadMinBytes in native/read.h, not exported to JS), and a per-file
-// max_bytes above all of them. Generators take sizes on both sides of each (n - 1, n, n + 1) as a
-// fixed prefix of every run, and random sizes around them after.
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
+// Every size threshold the read and list paths have, read from where the code defines them (the
+// addon's one table, native/limits.h, as native.LIMITS), so that a threshold that moves moves the
+// generated sizes with it: the synchronous small read, the copy into V8 memory, the streaming
+// threshold (a larger body is streamed under a verified etag), the digest cache's size limit for
+// reads, and a per-file max_bytes above all of them. Generators take sizes on both sides of each
+// (n - 1, n, n + 1) as a fixed prefix of every run, and random sizes around them after.
 import fc from 'fast-check';
-import { SMALL_READ_BYTES } from '../../src/export/budget.js';
-import { SYNC_READ_BYTES } from '../../src/export/export-view.js';
+import { LIMITS } from '../../src/native.js';
 
-function nativeConstant(file: string, name: string): number {
-  const text = readFileSync(join(import.meta.dirname, '../../native', file), 'utf8');
-  const m = new RegExp(`${name}\\s*=\\s*([0-9 *<()]+);`).exec(text);
-  if (!m) throw new Error(`test/fuzz/thresholds.ts: ${name} not found in native/${file}`);
-  // Only digits, spaces, '*', '<<' and parentheses: a product or shift of literals.
-  const value = Function(`"use strict"; return (${m[1]});`)() as number;
-  if (!Number.isSafeInteger(value) || value <= 0) throw new Error(`${name} = ${m[1]} is not a size`);
-  return value;
-}
-
-export const CACHED_READ_MIN_BYTES = nativeConstant('read.h', 'kCachedReadMinBytes');
+export const CACHED_READ_MIN_BYTES = LIMITS.cachedReadMinBytes;
 
 /** A max_bytes above every other threshold, so each is crossed by a servable file. */
-export const BIG_MAX_BYTES = Math.max(SYNC_READ_BYTES, SMALL_READ_BYTES, CACHED_READ_MIN_BYTES) + 40_000;
+export const BIG_MAX_BYTES = Math.max(LIMITS.syncReadMaxBytes, LIMITS.copiedReadMaxBytes, LIMITS.streamThresholdBytes, CACHED_READ_MIN_BYTES) + 40_000;
 
 export const THRESHOLDS: ReadonlyArray<{ name: string; bytes: number }> = [
-  { name: 'SYNC_READ_BYTES', bytes: SYNC_READ_BYTES },
-  { name: 'SMALL_READ_BYTES', bytes: SMALL_READ_BYTES },
-  { name: 'kCachedReadMinBytes', bytes: CACHED_READ_MIN_BYTES },
+  { name: 'syncReadMaxBytes', bytes: LIMITS.syncReadMaxBytes },
+  { name: 'copiedReadMaxBytes', bytes: LIMITS.copiedReadMaxBytes },
+  { name: 'streamThresholdBytes', bytes: LIMITS.streamThresholdBytes },
+  { name: 'cachedReadMinBytes', bytes: CACHED_READ_MIN_BYTES },
   { name: 'max_bytes', bytes: BIG_MAX_BYTES },
 ];
 

@@ -1,0 +1,49 @@
+// Every size threshold of the export path, in one table. The TypeScript layer reads them from the
+// addon (binding.limits, src/native.ts) and never restates one, so a threshold cannot drift
+// between the two languages. Each carries its reason.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rp {
+
+// Files up to this size are read synchronously on the JS thread (readSmall): hashing 16 KiB costs
+// ~10 us, less than a pool round trip, and admission lets a connection have one response at a
+// time, so these bodies together are bounded by the connection cap (1,024 x 16 KiB).
+constexpr uint64_t kSyncReadMaxBytes = 16 * 1024;
+
+// A body larger than this is never held whole: it streams from its descriptor in chunks of
+// kStreamChunkBytes under a verified etag (stream.h). At most this much is read into one buffer,
+// which is also the size of a pooled body buffer (src/export/memory.ts): one size, so reuse never
+// depends on a file's exact length. Measured (docs/performance.md): 256 KiB keeps a chunk's hash
+// (~170 us) far above a pool round trip and a window of two chunks small.
+constexpr uint64_t kStreamThresholdBytes = 256 * 1024;
+constexpr uint64_t kStreamChunkBytes = kStreamThresholdBytes;
+
+// Bodies up to this size are copied into V8-owned memory: a finalizer per response costs more than
+// the copy. Larger ones move into the Node Buffer without a copy.
+constexpr size_t kCopiedReadMaxBytes = 64 * 1024;
+
+// A read (or a stream's digest) of a file at least this large asks the digest cache (under a read
+// lease); below it hashing costs less than the lease's syscalls.
+constexpr uint64_t kCachedReadMinBytes = 256 * 1024;
+
+// What one pread of a whole-body read asks for: bounds how long a worker runs between two looks at
+// its cancel flag and deadline.
+constexpr size_t kReadChunkBytes = 4 << 20;
+
+// The chunk a whole-descriptor hash (a listing, a stream's digest) reads per pread, kept per pool
+// thread.
+constexpr size_t kHashChunkBytes = 1 << 20;
+
+// glibc's mmap threshold, fixed: a buffer of at least this much gets its own mapping, returned to
+// the system on free (the dynamic threshold would otherwise rise and keep such buffers in arenas).
+constexpr int kMmapThresholdBytes = 1024 * 1024;
+
+// The most bytes a read of a file may take into memory: `ceiling` is what the caller can hold (its
+// budget, or max_bytes), and one byte more is read to see the file grow past it. The one place that
+// rule lives.
+constexpr uint64_t read_limit(uint64_t ceiling) { return ceiling + 1; }
+
+}  // namespace rp

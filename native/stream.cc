@@ -1,0 +1,106 @@
+// See stream.h: the streamed body, its digest before the headers and its verification before the
+// final chunk.
+#include "stream.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "digest_cache.h"
+#include "read.h"
+#include "stat_call.h"
+#include "time_ms.h"
+
+namespace rp {
+
+BodyStream::BodyStream(Fd fd, uint64_t size, const unsigned char promised[32]) : fd_(std::move(fd)), size_(size) {
+  std::memcpy(promised_, promised, 32);
+}
+
+size_t BodyStream::next(unsigned char* into, size_t capacity, bool* final, Failure* failure) {
+  *final = false;
+  if (done_ || offset_ >= size_ || capacity == 0) {
+    failure->set(Code::IoError, EINVAL);
+    failure->detail = "no chunk is left to read";
+    return 0;
+  }
+  auto changed = [&](const char* how) {
+    done_ = true;
+    failure->set(Code::FileChanged);
+    failure->detail = how;
+    return size_t{0};
+  };
+  const uint64_t left = size_ - offset_;
+  const size_t want = left < capacity ? static_cast<size_t>(left) : capacity;
+  size_t got = 0;
+  while (got < want) {
+    ssize_t n = retry_eintr([&] { return pread(fd_.get(), into + got, want - got, static_cast<off_t>(offset_ + got)); });
+    if (n < 0) {
+      done_ = true;
+      failure->set(Code::IoError, errno);
+      return 0;
+    }
+    if (n == 0) return changed("the file shrank while it was sent");
+    got += static_cast<size_t>(n);
+  }
+  if (!sha_.update(into, got)) {
+    done_ = true;
+    failure->set(Code::IoError, EIO);
+    failure->detail = "sha-256 failed";
+    return 0;
+  }
+  offset_ += got;
+  if (offset_ < size_) return got;
+  // The final chunk: released only if the body sent is exactly the one the etag names.
+  done_ = true;
+  unsigned char past;
+  ssize_t more = retry_eintr([&] { return pread(fd_.get(), &past, 1, static_cast<off_t>(size_)); });
+  if (more < 0) {
+    failure->set(Code::IoError, errno);
+    return 0;
+  }
+  if (more > 0) return changed("the file grew while it was sent");
+  unsigned char sent[32];
+  if (!sha_.finish(sent)) {
+    failure->set(Code::IoError, EIO);
+    failure->detail = "sha-256 failed";
+    return 0;
+  }
+  if (std::memcmp(sent, promised_, 32) != 0) return changed("the file changed while it was sent");
+  *final = true;
+  return got;
+}
+
+StreamOpening open_export_stream(const ExportRequest& req) {
+  StreamOpening out;
+  FileStat first;
+  Fd fd = open_export_file(req, OpenFor::Reading, &first, &out.failure);
+  if (!fd.valid()) return out;
+  // Refused before a single byte is read: an 8 GiB sparse file costs one fstat.
+  if (first.size > req.max_bytes) {
+    out.failure.set(Code::TooLarge);
+    return out;
+  }
+  struct stat st;
+  if (stat_fd(fd.get(), &st) != 0) {
+    out.failure.set(Code::IoError, errno);
+    return out;
+  }
+  int64_t covered = whole_file_digest(fd.get(), &st, out.sha256, req.stop, &out.failure, &out.digest_cached);
+  if (covered < 0) return out;
+  // The promise is what was hashed: a file that grew past max_bytes meanwhile is refused now, one
+  // that changed after the digest fails its verification while it is sent.
+  if (static_cast<uint64_t>(covered) > req.max_bytes) {
+    out.failure.set(Code::TooLarge);
+    return out;
+  }
+  out.size = static_cast<uint64_t>(covered);
+  out.mtime_ms = epoch_ms(st.st_mtim);
+  out.fd = std::move(fd);
+  return out;
+}
+
+}  // namespace rp

@@ -1,0 +1,108 @@
+// A streamed body on the wire (SPEC section 10: large bodies stream under a verified etag). The
+// headers already carry the etag and content-length; the bytes come from the descriptor in chunks
+// (native.StreamHandle), each hashed as it is read, and the final chunk arrives only once the hash
+// of everything read equals that etag. A chunk that fails (the file changed, grew or shrank) is never
+// written: the connection is reset instead, so the client can never complete a body whose sha256
+// differs from its etag. At most two chunk buffers are in use per response: one being read while the
+// other is written; a buffer is read into again only once its write completed or the response
+// closed, so a pooled buffer is never changed under a write.
+//
+// Fastify sends a stream payload with payload.pipe(res); pipe() here runs that loop itself, with a
+// callback per write, instead of letting Readable push chunks nobody could tell were flushed.
+import type { ServerResponse } from 'node:http';
+import { Readable } from 'node:stream';
+import * as native from '../native.js';
+
+/** Where chunk buffers come from and go back to (the budget's pool, or fresh ones). */
+export interface ChunkBuffers {
+  take(): Buffer;
+  give(buffer: Buffer): void;
+}
+
+export class StreamBody extends Readable {
+  /** Why the body was not sent whole, when a chunk failed (for the trace). */
+  failure: string | null = null;
+  private stopped = false;
+
+  constructor(
+    private readonly stream: native.StreamHandle,
+    private readonly buffers: ChunkBuffers,
+  ) {
+    super();
+  }
+
+  override _read(): void {
+    // Never pulled: pipe() below writes every chunk itself.
+  }
+
+  override pipe<T extends NodeJS.WritableStream>(destination: T): T {
+    void this.pump(destination as unknown as ServerResponse);
+    return destination;
+  }
+
+  override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
+    this.stopped = true;
+    callback(error);
+  }
+
+  private async pump(res: ServerResponse): Promise<void> {
+    // A buffer is free again at its write's callback or at the response's close, whichever first:
+    // after 'close' no write can still use it (libuv has completed or cancelled each one).
+    const writing = new Set<Buffer>();
+    const freed: Array<() => void> = [];
+    const free = (buffer: Buffer) => {
+      if (!writing.delete(buffer)) return;
+      this.buffers.give(buffer);
+      freed.shift()?.();
+    };
+    let closed = false;
+    const onClose = () => {
+      closed = true;
+      for (const buffer of [...writing]) free(buffer);
+      for (const wake of freed.splice(0)) wake();
+    };
+    res.once('close', onClose);
+    const gone = () => closed || this.stopped || res.destroyed;
+    let owned: Buffer | null = null;
+    try {
+      for (;;) {
+        while (writing.size >= 2 && !gone()) await new Promise<void>((resolve) => freed.push(resolve));
+        if (gone()) return;
+        owned = this.buffers.take();
+        let chunk: { bytes: number; final: boolean };
+        try {
+          chunk = await native.nextChunk(this.stream, owned);
+        } catch (error) {
+          this.failure = error instanceof native.NativeError && error.code === 'FILE_CHANGED' ? error.detail : 'the file could not be read while it was sent';
+          // Reset, not a clean close: the client must see this body fail, never end.
+          if (!res.destroyed) (res.socket?.resetAndDestroy() ?? res.destroy());
+          return;
+        }
+        if (gone()) return;
+        const buffer = owned;
+        owned = null;
+        writing.add(buffer);
+        const flowing = res.write(buffer.subarray(0, chunk.bytes), () => free(buffer));
+        if (chunk.final) {
+          res.end();
+          this.push(null);
+          this.resume();
+          return;
+        }
+        if (!flowing && !gone()) {
+          await new Promise<void>((resolve) => {
+            const done = () => {
+              res.off('drain', done);
+              res.off('close', done);
+              resolve();
+            };
+            res.once('drain', done);
+            res.once('close', done);
+          });
+        }
+      }
+    } finally {
+      if (owned) this.buffers.give(owned);
+    }
+  }
+}
