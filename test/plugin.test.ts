@@ -7,7 +7,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { afterAll, describe, expect, it } from 'vitest';
-import { routeRawTargets } from '../src/planes/admission.js';
+import { answerConnect, routeRawTargets } from '../src/planes/admission.js';
 import { resourcePlanes } from '../src/planes/plugin.js';
 import { openSession } from '../src/launch/open-session.js';
 import { parseManifest } from '../src/manifest/model.js';
@@ -84,6 +84,18 @@ describe('resourcePlanes registered into a plain Fastify app', () => {
       expect(events).toContainEqual(['resource_read', 'outside_root']);
       expect(events).toContainEqual(['resource_read', 'method_not_allowed']);
       expect((await rawGet(h.url, '/.well-known/agent-card.json')).json().name).toBe('plane-test');
+    } finally {
+      await h.close();
+    }
+  });
+
+  it("answers CONNECT under the planes once the host hands Node's 'connect' event to its routing", async () => {
+    const h = await hostApp();
+    try {
+      h.app.server.on('connect', answerConnect(h.app.routing));
+      const res = await rawRequest(h.url, { method: 'CONNECT', target: '/resources/files/a.txt' });
+      expect([res.status, res.header('allow'), res.json().error]).toEqual([405, 'GET', 'method_not_allowed']);
+      expect(readTrace(h.tracePath).filter((e) => e.event_type === 'resource_read').map((e) => e.outcome)).toEqual(['method_not_allowed']);
     } finally {
       await h.close();
     }
