@@ -33,11 +33,15 @@ export function parseSessionId(value: string | undefined): string {
   return value;
 }
 
+/** Where traces go by default: `RESOURCE_PLANE_RECORDS_DIR`, else `~/.murmur/records`. */
+export function recordsDirectory(): string {
+  return process.env.RESOURCE_PLANE_RECORDS_DIR || join(homedir(), '.murmur', 'records');
+}
+
 /** `~/.murmur/records/<workdir digest>/<session-id>/trace.jsonl`: per workdir, per session. */
 export function defaultTracePath(workdirReal: string, sessionId: string): string {
   const digest = createHash('sha256').update(workdirReal).digest('hex').slice(0, 16);
-  const base = process.env.RESOURCE_PLANE_RECORDS_DIR || join(homedir(), '.murmur', 'records');
-  return join(base, digest, sessionId, 'trace.jsonl');
+  return join(recordsDirectory(), digest, sessionId, 'trace.jsonl');
 }
 
 export interface SessionInit {

@@ -3,7 +3,7 @@
 // hooks running on the planes' routes with no way around them, payloads a host keeps staying true,
 // and the habits of a Fastify plugin (metadata, options checked at register, prefix, lifecycle).
 import { createHash } from 'node:crypto';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -261,6 +261,19 @@ describe('a plugin Fastify users recognise', () => {
       await app.close().catch(() => undefined);
     }
     await session.close();
+  });
+
+  it('refuses an `open` whose trace resolves inside the workdir at register, creating nothing', async () => {
+    const { workdir } = workdirWith(TREE);
+    const outside = join(workdir, '..');
+    symlinkSync(join(workdir, 'out'), join(outside, 'into-out'));
+    for (const tracePath of [join(workdir, 'out', 'trace.jsonl'), join(outside, 'into-out', 'new', 'trace.jsonl')]) {
+      const app = Fastify();
+      app.register(resourcePlanes, { open: { workdir, manifest: parseManifest(filesManifest('out/')), tracePath } });
+      await expect(app.ready(), tracePath).rejects.toThrow(/^--trace '.*' resolves to '.*', inside the capsule workdir '.*'/);
+      await app.close().catch(() => undefined);
+    }
+    expect(readdirSync(join(workdir, 'out')).sort()).toEqual(['a.txt', 'b%ZZ', 'esc']);
   });
 
   it('honours a prefix: the prefix is cut from the raw target byte for byte, nothing else changes', async () => {
