@@ -81,7 +81,7 @@ export class Session {
   readonly advertisedUrl: string | null;
   /** Bytes held by reads and redeems in flight (src/export/budget.ts). */
   readonly memory: ByteBudget;
-  /** Which refusals are traced one by one, per client (src/trace/refusal-limit.ts). */
+  /** Which refusals are traced one by one, per client and server-wide (src/trace/refusal-limit.ts). */
   readonly refusals: RefusalLimiter;
   /** The clock handles are minted and verified against (Unix ms): Date.now unless injected. */
   readonly now: () => number;
@@ -103,7 +103,7 @@ export class Session {
     this.advertisedUrl = init.advertisedUrl;
     this.now = init.now ?? Date.now;
     this.memory = new ByteBudget(init.memoryBudgetBytes);
-    this.refusals = new RefusalLimiter((fields) => this.trace.append('refusals_suppressed', fields));
+    this.refusals = new RefusalLimiter((fields) => this.trace.append('refusals_suppressed', { ...fields }));
     this.grants = effectiveGrants(init.manifest, init.containment);
     const common = { workdirFd: () => this.workdirDescriptor, containment: init.containment, resolver: init.resolver, listingBudgetMs: init.listingBudgetMs };
     const { files, peerFiles } = init.manifest;
