@@ -8,16 +8,19 @@
 //   - listing clients: listings of a root that also holds a 1 TiB sparse file, some abandoned;
 //   - pipelining attackers: 64 KiB of pipelined GETs of a 60 KiB file per connection, never read;
 //   - reset-mid-queue attackers: a 12 MiB and a 3 MiB read pipelined, the connection reset a few
-//     ms later, over and over.
+//     ms later, over and over;
+//   - address-rotating refusers: traced refusals (a PUT, an escape), each from another source
+//     address in 127.0.0.0/8, so no per-address allowance is ever used up (at most
+//     STRESS_ROTATE_MAX each).
 // The server runs with --memory-budget STRESS_BUDGET_MIB (default 64). Then it stops the load and
 // requires: zero errors for good requests, zero outside bytes anywhere, peak RSS within the budget
 // (plus one 8 MiB buffer per pool thread and the runtime's slack) above the baseline, the budget's
 // in-use gauge back to zero, the server's descriptors back to within a few of its baseline and its
-// RSS near its baseline.
+// RSS near its baseline, and the trace's refusal lines within the server-wide rate.
 // Every loop is bounded in time; every connection goes to 127.0.0.1. Exit status 1 on any failure.
 // Env: STRESS_SECONDS, STRESS_GOOD (connections, default 100), STRESS_HOSTILE (50),
 // STRESS_NEVER_READ (64), STRESS_SLOW (200), STRESS_LISTERS (4), STRESS_PIPELINERS (8),
-// STRESS_RESETTERS (4), STRESS_BUDGET_MIB (64).
+// STRESS_RESETTERS (4), STRESS_ROTATORS (16), STRESS_ROTATE_MAX (20000), STRESS_BUDGET_MIB (64).
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -29,6 +32,7 @@ import { fileURLToPath } from 'node:url';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const CLI = join(HERE, '..', 'dist', 'cli.js');
+const { SERVER_REFUSAL_BURST, SERVER_REFUSALS_PER_SECOND } = await import(join(HERE, '..', 'dist', 'trace', 'refusal-limit.js'));
 const num = (name, dflt) => {
   const v = Number(process.env[name] ?? dflt);
   if (!Number.isInteger(v) || v < 0 || v > 100_000) throw new Error(`${name} must be a whole number`);
@@ -42,6 +46,8 @@ const SLOW = num('STRESS_SLOW', 200);
 const LISTERS = num('STRESS_LISTERS', 4);
 const PIPELINERS = num('STRESS_PIPELINERS', 8);
 const RESETTERS = num('STRESS_RESETTERS', 4);
+const ROTATORS = num('STRESS_ROTATORS', 16);
+const ROTATE_MAX = num('STRESS_ROTATE_MAX', 20_000);
 const BUDGET_MIB = num('STRESS_BUDGET_MIB', 64);
 /** Above the baseline, besides the budget: one 8 MiB buffer per pool thread, and the runtime. */
 const PEAK_SLACK_MIB = 4 * 8 + 48;
@@ -112,9 +118,9 @@ const checkNoSecret = (buf) => {
 };
 
 /** One raw request (target sent as typed), the whole response read. */
-function raw(target, headers = {}, method = 'GET', agent = undefined) {
+function raw(target, headers = {}, method = 'GET', agent = undefined, localAddress = undefined) {
   return new Promise((resolve) => {
-    const req = request({ host: '127.0.0.1', port, path: target, method, headers, agent }, (res) => {
+    const req = request({ host: '127.0.0.1', port, path: target, method, headers, agent, localAddress }, (res) => {
       const parts = [];
       res.on('data', (d) => parts.push(d));
       res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(parts) }));
@@ -241,6 +247,27 @@ async function resetter() {
   }
 }
 
+/**
+ * Traced refusals, each from the next source address in 127.<i+2>.0.0/16: a fresh per-address
+ * allowance every time. Refused before any filesystem access (a write verb, an escape), so they do
+ * not queue behind the listings on the thread pool.
+ */
+async function rotator(i) {
+  for (let n = 0; live() && n < ROTATE_MAX; n++) {
+    const [target, method, status] = n % 2 ? ['/resources/files/%2e%2e/rotating', 'GET', 403] : ['/resources/files/rotating', 'PUT', 405];
+    // agent false: one connection per request, closed after it (a keep-alive pool per address
+    // would pile up idle connections to the server's connection cap).
+    const r = await raw(target, {}, method, false, `127.${2 + (i % 200)}.${(n >> 8) & 255}.${(n & 255) || 1}`);
+    stats.rotated = (stats.rotated ?? 0) + 1;
+    // Like a hostile client's, a request the loaded server did not answer in time is no failure.
+    if (r.status === 0) stats.rotateUnanswered = (stats.rotateUnanswered ?? 0) + 1;
+    else if (r.status !== status) {
+      stats.rotateErrors = (stats.rotateErrors ?? 0) + 1;
+      stats.rotateWhy = `${r.status} ${r.error ?? r.body.toString().slice(0, 100)}`;
+    }
+  }
+}
+
 /** The budget's in-use gauge, from /metrics. */
 async function budgetInUse() {
   const r = await raw('/metrics');
@@ -260,6 +287,7 @@ await Promise.all([
   ...Array.from({ length: LISTERS }, (_, i) => lister(i)),
   ...Array.from({ length: PIPELINERS }, () => pipeliner()),
   ...Array.from({ length: RESETTERS }, () => resetter()),
+  ...Array.from({ length: ROTATORS }, (_, i) => rotator(i)),
 ]);
 clearInterval(sampler);
 const loadSeconds = (Date.now() - started) / 1000;
@@ -279,6 +307,15 @@ server.kill('SIGTERM');
 const exit = await new Promise((r) => server.on('exit', (code, signal) => r({ code, signal })));
 server = null;
 
+// Every refusal goes through the refusal limit: together they may not outgrow the server-wide
+// bucket (its burst, its rate over the session, a second of slack), whatever the addresses.
+const REQUEST_EVENTS = new Set(['resource_read', 'resource_list', 'peer_handle_redeem']);
+const traceLines = readFileSync(join(scratch, 'trace.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+const sessionMs = traceLines.at(-1).timestamp - traceLines[0].timestamp;
+const refusalLines = traceLines.filter((l) => REQUEST_EVENTS.has(l.event_type) && l.outcome !== 'ok' && l.outcome !== 'not_modified').length;
+const summaryLines = traceLines.filter((l) => l.event_type === 'refusals_suppressed');
+const refusalAllowance = Math.floor(SERVER_REFUSAL_BURST + (SERVER_REFUSALS_PER_SECOND * (sessionMs + 1000)) / 1000);
+
 const figures = {
   seconds: Math.round(loadSeconds),
   good_requests: stats.good,
@@ -290,6 +327,9 @@ const figures = {
   slow_clients_cut: stats.slow,
   pipelining_connections: stats.pipelined ?? 0,
   reset_mid_queue_connections: stats.resets ?? 0,
+  rotating_refusals: stats.rotated ?? 0,
+  rotating_unanswered: stats.rotateUnanswered ?? 0,
+  trace_refusal_lines: { traced: refusalLines, allowance: refusalAllowance, summary_lines: summaryLines.length, suppressed: summaryLines.reduce((n, l) => n + l.suppressed, 0) },
   budget_mib: BUDGET_MIB,
   budget_in_use_after: inUse,
   listings: stats.listings,
@@ -308,6 +348,8 @@ if (inUse !== 0) failures.push(`the memory budget did not come back to zero afte
 if (stats.outsideBytes) failures.push(`outside bytes were served ${stats.outsideBytes} times`);
 if (after.fds > baseline.fds + FD_SLACK) failures.push(`descriptors did not come back: ${baseline.fds} → ${after.fds}`);
 if (after.rssMiB > baseline.rssMiB + RSS_SLACK_MIB) failures.push(`RSS did not come back near baseline: ${Math.round(baseline.rssMiB)} → ${Math.round(after.rssMiB)} MiB`);
+if (stats.rotateErrors) failures.push(`${stats.rotateErrors} rotating refusals were not refused as expected (last: ${stats.rotateWhy})`);
+if (refusalLines > refusalAllowance) failures.push(`the trace took ${refusalLines} refusal lines, past the server-wide allowance of ${refusalAllowance}`);
 if (exit.code !== 0) failures.push(`serve did not exit 0 on SIGTERM: ${JSON.stringify(exit)}`);
 if (failures.length) {
   console.error(`stress: FAILED\n- ${failures.join('\n- ')}`);

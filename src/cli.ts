@@ -43,6 +43,14 @@ function parseBudgetBytes(value: string): number {
   return n;
 }
 
+/** A client's `--max-bytes`: a byte count, as the manifest writes one. */
+function parseMaxBytes(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = parseByteCount(value);
+  if (n === null) throw new UsageError(`--max-bytes must be a byte count such as 64Mi (got '${value}')`);
+  return n;
+}
+
 function parseBudgetSeconds(value: string): number {
   const n = parseDuration(value);
   if (n === null || n > 2_000_000) throw new UsageError(`--listing-budget must be a duration such as 30s (got '${value}')`);
@@ -403,16 +411,21 @@ Examples:
     .description("list a capsule's operator plane")
     .argument('<url>', 'the capsule URL, e.g. http://127.0.0.1:41234, or unix:/path/to/operator.sock')
     .option('--json', 'print the listing as the server sent it, as one line of JSON')
+    .option('--max-bytes <bytes>', 'the largest listing body read, e.g. 256Mi (default 64Mi)')
     .addHelpText(
       'after',
       `
+Every text the server sends is shown with control and format characters escaped; a listing whose
+numbers are not numbers is refused, and so is one larger than --max-bytes.
+
 Examples:
   ${PROGRAM} ls http://127.0.0.1:41234
   ${PROGRAM} ls unix:/run/cap/operator.sock --json`,
     )
-    .action(async (url: string, flags: { json?: boolean }) => {
+    .action(async (url: string, flags: { json?: boolean; maxBytes?: string }) => {
       const { list } = await import('./cli/client.js');
-      process.stdout.write(await list(url, { json: flags.json === true }).catch((error) => fail(error, 'ls')));
+      const run = async () => list(url, { json: flags.json === true, maxBytes: parseMaxBytes(flags.maxBytes) });
+      process.stdout.write(await run().catch((error) => fail(error, 'ls')));
     });
   shortErrors(ls, 'ls');
 
@@ -423,12 +436,14 @@ Examples:
     .argument('<path>', 'the path relative to the export root')
     .option('-o, --output <file>', "where to save it: a file, a directory (ending in '/' or existing) to save into under the file's name, or '-' for stdout (default: its name, here)")
     .option('--force', 'replace an existing file')
+    .option('--max-bytes <bytes>', 'the largest file saved, e.g. 4Gi (default 1Gi)')
     .addHelpText(
       'after',
       `
 The body streams into a temporary file beside the target and is moved into place only once its
 SHA-256 matches the etag; an existing target is refused before anything is downloaded (a directory
-is never replaced, even with --force). A progress bar is drawn on stderr when stderr is a terminal.
+is never replaced, even with --force), and so is a body longer than its content-length or than
+--max-bytes. A progress bar is drawn on stderr when stderr is a terminal.
 
 Examples:
   ${PROGRAM} get http://127.0.0.1:41234 report.md
@@ -436,8 +451,14 @@ Examples:
   ${PROGRAM} get http://127.0.0.1:41234 'sub dir/data.csv' -o data.csv --force
   ${PROGRAM} get unix:/run/cap/operator.sock report.md -o - | less`,
     )
-    .action(async (url: string, path: string, flags: { output?: string; force?: boolean }) => {
+    .action(async (url: string, path: string, flags: { output?: string; force?: boolean; maxBytes?: string }) => {
       const { get: download } = await import('./cli/client.js');
+      let maxBytes: number | undefined;
+      try {
+        maxBytes = parseMaxBytes(flags.maxBytes);
+      } catch (error) {
+        fail(error, 'get');
+      }
       // An interrupt, a stop or a hang-up (the terminal closed) stops the download and removes what
       // it wrote, then exits as that signal would have (130 for Ctrl-C).
       const abort = new AbortController();
@@ -450,7 +471,7 @@ Examples:
         process.once(signal, handler);
         return [signal, handler] as const;
       });
-      const r = await download(url, path, { ...flags, progress: await terminalProgress(), signal: abort.signal }).catch((error) => {
+      const r = await download(url, path, { output: flags.output, force: flags.force, maxBytes, progress: await terminalProgress(), signal: abort.signal }).catch((error) => {
         if (abort.signal.aborted) {
           process.stderr.write('error: interrupted; nothing was saved\n');
           process.exit(128 + osConstants.signals[stoppedBy]);

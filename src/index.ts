@@ -6,7 +6,7 @@ export { Session, type ToolName } from './session.js';
 export { bind, serve, LIMITS, DRAIN_TIMEOUT_MS, type Listener, type ListenAddress, type RunningServer } from './server/listener.js';
 export { buildApp, type AppOptions } from './server/app.js';
 export { resourcePlanes, ALL_PLANES, type PlanesOptions, type PlaneSet, type ResourcePlanesDecoration } from './planes/plugin.js';
-export { routeRawTargets } from './planes/admission.js';
+export { answerConnect, routeRawTargets } from './planes/admission.js';
 export { callTool, toolDefinitions, shareFile, fetchPeerFile, type ToolDefinition } from './tools/index.js';
 export type { ShareFileInput, ShareFileResult, ShareFileOptions } from './tools/share-file.js';
 export type { FetchPeerFileInput, FetchPeerFileResult, FetchPeerFileOptions } from './tools/fetch-peer-file.js';

@@ -33,11 +33,15 @@ export function parseSessionId(value: string | undefined): string {
   return value;
 }
 
+/** Where traces go by default: `RESOURCE_PLANE_RECORDS_DIR`, else `~/.murmur/records`. */
+export function recordsDirectory(): string {
+  return process.env.RESOURCE_PLANE_RECORDS_DIR || join(homedir(), '.murmur', 'records');
+}
+
 /** `~/.murmur/records/<workdir digest>/<session-id>/trace.jsonl`: per workdir, per session. */
 export function defaultTracePath(workdirReal: string, sessionId: string): string {
   const digest = createHash('sha256').update(workdirReal).digest('hex').slice(0, 16);
-  const base = process.env.RESOURCE_PLANE_RECORDS_DIR || join(homedir(), '.murmur', 'records');
-  return join(base, digest, sessionId, 'trace.jsonl');
+  return join(recordsDirectory(), digest, sessionId, 'trace.jsonl');
 }
 
 export interface SessionInit {
@@ -75,9 +79,9 @@ export class Session {
   readonly peerFiles: ExportView | null;
   readonly key: InstanceKey | null;
   readonly advertisedUrl: string | null;
-  /** Bytes held by reads and redeems in flight (src/export/budget.ts). */
+  /** Every byte held for clients: the one memory budget (src/export/memory.ts). */
   readonly memory: MemoryBudget;
-  /** Which refusals are traced one by one, per client (src/trace/refusal-limit.ts). */
+  /** Which refusals are traced one by one, per client and server-wide (src/trace/refusal-limit.ts). */
   readonly refusals: RefusalLimiter;
   /** The clock handles are minted and verified against (Unix ms): Date.now unless injected. */
   readonly now: () => number;
@@ -99,7 +103,7 @@ export class Session {
     this.advertisedUrl = init.advertisedUrl;
     this.now = init.now ?? Date.now;
     this.memory = new MemoryBudget(init.memoryBudgetBytes);
-    this.refusals = new RefusalLimiter((fields) => this.trace.append('refusals_suppressed', fields));
+    this.refusals = new RefusalLimiter((fields) => this.trace.append('refusals_suppressed', { ...fields }));
     this.grants = effectiveGrants(init.manifest, init.containment);
     const common = { workdirFd: () => this.workdirDescriptor, containment: init.containment, resolver: init.resolver, listingBudgetMs: init.listingBudgetMs };
     const { files, peerFiles } = init.manifest;

@@ -2,7 +2,7 @@
 // clean shutdown on signals with the trace flushed, and launch diagnostics that create nothing.
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { get } from 'node:http';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { reap } from './helpers/cleanup.js';
 import { runCli, startServe, type Served } from './helpers/cli.js';
@@ -204,5 +204,78 @@ describe('launch diagnostics create nothing', () => {
     expect(e.status).toBe(2);
     expect(e.stderr.startsWith(`error[${code}]: `)).toBe(true);
     expect(e.stdout).toBe('');
+  });
+});
+
+describe('the trace is kept out of the capsule workdir', () => {
+  // Inside the workdir the capsule could rewrite its own record, the operator plane would serve
+  // it, and an export root would be written to. Refused on the path as the kernel resolves it.
+  function layout() {
+    const base = scratch([
+      'cap/murmur.yaml: ' + MANIFEST,
+      'cap/sub/',
+      'outside/',
+      'into-sub -> cap/sub',
+      'into-missing -> cap/not-yet',
+      'up-into -> cap/sub/..',
+      'outside/rel-into -> ../cap',
+    ]);
+    return { base, workdir: join(base, 'cap'), records: scratch() };
+  }
+  const tree = (dir: string): string[] => readdirSync(dir, { recursive: true }).map(String).sort();
+  const traces: Array<[string, (b: string) => string]> = [
+    ['a file in the workdir', (b) => join(b, 'cap/trace.jsonl')],
+    ['a file in a directory of the workdir that does not exist yet', (b) => join(b, 'cap/out/records/trace.jsonl')],
+    ['the workdir itself', (b) => join(b, 'cap')],
+    ['a symlink into the workdir', (b) => join(b, 'into-sub/trace.jsonl')],
+    ['a dangling symlink into the workdir', (b) => join(b, 'into-missing/trace.jsonl')],
+    ['a symlink whose target climbs back into the workdir', (b) => join(b, 'up-into/trace.jsonl')],
+    ['a relative symlink into the workdir', (b) => join(b, 'outside/rel-into/sub/t.jsonl')],
+    ['.. out of a directory that does not exist, back in', (b) => join(b, 'outside/none/../../cap/t.jsonl')],
+    ['.. out of the workdir and back', (b) => `${b}/cap/sub/../../cap/./t.jsonl`],
+    ['a relative path', (b) => relative(process.cwd(), join(b, 'cap/sub/t.jsonl'))],
+  ];
+
+  it.each(traces)('--trace naming %s is refused in one line, creating nothing', (_what, tracePath) => {
+    const { base, workdir, records } = layout();
+    const before = tree(base);
+    const r = runCli(['serve', '--workdir', workdir, '--trace', tracePath(base)], { RESOURCE_PLANE_RECORDS_DIR: records });
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(new RegExp(`^error: --trace '[^\\n]*' resolves to '${workdir}[^\\n]*', inside the capsule workdir '${workdir}'[^\\n]*\\n$`));
+    expect(r.stdout).toBe('');
+    expect(tree(base)).toEqual(before);
+    expect(readdirSync(records)).toEqual([]);
+  });
+
+  it('a workdir that does not exist yet is not created for a refused trace', () => {
+    const { base, records } = layout();
+    const workdir = join(base, 'new-cap');
+    const manifest = join(base, 'outside', 'm.yaml');
+    writeFileSync(manifest, MANIFEST);
+    const r = runCli(['serve', '--workdir', workdir, '--manifest', manifest, '--trace', join(workdir, 'out/t.jsonl')], { RESOURCE_PLANE_RECORDS_DIR: records });
+    expect([r.status, r.stderr.split('\n').length]).toEqual([2, 2]);
+    expect(existsSync(workdir)).toBe(false);
+  });
+
+  it.each([
+    ['inside the workdir', (b: string) => join(b, 'cap/.records')],
+    ['reached through a symlink', (b: string) => join(b, 'into-sub/records')],
+  ])('a records directory %s is refused the same way', (_what, dir) => {
+    const { base, workdir } = layout();
+    const before = tree(base);
+    const r = runCli(['serve', '--workdir', workdir], { RESOURCE_PLANE_RECORDS_DIR: dir(base) });
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/^error: the records directory \(RESOURCE_PLANE_RECORDS_DIR\) '[^\n]*' resolves to '[^\n]*', inside the capsule workdir '[^\n]*'[^\n]*\n$/);
+    expect(tree(base)).toEqual(before);
+  });
+
+  it('a trace beside the workdir is served as before', async () => {
+    const { base, workdir, records } = layout();
+    const trace = join(base, 'outside', 'capsule-trace.jsonl');
+    const s = track(await startServe(['--workdir', workdir, '--trace', trace, '--no-landlock'], { RESOURCE_PLANE_RECORDS_DIR: records }));
+    expect(s.ready.trace).toBe(trace);
+    s.child.kill('SIGTERM');
+    await s.exited;
+    expect(readFileSync(trace, 'utf8')).toContain('"session_end"');
   });
 });

@@ -23,6 +23,9 @@ describe('If-None-Match on the operator plane', () => {
       expect(res.header('etag'), value).toBe(etag);
       expect(res.header('x-murmur-containment'), value).toBe('sealed');
       expect(res.header('x-murmur-generation'), value).toBe('0');
+      // RFC 9110 8.6: the raw head, not a client's view of it, has no content-length at all.
+      expect(res.headerNames, value).not.toContain('content-length');
+      expect(res.raw.toString('latin1'), value).toMatch(/\r\n\r\n$/);
     }
     const reads = readTrace(c.tracePath).filter((e) => e.event_type === 'resource_read');
     expect(reads[0]).toMatchObject({ outcome: 'ok', bytes: 11 });
@@ -63,6 +66,7 @@ describe('If-None-Match on the peer plane', () => {
     const again = await rawGet(c.url, `/resources/peer/${token}`, [['x-murmur-audience', audience], ['If-None-Match', first.header('etag')!]]);
     expect([again.status, again.body.length, again.header('etag')]).toEqual([304, 0, first.header('etag')]);
     expect(again.header('x-murmur-handle-id')).toBe(first.header('x-murmur-handle-id'));
+    expect(again.headerNames).not.toContain('content-length');
     const redeems = readTrace(c.tracePath).filter((e) => e.event_type === 'peer_handle_redeem').map((e) => e.outcome);
     expect(redeems).toEqual(['ok', 'not_modified']);
   });

@@ -20,6 +20,8 @@ const MANIFESTS: Array<[string, string]> = [
 describe('explain-scope --json equals session_start.effective_grants', () => {
   it.each(MANIFESTS)('%s', async (_label, manifest) => {
     const dir = scratch();
+    // The trace must live outside the workdir (a launch refuses it inside).
+    const records = scratch();
     const manifestPath = join(dir, 'murmur.yaml');
     writeFileSync(manifestPath, manifest);
     for (const containment of ['sealed', 'scoped']) {
@@ -27,7 +29,7 @@ describe('explain-scope --json equals session_start.effective_grants', () => {
       expect(explained.status).toBe(0);
       expect(explained.stdout.endsWith('\n')).toBe(true);
       expect(explained.stdout.trimEnd().split('\n')).toHaveLength(1);
-      const trace = join(dir, `trace-${containment}.jsonl`);
+      const trace = join(records, `trace-${containment}.jsonl`);
       const s = await startServe(['--workdir', dir, '--containment', containment, '--trace', trace]);
       s.child.kill('SIGTERM');
       await s.exited;

@@ -364,7 +364,7 @@ describe('routing', () => {
     ['/resources/filesx/a', 'other'],
   ];
   const CORE_METHODS = ['POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS', 'TRACE'];
-  // Every other method Node's parser accepts (CONNECT takes an authority-form target instead).
+  // Every other method Node's parser accepts (CONNECT, handed to another event by Node, is tested below).
   const EXTRA_METHODS = METHODS.filter((m) => m !== 'GET' && m !== 'CONNECT' && !CORE_METHODS.includes(m));
 
   function expect405(res: RawResponse, plane: 'files' | 'peer' | 'other', head: boolean): void {
@@ -386,6 +386,40 @@ describe('routing', () => {
       else expect405(res, plane, false);
     }
     expect(wrong).toEqual([]);
+  });
+
+  // Node hands a CONNECT to the server's 'connect' event, never to 'request': with nothing
+  // listening there, the connection used to close with no answer and no trace.
+  it.each(ROUTES)('CONNECT %s is 405 with allow: GET, like every other method', async (path, plane) => {
+    const res = await rawRequest(srv.url, { method: 'CONNECT', target: path });
+    expect405(res, plane, false);
+    expect(res.header('connection')).toBe('close');
+  });
+
+  it('CONNECT on the operator plane is traced like any other refused method', async () => {
+    expect405(await rawRequest(srv.url, { method: 'CONNECT', target: '/resources/files/connect-probe.txt' }), 'files', false);
+    const line = readTrace(srv.tracePath).find((l) => l.path === 'connect-probe.txt');
+    expect(line).toMatchObject({ event_type: 'resource_read', outcome: 'method_not_allowed', reason: MESSAGE.method_not_allowed });
+  });
+
+  it('a CONNECT pipelined after a GET is answered after it, on the same connection', async () => {
+    const responses = await rawExchange(
+      srv.url,
+      `GET /resources/files/x HTTP/1.1\r\nHost: ${hostPort}\r\n\r\nCONNECT /resources/files/x HTTP/1.1\r\nHost: ${hostPort}\r\n\r\n`,
+    );
+    expect(responses.map((r) => r.status)).toEqual([200, 405]);
+    expectRead(responses[0]!, { body: 'ex', containment: 'sealed' });
+    expect405(responses[1]!, 'files', false);
+  });
+
+  it.each(['example.com:443', '127.0.0.1:22', '[::1]:80', 'x', '*'])('CONNECT %s (authority form: a tunnel) is 400 bad_request in the catalogue shape', async (target) => {
+    const res = await rawRequest(srv.url, { method: 'CONNECT', target });
+    expect(res.status).toBe(400);
+    expect(res.body.toString()).toBe(errorBody('bad_request', 'the request could not be parsed'));
+    expect(res.header('content-type')).toBe('application/json');
+    expect(res.header('x-murmur-containment')).toBe('sealed');
+    expect(res.header('connection')).toBe('close');
+    expectFramed(res);
   });
 
   const BODIES: Array<{ name: string; headers: Array<[string, string]>; body: Buffer; contentLength?: boolean }> = [

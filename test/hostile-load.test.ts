@@ -218,7 +218,70 @@ describe('refusals past a client allowance', () => {
     t += 500; // half a second at 2 per second: one more
     expect([limiter.allow('a'), limiter.allow('a')]).toEqual([true, false]);
     await limiter.close();
-    expect(written).toEqual([{ client: 'a', suppressed: 2, since_ms: 0 }]);
+    expect(written).toEqual([{ client: 'a', suppressed: 2, since_ms: 0, clients: 1 }]);
+  });
+
+  it('share one server-wide bucket: rotating addresses traces no more than it allows, and every refusal is still counted', async () => {
+    const { RefusalLimiter, NAMED_SUMMARIES } = await import('../src/trace/refusal-limit.js');
+    let t = 0;
+    const written: Array<{ client: string | null; suppressed: number; clients: number }> = [];
+    // 3 per client, 5 for everyone, nothing earned back: only the clock could refill them.
+    const limiter = new RefusalLimiter(async (f) => void written.push(f), 3, 0, () => t, { burst: 5, perSecond: 0 });
+    const traced = Array.from({ length: 40 }, (_, i) => limiter.allow(`127.0.0.${i + 1}`)).filter(Boolean).length;
+    expect(traced).toBe(5);
+    // A client the server-wide bucket stopped keeps its own allowance for when that refills.
+    const again = new RefusalLimiter(async () => undefined, 3, 0, () => t, { burst: 1, perSecond: 1 });
+    expect([again.allow('a'), again.allow('a')]).toEqual([true, false]);
+    t += 1000;
+    expect(again.allow('a')).toBe(true);
+    await limiter.close();
+    // The summaries are bounded too: the most refused clients by name, everyone else in one line.
+    expect(written.length).toBe(NAMED_SUMMARIES + 1);
+    expect(written.at(-1)).toMatchObject({ client: null, clients: 35 - NAMED_SUMMARIES });
+    expect(written.reduce((n, l) => n + l.suppressed, 0)).toBe(35);
+  });
+
+  it('forget a client into the shared summary line, never one line per forgotten client', async () => {
+    const { RefusalLimiter, MAX_TRACKED_CLIENTS, NAMED_SUMMARIES } = await import('../src/trace/refusal-limit.js');
+    const written: Array<{ client: string | null; suppressed: number; clients: number }> = [];
+    const limiter = new RefusalLimiter(async (f) => void written.push(f), 1, 0, () => 0, { burst: 0, perSecond: 0 });
+    const clients = 3 * MAX_TRACKED_CLIENTS;
+    for (let i = 0; i < clients; i++) limiter.allow(`127.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`);
+    expect(written).toEqual([]);
+    await limiter.close();
+    expect(written.length).toBe(NAMED_SUMMARIES + 1);
+    expect(written.reduce((n, l) => n + l.suppressed, 0)).toBe(clients);
+    expect(written.reduce((n, l) => n + l.clients, 0)).toBe(clients);
+  });
+
+  it('over HTTP: refusals from 100 addresses of 127.0.0.0/8 grow the trace no faster than the server-wide rate', async (ctx) => {
+    const { REFUSAL_BURST, SERVER_REFUSAL_BURST, SERVER_REFUSALS_PER_SECOND, NAMED_SUMMARIES, SUMMARY_INTERVAL_MS } = await import('../src/trace/refusal-limit.js');
+    const srv = await up(['out/a: a']);
+    const started = readTrace(srv.tracePath)[0]!.timestamp as number;
+    // What the server-wide bucket can have granted by `at`, plus a second's worth of slack for the
+    // bucket being made just before session_start's timestamp. A slower machine only raises it.
+    const allowance = (at: number) => SERVER_REFUSAL_BURST + (SERVER_REFUSALS_PER_SECOND * (at - started + 1000)) / 1000;
+    const sources = Array.from({ length: 100 }, (_, i) => `127.1.0.${i + 1}`);
+    // Each address stays far below its own burst, so only the server-wide bucket can hold the trace.
+    const cap = sources.length * (REFUSAL_BURST / 4);
+    let sent = 0;
+    while (sent < cap && sent <= 2 * allowance(Date.now())) {
+      const batch = await Promise.all(sources.map((localAddress) => rawRequest(srv.url, { target: '/resources/files/missing', localAddress })));
+      for (const r of batch) expect(r.json().error).toBe('not_found');
+      sent += batch.length;
+    }
+    await srv.stop();
+    const lines = readTrace(srv.tracePath);
+    const ended = lines.at(-1)!.timestamp as number;
+    const refusals = lines.filter((l) => l.event_type === 'resource_read' && l.outcome === 'not_found');
+    if (sent <= 2 * allowance(ended)) ctx.skip(`this machine sent only ${sent} refusals, within what the server-wide rate allows`);
+    expect(new Set(refusals.map((l) => l.path))).toEqual(new Set(['missing']));
+    expect(refusals.length).toBeLessThanOrEqual(allowance(ended));
+    const summaries = lines.filter((l) => l.event_type === 'refusals_suppressed');
+    expect(refusals.length + summaries.reduce((n, l) => n + (l.suppressed as number), 0)).toBe(sent);
+    // The summaries have their own bound: a few lines per interval, whatever the addresses.
+    expect(summaries.length).toBeLessThanOrEqual((NAMED_SUMMARIES + 1) * (Math.ceil((ended - started) / SUMMARY_INTERVAL_MS) + 1));
+    expect(summaries.every((l) => l.client === null || sources.includes(l.client as string))).toBe(true);
   });
 });
 

@@ -190,6 +190,43 @@ describe('share-file → redeem → fetch-peer-file between two capsules', () =>
 
 // ── When the record cannot be written ────────────────────────────────────────
 
+describe('a file whose name looks like a handle', () => {
+  // An agent may name a file `mh1.report.final` so that the trace shows `<handle:…>` instead of
+  // what it handed over. Redaction stays (a real token must never reach the trace); the file is
+  // still identified, by the sha256 of what left, as docs/trace.md tells an auditor.
+  it('stays redacted in every event, and an auditor finds the file by the digest the trace holds', async () => {
+    const name = 'mh1.report.final';
+    const alpha = await capsule({
+      name: 'alpha', yaml: `exports:\n  files:\n    root: out/\n    mode: read-only\n${SHARES().slice('exports:\n'.length)}`,
+      tree: [`out/${name}: what left the capsule`, 'out/decoy.txt: something else', 'out/sub/mh1.other.final: another token-shaped name'],
+    });
+    const beta = await capsule({ name: 'beta', yaml: FETCHES });
+    const minted = await shareFile(alpha.session, { path: name, peer: beta.address });
+    const fetched = await fetchPeerFile(beta.session, { peer: alpha.address, handle: minted.handle });
+    for (const c of [alpha, beta]) expect(traceOf(c).text).not.toContain('mh1.');
+
+    // What the trace says: the name as a handle id, never as itself.
+    const [mint] = eventsOf(alpha, 'peer_handle_mint');
+    const redacted = `<handle:${createHash('sha256').update(name).digest('hex').slice(0, 16)}>`;
+    expect(mint).toMatchObject({ handle_id: minted.handle_id, path: redacted, outcome: 'ok' });
+
+    // The auditor's match, as docs/trace.md describes it: the mint's handle_id leads to the
+    // redeem, whose sha256 is the digest of the bytes that left...
+    const redeem = eventsOf(alpha, 'peer_handle_redeem').find((e) => e.handle_id === mint!.handle_id)!;
+    expect(redeem).toMatchObject({ path: redacted, outcome: 'ok' });
+    // ...and the operator plane's listing (or sha256sum over the root) names the file with it.
+    const listing = await fetch(`${alpha.url}/resources/files`).then((r) => r.json() as Promise<{ entries: Array<{ path: string; sha256: string }> }>);
+    expect(listing.entries.filter((e) => e.sha256 === redeem.sha256).map((e) => e.path)).toEqual([name]);
+    // The redacted name's id is the first 16 hex of the name's own sha256, so it confirms the match.
+    expect(redacted).toBe(`<handle:${createHash('sha256').update(listing.entries.find((e) => e.sha256 === redeem.sha256)!.path).digest('hex').slice(0, 16)}>`);
+
+    // The fetcher's side: stored_path is redacted too, and its sha256 names the landed file.
+    const [landed] = eventsOf(beta, 'peer_file_fetch');
+    expect(landed).toMatchObject({ handle_id: minted.handle_id, stored_path: `peer-in/${minted.handle_id}-${redacted}`, sha256: redeem.sha256 });
+    expect(sha(readFileSync(join(beta.workdir, fetched.path)))).toBe(landed!.sha256);
+  });
+});
+
 describe('a trace that cannot be written', () => {
   it('fails the mint: no handle is handed out unrecorded', async () => {
     const alpha = await capsule({ name: 'alpha', yaml: SHARES(), tree: ['out/report.md: x'] });

@@ -3,11 +3,11 @@
 // hooks running on the planes' routes with no way around them, payloads a host keeps staying true,
 // and the habits of a Fastify plugin (metadata, options checked at register, prefix, lifecycle).
 import { createHash } from 'node:crypto';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { afterAll, describe, expect, it } from 'vitest';
-import { routeRawTargets } from '../src/planes/admission.js';
+import { answerConnect, routeRawTargets } from '../src/planes/admission.js';
 import { resourcePlanes } from '../src/planes/plugin.js';
 import { openSession } from '../src/launch/open-session.js';
 import { parseManifest } from '../src/manifest/model.js';
@@ -84,6 +84,18 @@ describe('resourcePlanes registered into a plain Fastify app', () => {
       expect(events).toContainEqual(['resource_read', 'outside_root']);
       expect(events).toContainEqual(['resource_read', 'method_not_allowed']);
       expect((await rawGet(h.url, '/.well-known/agent-card.json')).json().name).toBe('plane-test');
+    } finally {
+      await h.close();
+    }
+  });
+
+  it("answers CONNECT under the planes once the host hands Node's 'connect' event to its routing", async () => {
+    const h = await hostApp();
+    try {
+      h.app.server.on('connect', answerConnect(h.app.routing));
+      const res = await rawRequest(h.url, { method: 'CONNECT', target: '/resources/files/a.txt' });
+      expect([res.status, res.header('allow'), res.json().error]).toEqual([405, 'GET', 'method_not_allowed']);
+      expect(readTrace(h.tracePath).filter((e) => e.event_type === 'resource_read').map((e) => e.outcome)).toEqual(['method_not_allowed']);
     } finally {
       await h.close();
     }
@@ -249,6 +261,19 @@ describe('a plugin Fastify users recognise', () => {
       await app.close().catch(() => undefined);
     }
     await session.close();
+  });
+
+  it('refuses an `open` whose trace resolves inside the workdir at register, creating nothing', async () => {
+    const { workdir } = workdirWith(TREE);
+    const outside = join(workdir, '..');
+    symlinkSync(join(workdir, 'out'), join(outside, 'into-out'));
+    for (const tracePath of [join(workdir, 'out', 'trace.jsonl'), join(outside, 'into-out', 'new', 'trace.jsonl')]) {
+      const app = Fastify();
+      app.register(resourcePlanes, { open: { workdir, manifest: parseManifest(filesManifest('out/')), tracePath } });
+      await expect(app.ready(), tracePath).rejects.toThrow(/^--trace '.*' resolves to '.*', inside the capsule workdir '.*'/);
+      await app.close().catch(() => undefined);
+    }
+    expect(readdirSync(join(workdir, 'out')).sort()).toEqual(['a.txt', 'b%ZZ', 'esc']);
   });
 
   it('honours a prefix: the prefix is cut from the raw target byte for byte, nothing else changes', async () => {

@@ -14,7 +14,7 @@ describe('the public API', () => {
   it('is importable by the package name and exports what the README promises', async () => {
     const api = await import('capsule-resource-plane');
     for (const name of [
-      'launch', 'openSession', 'Session', 'serve', 'bind', 'buildApp', 'resourcePlanes', 'routeRawTargets',
+      'launch', 'openSession', 'Session', 'serve', 'bind', 'buildApp', 'resourcePlanes', 'routeRawTargets', 'answerConnect',
       'callTool', 'toolDefinitions', 'shareFile', 'fetchPeerFile', 'CATALOGUE', 'CODES', 'Refusal', 'renderHttp', 'renderTool',
       'parseManifest', 'ManifestError', 'effectiveGrants', 'renderExplainScope', 'RUNTIME_WRITES', 'CONTAINMENT_CLASSES', 'LIMITS',
     ]) {

@@ -3,6 +3,8 @@
 // verifies the etag against those bytes, and only then moves the file into place: nothing is ever
 // buffered whole, and a refusal, a mismatch, a dropped connection or an interrupt leaves nothing
 // behind. An existing target is refused before anything is downloaded.
+// The server is not trusted either: every text it supplies reaches the terminal only through
+// `printable`, a listing whose numbers are not numbers is refused, and what is read is capped.
 import { createHash, randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import { linkSync, lstatSync, renameSync, statSync, unlinkSync } from 'node:fs';
@@ -23,17 +25,27 @@ const TIMEOUTS = { headersTimeout: 30_000, bodyTimeout: 60_000 };
 
 /** A refusal body is one short JSON object; past this only the status is reported. */
 const ERROR_BODY_MAX_BYTES = 64 * 1024;
+/** The listing body `ls` reads at most, unless --max-bytes says otherwise (about 300,000 entries). */
+export const LIST_MAX_BYTES = 64 * 1024 * 1024;
+/** The file `get` saves at most, unless --max-bytes says otherwise. */
+export const GET_MAX_BYTES = 1024 * 1024 * 1024;
 
-/** Reads a body up to `max` bytes; the rest is discarded. */
+/** Reads a body up to `max` bytes and stops there: a server that streams forever is not read on. */
 async function readCapped(body: Readable, max: number): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let n = 0;
   for await (const chunk of body as AsyncIterable<Buffer>) {
-    if (n >= max) continue;
     chunks.push(chunk);
     n += chunk.length;
+    if (n >= max) break;
   }
   return Buffer.concat(chunks).subarray(0, max);
+}
+
+/** The content-length a server announced, when it is a plain non-negative integer. */
+function announcedLength(headers: Record<string, string | string[] | undefined>): number | null {
+  const value = headers['content-length'];
+  return typeof value === 'string' && /^\d{1,15}$/.test(value) ? Number(value) : null;
 }
 
 /**
@@ -52,18 +64,24 @@ async function request(origin: Origin, path: string, signal?: AbortSignal) {
   } catch (error) {
     await done();
     if (signal?.aborted) throw new ClientError('interrupted; nothing was saved');
-    throw new ClientError(`cannot reach ${origin.shown}: ${(error as Error).message}`);
+    throw new ClientError(`cannot reach ${origin.shown}: ${printable((error as Error).message)}`);
   }
 }
 
-/** A whole (small) response: the listing, or a refusal. */
-async function getRaw(origin: Origin, path: string) {
+/** A whole (small) response: the listing, up to `maxBytes`, or a refusal. */
+async function getRaw(origin: Origin, path: string, maxBytes: number) {
   const res = await request(origin, path);
+  const tooLarge = () => new ClientError(`the listing is larger than ${maxBytes} bytes, the most ls reads; pass --max-bytes to raise it`);
   try {
-    const body = res.statusCode === 200 ? Buffer.from(await (res.body as Readable & { arrayBuffer(): Promise<ArrayBuffer> }).arrayBuffer()) : await readCapped(res.body, ERROR_BODY_MAX_BYTES);
+    if (res.statusCode !== 200) return { statusCode: res.statusCode, headers: res.headers, body: await readCapped(res.body, ERROR_BODY_MAX_BYTES) };
+    if ((announcedLength(res.headers) ?? 0) > maxBytes) throw tooLarge();
+    // One byte past the cap tells a listing that is too large from one that is exactly the cap.
+    const body = await readCapped(res.body, maxBytes + 1);
+    if (body.length > maxBytes) throw tooLarge();
     return { statusCode: res.statusCode, headers: res.headers, body };
   } catch (error) {
-    throw new ClientError(`cannot reach ${origin.shown}: ${(error as Error).message}`);
+    if (error instanceof ClientError) throw error;
+    throw new ClientError(`cannot reach ${origin.shown}: ${printable((error as Error).message)}`);
   } finally {
     await res.done();
   }
@@ -102,12 +120,15 @@ function base(url: string, verb: 'ls' | 'get'): Origin {
   return { origin: u.origin, shown: u.origin };
 }
 
-/** A refusal from the server, in its own words. */
+/** A refusal from the server, in its own words, every one of them through `printable`. */
 function refusal(status: number, body: Buffer): ClientError {
   const text = body.toString('utf8');
   try {
-    const parsed = JSON.parse(text) as { error?: string; message?: string };
-    if (parsed.error) return new ClientError(`${status} ${parsed.error}: ${parsed.message ?? ''}`.trim());
+    const parsed = JSON.parse(text) as { error?: unknown; message?: unknown };
+    if (typeof parsed.error === 'string' && parsed.error !== '') {
+      const message = typeof parsed.message === 'string' ? parsed.message : '';
+      return new ClientError(`${status} ${printable(parsed.error)}: ${printable(message)}`.trim());
+    }
   } catch {
     // not JSON: fall through
   }
@@ -121,6 +142,44 @@ interface Listing {
   generation: number;
   containment_achieved: string;
   entries: Array<{ path: string; size_bytes: number; mtime_ms: number; sha256: string }>;
+}
+
+const MALFORMED = 'the server sent a malformed listing';
+const isCount = (v: unknown): v is number => Number.isInteger(v) && (v as number) >= 0;
+
+/**
+ * The listing's shape, checked before anything of it is shown: its texts are strings (shown
+ * through `printable`), its counts non-negative integers and its times integers. A number sent as
+ * a string would otherwise reach the terminal raw.
+ */
+function checkListing(value: unknown): Listing {
+  const refuse = (what: string): never => {
+    throw new ClientError(`${MALFORMED}: ${what}`);
+  };
+  const o = value as Record<string, unknown>;
+  if (o === null || typeof o !== 'object' || Array.isArray(o)) refuse('it is not a JSON object');
+  for (const key of ['root', 'mode', 'containment_achieved']) if (typeof o[key] !== 'string') refuse(`${key} is not a string`);
+  for (const key of ['max_bytes', 'generation']) if (!isCount(o[key])) refuse(`${key} is not a non-negative integer`);
+  if (!Array.isArray(o.entries)) refuse('entries is not a list');
+  (o.entries as unknown[]).forEach((entry, i) => {
+    const e = entry as Record<string, unknown>;
+    if (e === null || typeof e !== 'object' || Array.isArray(e)) refuse(`entries[${i}] is not an object`);
+    if (typeof e.path !== 'string') refuse(`entries[${i}].path is not a string`);
+    if (typeof e.sha256 !== 'string') refuse(`entries[${i}].sha256 is not a string`);
+    if (!isCount(e.size_bytes)) refuse(`entries[${i}].size_bytes is not a non-negative integer`);
+    if (!Number.isInteger(e.mtime_ms)) refuse(`entries[${i}].mtime_ms is not an integer`);
+  });
+  return o as unknown as Listing;
+}
+
+/**
+ * JSON text with every control and format character escaped as `\uXXXX`: the same value, but
+ * nothing a terminal acts on. JSON.stringify escapes only C0 controls (and lone surrogates), not
+ * C1 controls (U+009B is a CSI to some terminals) or bidi overrides.
+ */
+function printableJson(text: string): string {
+  // Per UTF-16 code unit: a format character above U+FFFF is escaped as its surrogate pair.
+  return text.replace(/[\p{Cc}\p{Cf}]/gu, (c) => Array.from({ length: c.length }, (_, i) => `\\u${c.charCodeAt(i).toString(16).padStart(4, '0')}`).join(''));
 }
 
 /**
@@ -146,9 +205,9 @@ export function shownTime(ms: number): string {
  * The operator plane's listing: a table for a person, or with `json` the listing object as the
  * server sent it, on one line (re-serialised only so that it is exactly one line).
  */
-export async function list(url: string, opts: { json?: boolean } = {}): Promise<string> {
+export async function list(url: string, opts: { json?: boolean; maxBytes?: number } = {}): Promise<string> {
   const u = base(url, 'ls');
-  const res = await getRaw(u, '/resources/files');
+  const res = await getRaw(u, '/resources/files', opts.maxBytes ?? LIST_MAX_BYTES);
   if (res.statusCode !== 200) throw refusal(res.statusCode, res.body);
   let parsed: unknown;
   try {
@@ -156,13 +215,13 @@ export async function list(url: string, opts: { json?: boolean } = {}): Promise<
   } catch {
     throw new ClientError(`${u.shown} answered 200 with a listing that is not JSON`);
   }
-  if (opts.json) return `${JSON.stringify(parsed)}\n`;
-  const listing = parsed as Listing;
+  const listing = checkListing(parsed);
+  if (opts.json) return `${printableJson(JSON.stringify(listing))}\n`;
   const rows = listing.entries.map((e) => [String(e.size_bytes), shownTime(e.mtime_ms), printable(e.sha256.slice(0, 16)), printable(e.path)]);
   const widths = [0, 1, 2].map((i) => Math.max(['SIZE', 'MODIFIED', 'SHA256', 'PATH'][i]!.length, ...rows.map((r) => r[i]!.length)));
   const line = (r: string[]) => `${r[0]!.padStart(widths[0]!)}  ${r[1]!.padEnd(widths[1]!)}  ${r[2]!.padEnd(widths[2]!)}  ${r[3]}`;
   const out = [
-    `root ${printable(listing.root)} (${printable(listing.mode)}, max ${listing.max_bytes} bytes per file), generation ${listing.generation}, containment ${printable(String(listing.containment_achieved))}`,
+    `root ${printable(listing.root)} (${printable(listing.mode)}, max ${listing.max_bytes} bytes per file), generation ${listing.generation}, containment ${printable(listing.containment_achieved)}`,
     line(['SIZE', 'MODIFIED', 'SHA256', 'PATH']),
     ...rows.map(line),
     `${listing.entries.length} file(s), ${listing.entries.reduce((s, e) => s + e.size_bytes, 0)} bytes`,
@@ -197,8 +256,10 @@ export interface GetOptions {
   force?: boolean;
   stdout?: NodeJS.WritableStream;
   progress?: Progress | null;
-  /** Aborting it stops the download; nothing is left behind. */
+  /** Aborting it stops the download; nothing is left behind. Default GET_MAX_BYTES. */
   signal?: AbortSignal;
+  /** The largest body saved: a larger content-length is refused before a byte is read. */
+  maxBytes?: number;
 }
 
 const ETAG = /^"sha256:([0-9a-f]{64})"$/;
@@ -330,8 +391,15 @@ export async function get(url: string, relpath: string, opts: GetOptions = {}): 
     const etag = res.headers.etag;
     const expected = typeof etag === 'string' ? ETAG.exec(etag)?.[1] : undefined;
     if (expected === undefined) {
-      throw new ClientError(`etag mismatch: the server said ${String(etag)}, which names no sha256 digest; nothing was saved`);
+      throw new ClientError(`etag mismatch: the server said ${printable(String(etag))}, which names no sha256 digest; nothing was saved`);
     }
+    const maxBytes = opts.maxBytes ?? GET_MAX_BYTES;
+    const length = announcedLength(res.headers);
+    if (length !== null && length > maxBytes) {
+      throw new ClientError(`the file is ${length} bytes, more than the ${maxBytes} get saves; pass --max-bytes to raise it; nothing was saved`);
+    }
+    // Never more than the server announced, nor than the limit when it announced nothing.
+    const ceiling = length ?? maxBytes;
 
     temp = join(target === null ? tmpdir() : dirname(target), `.${target === null ? 'resource-plane-get' : basename(target)}.${randomBytes(6).toString('hex')}.part`);
     try {
@@ -347,13 +415,19 @@ export async function get(url: string, relpath: string, opts: GetOptions = {}): 
       temp = null;
     }
 
-    const length = Number(res.headers['content-length']);
     const hash = createHash('sha256');
     let received = 0;
     progress = opts.progress ?? null;
-    progress?.start(Number.isSafeInteger(length) && length >= 0 ? length : null);
+    progress?.start(length);
     try {
       for await (const chunk of res.body as AsyncIterable<Buffer>) {
+        if (received + chunk.length > ceiling) {
+          throw new ClientError(
+            length !== null
+              ? `the server sent more than the ${length} bytes of its content-length; nothing was saved`
+              : `the file is larger than the ${maxBytes} bytes get saves; pass --max-bytes to raise it; nothing was saved`,
+          );
+        }
         hash.update(chunk);
         await writeAll(file, chunk);
         received += chunk.length;
@@ -362,11 +436,14 @@ export async function get(url: string, relpath: string, opts: GetOptions = {}): 
     } catch (error) {
       if (opts.signal?.aborted) throw new ClientError('interrupted; nothing was saved');
       if (error instanceof ClientError) throw error;
-      throw new ClientError(`the download from ${u.shown} broke off: ${(error as Error).message}; nothing was saved`);
+      throw new ClientError(`the download from ${u.shown} broke off: ${printable((error as Error).message)}; nothing was saved`);
+    }
+    if (length !== null && received !== length) {
+      throw new ClientError(`the server sent ${received} of the ${length} bytes of its content-length; nothing was saved`);
     }
     const sha256 = hash.digest('hex');
     if (sha256 !== expected) {
-      throw new ClientError(`etag mismatch: the server said ${etag} but the bytes hash to sha256:${sha256}; nothing was saved`);
+      throw new ClientError(`etag mismatch: the server said ${printable(String(etag))} but the bytes hash to sha256:${sha256}; nothing was saved`);
     }
 
     if (target === null) {

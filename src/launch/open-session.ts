@@ -8,12 +8,13 @@ import { IN_PROCESS_LAUNCH, type Confinement } from './confinement.js';
 import { ManifestError } from '../manifest/diagnostics.js';
 import type { Manifest } from '../manifest/model.js';
 import * as native from '../native.js';
-import { defaultTracePath, parseSessionId, Session } from '../session.js';
+import { defaultTracePath, parseSessionId, recordsDirectory, Session } from '../session.js';
 import { Trace } from '../trace/trace.js';
 import type { Containment } from '../wire.js';
 import { checkExportRoots } from './checks.js';
 import { DEFAULT_MANIFEST_NAME, loadManifest, readManifestBeneath } from './manifest-file.js';
 import { parseContainment } from './options.js';
+import { checkRecordOutsideWorkdir } from './record-place.js';
 
 export interface SessionOptions {
   workdir: string;
@@ -75,6 +76,9 @@ export async function prepareSession(opts: SessionOptions): Promise<PreparedSess
   let manifest = opts.manifest ?? (opts.manifestPath !== undefined ? loadManifest(opts.manifestPath) : null);
   // A workdir that does not exist yet has no roots to escape (nor a manifest); it is created only
   // after every check passed, so a refused launch leaves nothing behind.
+  // The record stays out of the capsule's reach; refused before the workdir or the trace exists.
+  if (opts.tracePath) checkRecordOutsideWorkdir('--trace', opts.tracePath, requested);
+  else checkRecordOutsideWorkdir('the records directory (RESOURCE_PLANE_RECORDS_DIR)', recordsDirectory(), requested);
   const existed = existsSync(requested);
   if (!existed && manifest === null) throw new ManifestError('E-MAN-003', `cannot read the manifest '${defaultManifest}': ENOENT`, 'pass --manifest FILE, or put murmur.yaml at the workdir root');
   const firstMade = existed ? undefined : mkdirSync(requested, { recursive: true, mode: 0o755 });

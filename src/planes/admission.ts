@@ -15,7 +15,7 @@
 // Also the rewrite that lets Fastify route a raw target under the planes that its router cannot
 // decode (`x%ZZ`, a lone `%`, overlong UTF-8) instead of refusing it before any hook: such targets
 // reach their route and every hook like any other, and the planes still read the raw target.
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import { ServerResponse, type IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Refusal, renderHttp } from '../codes.js';
@@ -69,7 +69,36 @@ export function logTarget(raw: string): string {
   return redactHandles(percentDecodeOnce(Buffer.from(raw, 'latin1')).toString('utf8'));
 }
 
-/** Why a request is refused before routing, if it is: HTTP/0.9, no Host on 1.1, an unknown Expect. */
+/**
+ * A listener for the server's 'connect' event. Node hands a CONNECT to that event with the bare
+ * socket, and destroys the connection when nothing listens, so a CONNECT would get no answer and
+ * no trace. This gives it a response and passes it to the app's `handler` like any request, so
+ * admission and the planes answer it: 405 under the planes (traced), 400 for an authority-form
+ * target. The parser has let go of the socket, so nothing after the request is read: the answer
+ * closes the connection.
+ */
+export function answerConnect(handler: (req: IncomingMessage, res: ServerResponse) => void): (req: IncomingMessage, socket: Socket) => void {
+  return (req, socket) => {
+    const res = new ServerResponse(req);
+    res.shouldKeepAlive = false;
+    const run = () => {
+      if (socket.destroyed) return;
+      res.assignSocket(socket);
+      // What Node's server does at a response's finish, for a socket it no longer owns.
+      res.once('finish', () => {
+        res.detachSocket(socket);
+        socket.destroySoon();
+      });
+      handler(req, res);
+    };
+    // A response pipelined before this request may still hold the socket.
+    const before = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+    if (before) before.once('finish', () => setImmediate(run));
+    else run();
+  };
+}
+
+/** Why a request is refused before routing, if it is: HTTP/0.9, no Host on 1.1, an unknown Expect, CONNECT's authority form. */
 function protocolProblem(req: IncomingMessage): { status: number } | null {
   // Node reads a request line cut by a bare LF as HTTP/0.9 and what follows as headers, so
   // `GET /resources/files/a<LF>X: y HTTP/1.1` would be a request for `a` where a proxy in front
@@ -78,6 +107,8 @@ function protocolProblem(req: IncomingMessage): { status: number } | null {
   if (req.httpVersionMinor >= 1 && req.headers.host === undefined) return { status: 400 };
   const expect = req.headers.expect;
   if (expect !== undefined && !/^\s*100-continue\s*$/i.test(expect)) return { status: 417 };
+  // `CONNECT host:port` asks for a tunnel, which this server never makes; no route can name it.
+  if (req.method === 'CONNECT' && !(req.url ?? '').startsWith('/')) return { status: 400 };
   return null;
 }
 

@@ -156,9 +156,10 @@ async function planesPlugin(app: FastifyInstance, options: PlanesOptions): Promi
       // Every method Node parses must reach the planes (a PROPFIND is a 405, not a 404), so the
       // ones Fastify does not know are registered. QUERY is re-registered as bodiless: as a body
       // method Fastify refuses it with a 500 before any handler when it carries no content-type.
+      // CONNECT is bodiless too: its socket has left Node's parser (see answerConnect).
       for (const method of METHODS) {
-        if (method === 'CONNECT' || planesApp.supportedMethods.includes(method)) continue;
-        planesApp.addHttpMethod(method, { hasBody: true });
+        if (planesApp.supportedMethods.includes(method)) continue;
+        planesApp.addHttpMethod(method, { hasBody: method !== 'CONNECT' });
       }
       planesApp.addHttpMethod('QUERY', { hasBody: false, overrideExisting: true });
       // No verb here takes a body: accept any content type without reading it, so a POST is

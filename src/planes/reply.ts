@@ -35,15 +35,15 @@ export function fastifyPlaneReply(reply: FastifyReply): PlaneReply {
       // Removed first: a header set earlier would otherwise keep its old position and break the
       // spec's order.
       for (const [name, value] of headers) reply.removeHeader(name).header(name, value);
-      // A 304 carries no body, and no length that would differ from the 200's: none at all.
+      // A 304 carries no body, and no length that would differ from the 200's: none at all. Fastify
+      // sets content-length for any Buffer it is handed (0 for an empty one), never for no payload.
       reply.removeHeader('content-length');
-      if (Buffer.isBuffer(body)) {
-        if (status !== 304) reply.header('content-length', String(body.length));
-        reply.send(body);
+      if (status === 304) {
+        reply.send();
         return;
       }
       reply.header('content-length', String(body.length));
-      reply.send(body.stream);
+      reply.send(Buffer.isBuffer(body) ? body : body.stream);
     },
     logError: (fields, message) => reply.log.error(fields, message),
   };

@@ -7,7 +7,7 @@ import type { Server } from 'node:http';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { Refusal } from '../codes.js';
-import { Admission, routeRawTargets } from '../planes/admission.js';
+import { Admission, answerConnect, routeRawTargets } from '../planes/admission.js';
 import { ALL_PLANES, APP_OWNED, resourcePlanes, sendServerError, type PlaneSet, type PlanesOptions } from '../planes/plugin.js';
 import type { Session } from '../session.js';
 import { createLimitedServer } from './limits.js';
@@ -50,6 +50,8 @@ export async function buildApp(session: Session, opts: AppOptions = {}): Promise
       server.on('request', handler);
       // An Expect other than 100-continue is refused by admission, in the spec's shape.
       server.on('checkExpectation', handler);
+      // Node hands CONNECT to this event (and without a listener drops the connection unanswered).
+      server.on('connect', answerConnect(handler));
       return server;
     },
   }) as unknown as FastifyInstance;

@@ -1,17 +1,26 @@
 // Refusals are traced, and a refusal costs a client nothing but a request: without a limit, a client
 // could grow the host-side trace as fast as it can send. Each client address has a token bucket of
-// traced refusals; past it, refusals are still answered (they carry no file bytes) but not traced
-// one by one: a `refusals_suppressed` summary per client says how many were left out. Every byte that
-// leaves still has its event first: only refusals are ever summarised.
+// traced refusals, and one server-wide bucket bounds them all together: any local process can bind
+// any address in 127.0.0.0/8 (and a NAT puts many clients behind one), so a per-address bucket
+// alone is reset by rotating addresses. Past either, refusals are still answered (they carry no
+// file bytes) but not traced one by one: `refusals_suppressed` summaries say how many were left
+// out, and they are bounded too (a few named clients per interval, the rest in one line). Every
+// byte that leaves still has its event first: only refusals are ever summarised.
 
 /** Traced refusals a client may burst. */
 export const REFUSAL_BURST = 1000;
 /** Traced refusals a client earns per second after the burst. */
 export const REFUSALS_PER_SECOND = 100;
+/** Traced refusals all clients together may burst. */
+export const SERVER_REFUSAL_BURST = 2000;
+/** Traced refusals all clients together earn per second: the trace's fixed rate of refusal lines. */
+export const SERVER_REFUSALS_PER_SECOND = 200;
 /** How often summaries of suppressed refusals are written. */
 export const SUMMARY_INTERVAL_MS = 10_000;
+/** Clients summarised by address per interval (those with most suppressed); the rest share one line. */
+export const NAMED_SUMMARIES = 16;
 /** Clients tracked at once; the oldest is forgotten (it starts again with a full bucket). */
-const MAX_CLIENTS = 4096;
+export const MAX_TRACKED_CLIENTS = 4096;
 
 interface Bucket {
   tokens: number;
@@ -20,10 +29,27 @@ interface Bucket {
   since: number | null;
 }
 
-export type SummaryWriter = (fields: { client: string; suppressed: number; since_ms: number }) => Promise<void>;
+/** A summary line: `client` null for the line that counts the clients not named one by one. */
+export interface SummaryFields {
+  client: string | null;
+  suppressed: number;
+  since_ms: number;
+  /** Client addresses the line counts (one forgotten and seen again counts again). */
+  clients: number;
+}
+
+export type SummaryWriter = (fields: SummaryFields) => Promise<void>;
+
+export interface RefusalRate {
+  burst: number;
+  perSecond: number;
+}
 
 export class RefusalLimiter {
   private readonly buckets = new Map<string, Bucket>();
+  private readonly server: Bucket;
+  /** Suppressed refusals of clients not named in a summary (forgotten, or past NAMED_SUMMARIES). */
+  private others = { suppressed: 0, since: null as number | null, clients: 0 };
   private timer: NodeJS.Timeout | null = null;
 
   constructor(
@@ -31,23 +57,29 @@ export class RefusalLimiter {
     private readonly burst = REFUSAL_BURST,
     private readonly perSecond = REFUSALS_PER_SECOND,
     private readonly now: () => number = Date.now,
-  ) {}
+    private readonly serverRate: RefusalRate = { burst: SERVER_REFUSAL_BURST, perSecond: SERVER_REFUSALS_PER_SECOND },
+  ) {
+    this.server = { tokens: serverRate.burst, at: now(), suppressed: 0, since: null };
+  }
 
   /** True when this client's refusal is to be traced; false when it is only counted. */
   allow(client: string): boolean {
     const t = this.now();
     let b = this.buckets.get(client);
     if (b === undefined) {
-      if (this.buckets.size >= MAX_CLIENTS) this.evictOldest();
+      if (this.buckets.size >= MAX_TRACKED_CLIENTS) this.forgetOldest();
       b = { tokens: this.burst, at: t, suppressed: 0, since: null };
     } else {
       this.buckets.delete(client); // re-inserted below: the map's order is recency
-      b.tokens = Math.min(this.burst, b.tokens + ((t - b.at) / 1000) * this.perSecond);
-      b.at = t;
+      refill(b, t, this.burst, this.perSecond);
     }
     this.buckets.set(client, b);
-    if (b.tokens >= 1) {
+    refill(this.server, t, this.serverRate.burst, this.serverRate.perSecond);
+    // A token is spent only from both buckets at once: a refusal the server-wide bucket stops does
+    // not use up the client's own allowance.
+    if (b.tokens >= 1 && this.server.tokens >= 1) {
       b.tokens -= 1;
+      this.server.tokens -= 1;
       return true;
     }
     b.suppressed += 1;
@@ -56,16 +88,24 @@ export class RefusalLimiter {
     return false;
   }
 
-  /** Writes one summary per client with suppressed refusals, and resets their counts. */
+  /**
+   * Writes the summaries and resets their counts: one line for each of the NAMED_SUMMARIES clients
+   * with most suppressed, one line (`client: null`) for all the others.
+   */
   async flush(): Promise<void> {
-    const pending: Array<Promise<void>> = [];
-    for (const [client, b] of this.buckets) {
-      if (b.suppressed === 0) continue;
-      pending.push(this.write({ client, suppressed: b.suppressed, since_ms: b.since! }).catch(() => undefined));
+    const waiting = [...this.buckets].filter(([, b]) => b.suppressed > 0).sort(([, x], [, y]) => y.suppressed - x.suppressed);
+    const lines: SummaryFields[] = [];
+    for (const [client, b] of waiting) {
+      if (lines.length < NAMED_SUMMARIES) lines.push({ client, suppressed: b.suppressed, since_ms: b.since!, clients: 1 });
+      else this.fold(b);
       b.suppressed = 0;
       b.since = null;
     }
-    await Promise.all(pending);
+    if (this.others.suppressed > 0) {
+      lines.push({ client: null, suppressed: this.others.suppressed, since_ms: this.others.since!, clients: this.others.clients });
+      this.others = { suppressed: 0, since: null, clients: 0 };
+    }
+    await Promise.all(lines.map((fields) => this.write(fields).catch(() => undefined)));
   }
 
   /** Flushes and stops the timer (session end). */
@@ -84,11 +124,24 @@ export class RefusalLimiter {
     this.timer.unref();
   }
 
-  private evictOldest(): void {
+  private fold(b: Bucket): void {
+    this.others.suppressed += b.suppressed;
+    this.others.since = Math.min(this.others.since ?? b.since!, b.since!);
+    this.others.clients += 1;
+  }
+
+  /** A forgotten client's count joins the others' line: writing one line per forgotten client would let rotation grow the trace again. */
+  private forgetOldest(): void {
     const oldest = this.buckets.keys().next().value;
     if (oldest === undefined) return;
     const b = this.buckets.get(oldest)!;
-    if (b.suppressed > 0) void this.write({ client: oldest, suppressed: b.suppressed, since_ms: b.since! }).catch(() => undefined);
+    if (b.suppressed > 0) this.fold(b);
     this.buckets.delete(oldest);
   }
+}
+
+function refill(b: Bucket, t: number, burst: number, perSecond: number): void {
+  // A clock stepped back earns nothing, rather than taking tokens away.
+  b.tokens = Math.min(burst, b.tokens + (Math.max(0, t - b.at) / 1000) * perSecond);
+  b.at = t;
 }

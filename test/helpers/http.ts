@@ -41,6 +41,8 @@ export interface RawRequest {
   /** Default `127.0.0.1:<port>` from the base URL. */
   host?: string | null;
   timeoutMs?: number;
+  /** The source address to connect from (any of 127.0.0.0/8 on loopback). */
+  localAddress?: string;
 }
 
 function parseBase(baseUrl: string): { hostname: string; port: number; hostHeader: string } {
@@ -62,15 +64,15 @@ export function rawRequest(baseUrl: string, req: RawRequest): Promise<RawRespons
   const head = Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1');
   const payload = body ? Buffer.concat([head, body]) : head;
 
-  return exchange(hostname, port, payload, req.timeoutMs ?? 15_000, `raw request ${method} ${String(req.target)}`)
+  return exchange(hostname, port, payload, req.timeoutMs ?? 15_000, `raw request ${method} ${String(req.target)}`, req.localAddress)
     .then((raw) => parseResponse(raw, method === 'HEAD'));
 }
 
 /** Writes `payload` on a fresh connection and resolves with every byte received once it closes. */
-function exchange(hostname: string, port: number, payload: Buffer, timeoutMs: number, what: string): Promise<Buffer> {
+function exchange(hostname: string, port: number, payload: Buffer, timeoutMs: number, what: string, localAddress?: string): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
-    const socket = connect({ host: hostname, port });
+    const socket = connect({ host: hostname, port, localAddress });
     const timer = setTimeout(() => {
       socket.destroy();
       reject(new Error(`${what} timed out`));
