@@ -171,8 +171,10 @@ let loadgen;
 const wrk = wanted === 'autocannon' ? { path: null, note: 'BENCH_LOADGEN=autocannon' } : ensureTool('wrk', 'wrk');
 if (wrk.note) notes.push(wrk.note);
 let cycle = null;
+let load4 = null; // 4 connections: the 64 MiB row (32 would hold 2 GiB of bodies in flight at once)
 if (wrk.path) {
   load = wrkLoad(wrk.path, scratch, CONNECTIONS);
+  load4 = wrkLoad(wrk.path, scratch, 4);
   cycle = wrkCycle(wrk.path, scratch, 4);
   loadgen = `${toolVersion(wrk.path, ['-v']).split(' [')[0]}, 1 thread, ${CONNECTIONS} connections, --latency`;
 } else {
@@ -288,7 +290,10 @@ async function streamedRound(r) {
   const ours = servers.find((s) => s.id === 'ours');
   const row = { round: r };
   for (const s of rotate(servers.filter((x) => x.id === 'ours' || x.id === 'nginx'), r)) {
-    row[`${s.id}_64m`] = await timedLoad(`${s.url}/resources/files/${HUGE.file}`, HUGE.size);
+    const url = `${s.url}/resources/files/${HUGE.file}`;
+    const run = load4 ?? load;
+    if (WARMUP_SECONDS) await run(url, WARMUP_SECONDS, HUGE.size);
+    row[`${s.id}_64m`] = await run(url, Math.max(SECONDS, 3), HUGE.size);
     if (row[`${s.id}_64m`].errors) odd.push(`${s.label}, 64 MiB, round ${r + 1}: ${row[`${s.id}_64m`].errors} errors or non-2xx answers`);
   }
   if (cycle) {

@@ -293,6 +293,7 @@ Napi::Value Read(const Napi::CallbackInfo& info) {
   ExportRequest req = request_from(o, Wants::FileWithCeiling);
   req.stop.operation = "read";
   req.stop.cancel = cancel_field(o);
+  hold_workdir(&req);
   Napi::Value into = field(o, "into");
   Napi::Object held;
   if (!into.IsUndefined()) {
@@ -334,7 +335,9 @@ Napi::Value ReadSmall(const Napi::CallbackInfo& info) {
 
 // stat({workdirFd, root, relpath, refuseSymlinks, resolver})
 Napi::Value Stat(const Napi::CallbackInfo& info) {
-  return queue<StatWorker>(info.Env(), request_from(options_arg(info), Wants::File));
+  ExportRequest req = request_from(options_arg(info), Wants::File);
+  hold_workdir(&req);
+  return queue<StatWorker>(info.Env(), std::move(req));
 }
 
 // list({workdirFd, root, refuseSymlinks, resolver, cancel?, timeBudgetMs?, render?: {head, tail}}).
@@ -345,6 +348,7 @@ Napi::Value List(const Napi::CallbackInfo& info) {
   req.stop.operation = "listing";
   req.stop.cancel = cancel_field(o);
   budget_field(o, &req.stop);
+  hold_workdir(&req);
   Napi::Value render = field(o, "render");
   if (render.IsUndefined()) return queue<ListWorker>(info.Env(), std::move(req), false, std::string(), std::string());
   if (!render.IsObject()) throw Napi::TypeError::New(info.Env(), "render must be {head, tail}");
@@ -360,6 +364,7 @@ Napi::Value CheckRoot(const Napi::CallbackInfo& info) {
   req.workdir_fd = fd_field(o, "workdirFd");
   req.root = string_field(o, "root");
   req.resolver = resolver_field(o);
+  hold_workdir(&req);
   return queue<CheckRootWorker>(info.Env(), std::move(req));
 }
 

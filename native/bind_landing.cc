@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "bind_common.h"
+#include "fd.h"
 #include "write.h"
 
 namespace rp {
@@ -54,9 +55,10 @@ class LandingHandle final : public Napi::ObjectWrap<LandingHandle> {
 
 class LandingOpenWorker final : public PromiseWorker {
  public:
+  // The workdir is held as a duplicate of its own (fd.h, duplicate): see hold_workdir in request.h.
   LandingOpenWorker(Napi::Env env, int workdir_fd, std::string inbox)
-      : PromiseWorker(env, "resource-plane:landing-open"), workdir_fd_(workdir_fd), inbox_(std::move(inbox)) {}
-  void Execute() override { landing_ = Landing::open(workdir_fd_, inbox_, &failure_); }
+      : PromiseWorker(env, "resource-plane:landing-open"), workdir_(duplicate(workdir_fd)), inbox_(std::move(inbox)) {}
+  void Execute() override { landing_ = Landing::open(workdir_.get(), inbox_, &failure_); }
   Napi::Value Result(Napi::Env env) override {
     AddonData* data = env.GetInstanceData<AddonData>();
     // The handle's constructor moves the Landing out of landing_; if it throws, landing_ still
@@ -65,7 +67,7 @@ class LandingOpenWorker final : public PromiseWorker {
   }
 
  private:
-  int workdir_fd_;
+  Fd workdir_;
   std::string inbox_;
   Landing landing_;
 };

@@ -22,7 +22,9 @@ class StreamHandle final : public Napi::ObjectWrap<StreamHandle> {
  public:
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "StreamHandle",
-                       {InstanceMethod<&StreamHandle::Next>("next"), InstanceMethod<&StreamHandle::Close>("close")});
+                       {InstanceMethod<&StreamHandle::Next>("next"), InstanceMethod<&StreamHandle::Close>("close"),
+                        InstanceMethod<&StreamHandle::LeaseIntact>("leaseIntact"),
+                        InstanceAccessor<&StreamHandle::Leased>("leased")});
   }
 
   // Only the open worker constructs one, passing the BodyStream in an External JS cannot forge.
@@ -30,6 +32,7 @@ class StreamHandle final : public Napi::ObjectWrap<StreamHandle> {
     if (info.Length() != 1 || !info[0].IsExternal())
       throw Napi::TypeError::New(info.Env(), "a stream is made by openStream, not constructed");
     stream_.reset(info[0].As<Napi::External<BodyStream>>().Data());
+    leased_ = stream_->leased();
   }
 
   void Done() { busy_ = false; }
@@ -40,9 +43,16 @@ class StreamHandle final : public Napi::ObjectWrap<StreamHandle> {
     stream_.reset();
     return info.Env().Undefined();
   }
+  // leaseIntact(): false once a writer waits for the stream's lease (which is then let go): one
+  // fcntl, so JS may ask while a slow client holds the send. True for a hashed stream, false once closed.
+  Napi::Value LeaseIntact(const Napi::CallbackInfo& info) {
+    return Napi::Boolean::New(info.Env(), stream_ && stream_->lease_intact());
+  }
+  Napi::Value Leased(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), leased_); }
 
   std::shared_ptr<BodyStream> stream_;
   bool busy_ = false;
+  bool leased_ = false;
 };
 
 class StreamOpenWorker final : public PromiseWorker {
@@ -59,7 +69,7 @@ class StreamOpenWorker final : public PromiseWorker {
     out.Set("sha256", Napi::String::New(env, hex(opening_.sha256, 32)));
     out.Set("digestCached", Napi::Boolean::New(env, opening_.digest_cached));
     // The handle owns the BodyStream from here; if building it throws, the unique_ptr frees it.
-    std::unique_ptr<BodyStream> body(new BodyStream(std::move(opening_.fd), opening_.size, opening_.sha256));
+    std::unique_ptr<BodyStream> body(new BodyStream(std::move(opening_.fd), opening_.size, opening_.sha256, std::move(opening_.lease)));
     AddonData* data = env.GetInstanceData<AddonData>();
     Napi::Object handle = data->stream_ctor.New({Napi::External<BodyStream>::New(env, body.get())});
     body.release();
@@ -154,6 +164,7 @@ Napi::Value OpenStream(const Napi::CallbackInfo& info) {
   ExportRequest req = request_from(o, Wants::FileWithCeiling);
   req.stop.operation = "read";
   req.stop.cancel = cancel_field(o);
+  hold_workdir(&req);
   return queue<StreamOpenWorker>(info.Env(), std::move(req));
 }
 

@@ -16,9 +16,10 @@ constexpr uint64_t kSyncReadMaxBytes = 16 * 1024;
 // A body larger than this is never held whole: it streams from its descriptor in chunks of
 // kStreamChunkBytes under a verified etag (stream.h). At most this much is read into one buffer,
 // which is also the size of a pooled body buffer (src/export/memory.ts): one size, so reuse never
-// depends on a file's exact length. Measured (docs/performance.md): 256 KiB keeps a chunk's hash
-// (~170 us) far above a pool round trip and a window of two chunks small.
-constexpr uint64_t kStreamThresholdBytes = 256 * 1024;
+// depends on a file's exact length. Measured (docs/performance.md): an unchanged 4 MiB file streams
+// at ~0.7x nginx with 256 KiB chunks, ~0.85x with 512 KiB, no better with 1 MiB (whose buffers
+// cross the mmap threshold), and a window of two 512 KiB chunks is the ~1 MiB a response may hold.
+constexpr uint64_t kStreamThresholdBytes = 512 * 1024;
 constexpr uint64_t kStreamChunkBytes = kStreamThresholdBytes;
 
 // Bodies up to this size are copied into V8-owned memory: a finalizer per response costs more than

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "fd.h"
 #include "resolve.h"
 #include "stop.h"
 
@@ -14,6 +15,8 @@ namespace rp {
 
 struct ExportRequest {
   int workdir_fd = -1;
+  // Set by hold_workdir for an operation that runs on the pool: workdir_fd is then this duplicate.
+  Fd workdir_held;
   std::string root;      // the declared root, verbatim; opened beneath workdir_fd on every call
   std::string rel;       // lowered relpath beneath the root (read, stat); unused by list
   SymlinkPolicy policy = SymlinkPolicy::Follow;
@@ -28,5 +31,12 @@ struct ExportRequest {
   size_t into_capacity = 0;
   StopSignal stop;         // cancel token and deadline, asked between chunks (read, list)
 };
+
+// Makes `req` use a duplicate of its workdir descriptor, owned by the request, for as long as the
+// operation runs (see duplicate() in fd.h). A failed dup leaves -1: the operation fails EBADF.
+inline void hold_workdir(ExportRequest* req) {
+  req->workdir_held = duplicate(req->workdir_fd);
+  req->workdir_fd = req->workdir_held.valid() ? req->workdir_held.get() : -1;
+}
 
 }  // namespace rp

@@ -16,8 +16,17 @@
 
 namespace rp {
 
-BodyStream::BodyStream(Fd fd, uint64_t size, const unsigned char promised[32]) : fd_(std::move(fd)), size_(size) {
+BodyStream::BodyStream(Fd fd, uint64_t size, const unsigned char promised[32], std::unique_ptr<ReadLease> lease)
+    : fd_(std::move(fd)), size_(size), lease_(std::move(lease)), leased_(lease_ != nullptr) {
   std::memcpy(promised_, promised, 32);
+}
+
+bool BodyStream::vouched() { return lease_ && lease_->intact(); }
+
+bool BodyStream::lease_intact() {
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  // Once the final chunk was released the lease has nothing left to vouch for (it was let go then).
+  return !leased_ || verified_ || vouched();
 }
 
 size_t BodyStream::next(unsigned char* into, size_t capacity, bool* final, Failure* failure) {
@@ -33,6 +42,12 @@ size_t BodyStream::next(unsigned char* into, size_t capacity, bool* final, Failu
     failure->detail = how;
     return size_t{0};
   };
+  // Under the lease: asked before the bytes are read, so a writer let through meanwhile fails this
+  // chunk; and again once they are read (below), before the final one is released.
+  if (leased_) {
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    if (!vouched()) return changed("a writer opened the file while it was sent");
+  }
   const uint64_t left = size_ - offset_;
   const size_t want = left < capacity ? static_cast<size_t>(left) : capacity;
   size_t got = 0;
@@ -46,7 +61,7 @@ size_t BodyStream::next(unsigned char* into, size_t capacity, bool* final, Failu
     if (n == 0) return changed("the file shrank while it was sent");
     got += static_cast<size_t>(n);
   }
-  if (!sha_.update(into, got)) {
+  if (!leased_ && !sha_.update(into, got)) {
     done_ = true;
     failure->set(Code::IoError, EIO);
     failure->detail = "sha-256 failed";
@@ -63,6 +78,16 @@ size_t BodyStream::next(unsigned char* into, size_t capacity, bool* final, Failu
     return 0;
   }
   if (more > 0) return changed("the file grew while it was sent");
+  if (leased_) {
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    // Held from the lookup to the last byte read: nobody could write, so the bytes are the ones the
+    // cached digest names. Let go now: the rest is the socket's.
+    if (!vouched()) return changed("a writer opened the file while it was sent");
+    lease_->release();
+    verified_ = true;
+    *final = true;
+    return got;
+  }
   unsigned char sent[32];
   if (!sha_.finish(sent)) {
     failure->set(Code::IoError, EIO);
@@ -88,6 +113,20 @@ StreamOpening open_export_stream(const ExportRequest& req) {
   if (stat_fd(fd.get(), &st) != 0) {
     out.failure.set(Code::IoError, errno);
     return out;
+  }
+  // A digest cached for exactly this version, looked up under a read lease that the stream keeps.
+  if (times_follow_mapped_writes(fd.get())) {
+    std::unique_ptr<ReadLease> lease(new ReadLease(fd.get()));
+    struct stat under;
+    if (lease->held() && stat_fd(fd.get(), &under) == 0 && static_cast<uint64_t>(under.st_size) <= req.max_bytes &&
+        digest_cache().lookup(file_key(under), out.sha256)) {
+      out.size = static_cast<uint64_t>(under.st_size);
+      out.mtime_ms = epoch_ms(under.st_mtim);
+      out.digest_cached = true;
+      out.lease = std::move(lease);
+      out.fd = std::move(fd);
+      return out;
+    }
   }
   int64_t covered = whole_file_digest(fd.get(), &st, out.sha256, req.stop, &out.failure, &out.digest_cached);
   if (covered < 0) return out;

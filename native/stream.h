@@ -5,14 +5,24 @@
 // chunk is released only once the hash of everything sent equals the etag promised, nothing lies
 // past the promised size, and no chunk came up short. Otherwise the caller is told FileChanged and
 // never sends that chunk, so no client can complete a body whose sha256 differs from its etag.
-// Syscalls only; uses read (open_export_file), digest_cache and sha256.
+//
+// A digest from the cache comes with the read lease it was looked up under (digest_cache.h), and
+// the stream keeps it: while it is intact no writer can have opened the file or mapped it writable,
+// so no byte can change, and the chunks are not hashed again. The lease is asked before every
+// chunk, before the final one is released, and (by the caller, while a slow client holds the send)
+// at any time through lease_intact(); the first time a writer waits for it, it is let go at once and
+// the stream fails FileChanged, so a writer is never kept waiting by a reader for long.
+// Syscalls only; uses read (open_export_file), digest_cache, lease and sha256.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 
 #include "codes.h"
 #include "fd.h"
+#include "lease.h"
 #include "request.h"
 #include "sha256.h"
 
@@ -22,7 +32,8 @@ namespace rp {
 // what was handed out so far. Chunks are taken in order, one at a time (the caller serialises).
 class BodyStream {
  public:
-  BodyStream(Fd fd, uint64_t size, const unsigned char promised[32]);
+  // `lease`: the read lease a cached digest was found under (null: the chunks are hashed).
+  BodyStream(Fd fd, uint64_t size, const unsigned char promised[32], std::unique_ptr<ReadLease> lease = nullptr);
   BodyStream(const BodyStream&) = delete;
   BodyStream& operator=(const BodyStream&) = delete;
 
@@ -34,14 +45,27 @@ class BodyStream {
 
   uint64_t size() const { return size_; }
   uint64_t offset() const { return offset_; }
+  // Sent under the lease of a cached digest (its chunks are not hashed).
+  bool leased() const { return leased_; }
+
+  // For a stream sent under its lease: false once a writer waits (the lease is then let go, and the
+  // next chunk fails). True for a stream that hashes its chunks, and once the final chunk was
+  // released. Safe from any thread.
+  bool lease_intact();
 
  private:
+  bool vouched();  // under lease_mu_: the lease still vouches for the bytes
+
   Fd fd_;
   uint64_t size_;
   uint64_t offset_ = 0;
   unsigned char promised_[32];
   Sha256 sha_;
   bool done_ = false;  // the final chunk was handed out, or a failure ended the stream
+  std::mutex lease_mu_;
+  std::unique_ptr<ReadLease> lease_;  // after fd_: released before the descriptor closes
+  bool leased_ = false;               // sent under a lease (whether or not it still holds)
+  bool verified_ = false;             // under lease_mu_: the final chunk was released
 };
 
 struct StreamOpening {
@@ -51,11 +75,13 @@ struct StreamOpening {
   int64_t mtime_ms = 0;
   unsigned char sha256[32] = {};
   bool digest_cached = false;
+  std::unique_ptr<ReadLease> lease;  // held, with a cached digest: see BodyStream
 };
 
 // open_export_file of req (the same resolution and checks as a read), max_bytes refused by fstat
-// before a byte is read and again by what was hashed, then the digest of the whole file (cache or
-// hashing pass, asking req.stop between chunks).
+// before a byte is read and again by what was hashed, then the digest of the whole file: a digest
+// cached for exactly this version, found under a read lease that is then kept, or else a hashing
+// pass (whole_file_digest, asking req.stop between chunks).
 StreamOpening open_export_stream(const ExportRequest& req);
 
 }  // namespace rp

@@ -115,6 +115,13 @@ export interface ReadResult {
 export interface StreamHandle {
   next(into: Buffer): Promise<{ bytes: number; final: boolean }>;
   close(): void;
+  /**
+   * Sent under the read lease of a cached digest: its chunks are not hashed again, because no
+   * writer can open the file while the lease holds (native/stream.h).
+   */
+  readonly leased: boolean;
+  /** False once a writer waits for that lease (it is then let go, and the next chunk fails). One fcntl. */
+  leaseIntact(): boolean;
 }
 
 export interface StreamOpened {

@@ -16,6 +16,7 @@ import { MemoryBudget } from '../src/export/memory.js';
 import * as native from '../src/native.js';
 import { newEventId } from '../src/trace/trace.js';
 import { drain } from './helpers/body.js';
+import { holdPool } from './helpers/pool.js';
 import { defer } from './helpers/cleanup.js';
 import { requireSeen, skipRace, until } from './helpers/race.js';
 import { scratch } from './helpers/tree.js';
@@ -49,40 +50,10 @@ describe('a small file is read without the thread pool', () => {
     const dir = scratch(['out/small: tiny', 'out/big @ 1m', 'fifos/']);
     const view = await viewOf(dir);
     // Hold every pool thread: each open of a FIFO without a writer blocks one until a writer comes.
-    const threads = Number(process.env.UV_THREADPOOL_SIZE ?? 4);
-    const fifos = Array.from({ length: threads + 2 }, (_, i) => join(dir, 'fifos', `p${i}`));
-    for (const p of fifos) execFileSync('mkfifo', [p]);
-    const held = fifos.map((p) => openAsync(p, 'r'));
-    // A FIFO's open returns once a writer comes; an open still queued for a thread has no reader
-    // yet (ENXIO), so writers are offered until every open has returned.
-    const released = new Set<string>();
-    const release = async () => {
-      let settled = false;
-      void Promise.allSettled(held).then(() => (settled = true));
-      while (!settled) {
-        for (const p of fifos) {
-          if (released.has(p)) continue;
-          try {
-            closeSync(openSync(p, constants.O_WRONLY | constants.O_NONBLOCK));
-            released.add(p);
-          } catch {
-            // not being opened yet
-          }
-        }
-        await sleep(10);
-      }
-      for (const h of held) await h.then((f) => f.close(), () => undefined);
-    };
+    const pool = holdPool(join(dir, 'fifos'));
+    const { threads, parked, release } = pool;
     defer(release);
     // Every pool thread asleep in a FIFO open (the kernel's wait_for_partner), or the test proves nothing.
-    const parked = () =>
-      readdirSync('/proc/self/task').filter((t) => {
-        try {
-          return readFileSync(`/proc/self/task/${t}/wchan`, 'utf8') === 'wait_for_partner';
-        } catch {
-          return false;
-        }
-      }).length;
     if (!(await until(() => parked() >= threads, 10_000))) skipRace(ctx, `only ${parked()} of ${threads} pool threads were held in a FIFO open`);
 
     let bigDone = false;

@@ -6,7 +6,7 @@
 // through a shared mapping) on the temp directory's filesystem and on tmpfs, and the client then
 // reads on: it must never complete a body whose sha256 differs from the etag, and the trace must say
 // the body was not delivered because the file changed. A naive streamer completes these bodies.
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { appendFileSync, existsSync, mkdtempSync, openSync, closeSync, statfsSync, truncateSync, writeFileSync, writeSync } from 'node:fs';
 import { connect } from 'node:net';
@@ -163,6 +163,68 @@ describe('a large body streams under a verified etag', () => {
           expect(c.session.memory.inUse).toBe(0);
         });
       }
+    });
+  }
+});
+
+describe('a body whose digest came from the cache is sent under its read lease', () => {
+  /** Past the digest cache's racy margin: a digest may be stored. */
+  const SETTLE_MS = 2_300;
+
+  async function settledCapsule(): Promise<{ c: Capsule; path: string }> {
+    const workdir = workdirOn(null);
+    writeFileSync(join(workdir, 'out', 'big.bin'), pattern(BODY, 7));
+    await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
+    const c = await capsule({ yaml: filesManifest('out/', 64 * MiB), workdir });
+    // The first read hashes and stores the digest; the next ones find it under a lease.
+    const first = await rawGet(c.url, '/resources/files/big.bin');
+    expect(first.status).toBe(200);
+    return { c, path: join(workdir, 'out', 'big.bin') };
+  }
+
+  it('arrives whole from the cache, unhashed, when nobody writes', async (ctx) => {
+    const { c } = await settledCapsule();
+    const hits = native.digestCacheStats().hits;
+    const r = await rawGet(c.url, '/resources/files/big.bin');
+    if (native.digestCacheStats().hits === hits) return ctx.skip(); // no lease here (leases off, or not the owner)
+    expect(r.status).toBe(200);
+    expect(r.body.equals(pattern(BODY, 7))).toBe(true);
+    expect(r.header('etag')).toBe(`"sha256:${sha256Hex(r.body)}"`);
+  });
+
+  // The writer is another process: this one serves the stream, and a writer here would block its
+  // own event loop in open(2) until the lease is let go.
+  const WRITERS: Array<{ name: string; script: string }> = [
+    { name: 'rewrites a byte in place', script: `import os, sys\nfd = os.open(sys.argv[1], os.O_WRONLY)\nos.pwrite(fd, b'rewritten', ${BODY - 100})\nos.close(fd)` },
+    { name: 'appends', script: `import os, sys\nfd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)\nos.write(fd, b'more')\nos.close(fd)` },
+    { name: 'only opens it for writing', script: `import os, sys\nos.close(os.open(sys.argv[1], os.O_WRONLY))` },
+    { name: 'writes through a shared mapping', script: MAP_WRITE },
+  ];
+  for (const { name, script } of WRITERS) {
+    it(`a writer that ${name} is let through at once, and the body is cut`, async (ctx) => {
+      const { c, path } = await settledCapsule();
+      const hits = native.digestCacheStats().hits;
+      let writerMs = 0;
+      const r = await stalledGet(c.url, '/resources/files/big.bin', MiB, async () => {
+        if (native.digestCacheStats().hits === hits) return;
+        const t0 = Date.now();
+        const args = script === MAP_WRITE ? ['-c', script, path, String(BODY - 4096)] : ['-c', script, path];
+        await new Promise<void>((resolve, reject) => execFile('python3', args, (error) => (error ? reject(error) : resolve())));
+        writerMs = Date.now() - t0;
+      });
+      if (native.digestCacheStats().hits === hits) return ctx.skip(); // no lease here (leases off, or not the owner)
+      expect(r.status).toBe(200);
+      expect(r.complete, `${r.body.length} of ${r.headers['content-length']} bytes`).toBe(false);
+      expect(r.body.equals(pattern(BODY, 7).subarray(0, r.body.length))).toBe(true);
+      let undelivered: Record<string, unknown> | undefined;
+      for (let i = 0; i < 200 && !undelivered; i++) {
+        undelivered = readTrace(c.tracePath).find((e) => e.event_type === 'response_undelivered');
+        if (!undelivered) await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      expect(undelivered).toMatchObject({ of: 'resource_read', outcome: 'undelivered', reason: 'a writer opened the file while it was sent' });
+      // Not a timing bound on the server: a writer kept waiting by the stalled client would wait for
+      // the kernel's lease break time (45 s by default, /proc/sys/fs/lease-break-time).
+      expect(writerMs, 'the writer was not held until the lease break time').toBeLessThan(30_000);
     });
   }
 });

@@ -7,11 +7,20 @@
 // other is written; a buffer is read into again only once its write completed or the response
 // closed, so a pooled buffer is never changed under a write.
 //
+// A body whose digest came from the cache is sent under the read lease it was found under, and its
+// chunks are not hashed again (native/stream.h). While a slow client holds the send, the lease is
+// asked every LEASE_POLL_MS: a writer that opens the file waits at most that long, and the body is
+// then cut like one that changed.
+//
 // Fastify sends a stream payload with payload.pipe(res); pipe() here runs that loop itself, with a
 // callback per write, instead of letting Readable push chunks nobody could tell were flushed.
 import type { ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import * as native from '../native.js';
+
+/** How often a stalled send under a lease asks whether a writer waits for it. */
+export const LEASE_POLL_MS = 50;
+const WRITER_CAME = 'a writer opened the file while it was sent';
 
 /** Where chunk buffers come from and go back to (the budget's pool, or fresh ones). */
 export interface ChunkBuffers {
@@ -63,6 +72,17 @@ export class StreamBody extends Readable {
     };
     res.once('close', onClose);
     const gone = () => closed || this.stopped || res.destroyed;
+    const cut = (why: string) => {
+      this.failure ??= why;
+      // Reset, not a clean close: the client must see this body fail, never end.
+      if (!res.destroyed) (res.socket?.resetAndDestroy() ?? res.destroy());
+    };
+    const watch = this.stream.leased
+      ? setInterval(() => {
+          if (!gone() && !this.stream.leaseIntact()) cut(WRITER_CAME);
+        }, LEASE_POLL_MS)
+      : null;
+    watch?.unref();
     let owned: Buffer | null = null;
     try {
       for (;;) {
@@ -73,15 +93,15 @@ export class StreamBody extends Readable {
         try {
           chunk = await native.nextChunk(this.stream, owned);
         } catch (error) {
-          this.failure = error instanceof native.NativeError && error.code === 'FILE_CHANGED' ? error.detail : 'the file could not be read while it was sent';
-          // Reset, not a clean close: the client must see this body fail, never end.
-          if (!res.destroyed) (res.socket?.resetAndDestroy() ?? res.destroy());
+          cut(error instanceof native.NativeError && error.code === 'FILE_CHANGED' ? error.detail : 'the file could not be read while it was sent');
           return;
         }
         if (gone()) return;
         const buffer = owned;
         owned = null;
         writing.add(buffer);
+        // The final chunk let the lease go: from here nothing is left to watch.
+        if (chunk.final && watch) clearInterval(watch);
         const flowing = res.write(buffer.subarray(0, chunk.bytes), () => free(buffer));
         if (chunk.final) {
           res.end();
@@ -102,6 +122,7 @@ export class StreamBody extends Readable {
         }
       }
     } finally {
+      if (watch) clearInterval(watch);
       if (owned) this.buffers.give(owned);
     }
   }
