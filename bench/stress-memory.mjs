@@ -185,7 +185,7 @@ const bigSampler = setInterval(() => {
 /** Reads the whole body slowly: a pause of 20 ms after every 4 MiB. */
 function slowRead() {
   return new Promise((resolve) => {
-    const req = request({ host: '127.0.0.1', port, path: '/resources/files/big.bin' }, (res) => {
+    const req = request({ host: '127.0.0.1', port, path: '/resources/files/big.bin', agent: false }, (res) => {
       const hash = createHash('sha256');
       let got = 0;
       let sincePause = 0;
@@ -214,7 +214,11 @@ for (let i = 0; i < 40 && bigInUse !== 0; i++) {
   await sleep(250);
   bigInUse = await budgetInUse();
 }
-const bigAfter = procStat();
+let bigAfter = procStat();
+for (let i = 0; i < 40 && bigAfter.fds > bigBaseline.fds + FD_SLACK; i++) {
+  await sleep(250);
+  bigAfter = procStat();
+}
 server.kill('SIGTERM');
 const bigExit = await new Promise((r) => server.on('exit', (code, signal) => r({ code, signal })));
 server = null;
