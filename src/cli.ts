@@ -24,13 +24,12 @@ import { parseByteCount, parseDuration } from './manifest/grammars.js';
 import type { Manifest } from './manifest/model.js';
 import * as native from './native.js';
 import { effectiveGrants, renderExplainScope } from './manifest/scope.js';
-import { DRAIN_TIMEOUT_MS } from './server/limits.js';
 import { packageVersion } from './version.js';
 
 const PROGRAM = 'resource-plane';
 
-/** Everything in flight is given this long to end after SIGINT, SIGTERM or the control channel closing. */
-const SHUTDOWN_BOUND_MS = DRAIN_TIMEOUT_MS + 5_000;
+/** Everything in flight is given the drain's bound and this much more after SIGINT, SIGTERM or the control channel closing. */
+const SHUTDOWN_GRACE_MS = 5_000;
 
 /** `(see resource-plane serve --help)`: where a usage error sends the reader. */
 function helpPointer(command: string | null): string {
@@ -168,7 +167,8 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     }
   }
   // Loaded only now: a first phase that re-executes never needs the server, nor pino.
-  const [{ launch }, { stderrLogger }] = await Promise.all([import('./launch/launch.js'), import('./launch/logger.js')]);
+  const [{ launch }, { stderrLogger }, { DRAIN_TIMEOUT_MS }] = await Promise.all([import('./launch/launch.js'), import('./launch/logger.js'), import('./server/limits.js')]);
+  const SHUTDOWN_BOUND_MS = DRAIN_TIMEOUT_MS + SHUTDOWN_GRACE_MS;
   const root = stderrLogger();
   const launched = await launch({ ...opts, logger: root, confinement });
   const { session, server } = launched;
