@@ -1,7 +1,7 @@
 // Applying the self-confinement of `resource-plane serve` with Landlock (the ruleset itself is
 // planned in src/launch/confine-plan.ts): after launch the process can read only
 // what it needs (the workdir, its own install, the system files Node, TLS and DNS use), write only
-// the trace and the workdir's peer-in, bind only its listen port and connect only to the ports of
+// the trace and the workdir's peer-in, bind no port (its listeners are bound before, and inherited) and connect only to the ports of
 // the allow lists it connects through. Where the kernel has no Landlock, or when told not to, it serves
 // unconfined and says why in session_start.
 //
