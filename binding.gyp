@@ -15,6 +15,7 @@
         "native/bind_exports.cc",
         "native/bind_landing.cc",
         "native/bind_landlock.cc",
+        "native/bind_sockets.cc",
         "native/bind_stream.cc",
         "native/codes.cc",
         "native/resolve.cc",
@@ -26,7 +27,8 @@
         "native/write.cc",
         "native/lease.cc",
         "native/digest_cache.cc",
-        "native/landlock.cc"
+        "native/landlock.cc",
+        "native/sockets.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "_GNU_SOURCE"],

@@ -1,6 +1,6 @@
 // The export table and nothing else: each function is defined by the bind_*.cc file of its
 // concern (bind_exports: the export operations and the digest cache; bind_stream: streamed bodies
-// and the size limits; bind_landing: the landing; bind_landlock: confinement), over the syscall files, which never include napi.h.
+// and the size limits; bind_landing: the landing; bind_landlock: confinement; bind_sockets: listeners and sd_notify), over the syscall files, which never include napi.h.
 #include <malloc.h>
 #include <napi.h>
 
@@ -8,6 +8,7 @@
 #include "bind_exports.h"
 #include "bind_landing.h"
 #include "bind_landlock.h"
+#include "bind_sockets.h"
 #include "bind_stream.h"
 #include "codes.h"
 #include "landlock.h"
@@ -21,6 +22,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   rp::InitExportBindings(env, exports);
   rp::InitLandingBinding(env);
   rp::InitStreamBinding(env, exports);
+  rp::InitSocketBindings(env, exports);
   exports.Set("openDirectory", Napi::Function::New(env, rp::OpenDirectory, "openDirectory"));
   exports.Set("closeFd", Napi::Function::New(env, rp::CloseFd, "closeFd"));
   exports.Set("read", Napi::Function::New(env, rp::Read, "read"));

@@ -127,16 +127,28 @@ Napi::Value LandlockRestrictSelf(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// replaceProcessImage({path, argv, env}): execve. Returns {ok: false, code: 'EXEC_FAILED', ...}
-// only when execve failed; on success nothing returns (the process is a new image).
-// replaceProcessImage({path, argv, env}): execve. Returns {ok: false, code, ...} only when it did
+// replaceProcessImage({path, argv, env, keep: fd[]}): execve, with `keep` the only descriptors
+// above stderr that cross. Returns {ok: false, code, ...} only when it did
 // not happen (NOT_MAIN_THREAD, EXEC_FAILED); on success nothing returns (the process is a new image).
 Napi::Value ReplaceProcessImage(const Napi::CallbackInfo& info) {
   Napi::Object o = options_arg(info);
   std::string path = string_field(o, "path");
   std::vector<std::string> argv = string_list_field(o, "argv");
   std::vector<std::string> env = string_list_field(o, "env");
-  LandlockOutcome outcome = replace_process_image(path, argv, env);
+  std::vector<int> keep;
+  Napi::Value k = field(o, "keep");
+  if (!k.IsUndefined()) {
+    if (!k.IsArray()) throw Napi::TypeError::New(info.Env(), "keep must be an array of descriptors");
+    Napi::Array a = k.As<Napi::Array>();
+    for (uint32_t i = 0; i < a.Length(); i++) {
+      Napi::Value item = a.Get(i);
+      double d = item.IsNumber() ? item.As<Napi::Number>().DoubleValue() : -1;
+      if (!(d >= 3) || d > 2147483647.0 || d != static_cast<double>(static_cast<int>(d)))
+        throw Napi::RangeError::New(info.Env(), "keep items must be descriptors above stderr");
+      keep.push_back(static_cast<int>(d));
+    }
+  }
+  LandlockOutcome outcome = replace_process_image(path, argv, env, keep);
   return landlock_failure(info.Env(), outcome.code, outcome.err, outcome.detail);
 }
 

@@ -313,7 +313,7 @@ LandlockOutcome landlock_restrict_self(const LandlockPlan& plan) {
 }
 
 LandlockOutcome replace_process_image(const std::string& path, const std::vector<std::string>& argv,
-                                      const std::vector<std::string>& env) {
+                                      const std::vector<std::string>& env, const std::vector<int>& keep) {
   LandlockOutcome out;
   // execve keeps only the calling thread: the one in the domain must be the one that calls it.
   if (syscall(SYS_gettid) != getpid())
@@ -338,10 +338,23 @@ LandlockOutcome replace_process_image(const std::string& path, const std::vector
     int flags = fcntl(fd, F_GETFD);
     if (flags >= 0 && (flags & FD_CLOEXEC)) fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
   }
+  // The handed-over sockets cross under their own numbers (the handoff names them); one that is
+  // not open fails the exec here rather than leaving the new image a number that means nothing.
+  for (int fd : keep) {
+    int flags = fcntl(fd, F_GETFD);
+    if (flags < 0 || fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC) != 0) {
+      err = errno;
+      return fail(out, LandlockCode::ExecFailed, err, with_errno("keeping descriptor " + std::to_string(fd), err));
+    }
+  }
   execve(path.c_str(), args.data(), envp.data());
   err = errno;
-  // Still this image: put the standard descriptors' flags back as Node had them. (The others
-  // stay close-on-exec; this process never execs again.)
+  // Still this image: put the standard descriptors' flags back as Node had them, and the kept
+  // ones close-on-exec again. (This process never execs again.)
+  for (int fd : keep) {
+    int flags = fcntl(fd, F_GETFD);
+    if (flags >= 0) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+  }
   for (int fd = 0; fd <= 2; fd++) {
     int flags = fcntl(fd, F_GETFD);
     if (flags >= 0) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);

@@ -81,11 +81,12 @@ struct LandlockOutcome {
 // is in the domain for good. Every descriptor it opens is O_CLOEXEC and closed before it returns.
 LandlockOutcome landlock_restrict_self(const LandlockPlan& plan);
 
-// execve(path, argv, env) from the main thread, keeping descriptors 0-2 open across it (Node
-// marks them close-on-exec) and marking every other close-on-exec first, the launcher's included
-// (close_range, or one by one before Linux 5.11). Returns only on failure: NotMainThread, or
-// ExecFailed with the errno of execve or of the marking (then nothing was executed).
+// execve(path, argv, env) from the main thread, keeping descriptors 0-2 and exactly those in
+// `keep` (the listening sockets and the notify socket the launch hands over) open across it, and
+// marking every other close-on-exec first, the launcher's included (close_range, or one by one
+// before Linux 5.11). Returns only on failure: NotMainThread, or ExecFailed with the errno of
+// execve or of the marking (then nothing was executed).
 LandlockOutcome replace_process_image(const std::string& path, const std::vector<std::string>& argv,
-                                      const std::vector<std::string>& env);
+                                      const std::vector<std::string>& env, const std::vector<int>& keep);
 
 }  // namespace rp

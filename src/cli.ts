@@ -8,14 +8,14 @@ import { constants as osConstants } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import type { SingleBar } from 'cli-progress';
 import { Command, CommanderError, Option } from 'commander';
-import { pino } from 'pino';
 import type { Progress } from './cli/client.js';
 import { UsageError } from './codes.js';
-import { notConfined } from './launch/confinement.js';
+import { notConfined, type Confinement } from './launch/confinement.js';
 import { checkExportRoots, checkExportRootsAt } from './launch/checks.js';
 import { confineAndReexec, landlockMode, takeHandoff } from './launch/confine-apply.js';
+import { earlyLogger, LOG_LEVELS } from './launch/early-log.js';
 import type { LaunchOptions } from './launch/launch.js';
-import { stderrLogger } from './launch/logger.js';
+import { activatedListeners, notify, openNotifySocket, type HeldListener } from './launch/sockets.js';
 import { DEFAULT_MANIFEST_NAME, loadManifest, readManifestBeneath } from './launch/manifest-file.js';
 import { parseContainment } from './launch/options.js';
 import { runTestHooks } from './launch/test-hooks.js';
@@ -24,13 +24,12 @@ import { parseByteCount, parseDuration } from './manifest/grammars.js';
 import type { Manifest } from './manifest/model.js';
 import * as native from './native.js';
 import { effectiveGrants, renderExplainScope } from './manifest/scope.js';
-import { DRAIN_TIMEOUT_MS } from './server/limits.js';
 import { packageVersion } from './version.js';
 
 const PROGRAM = 'resource-plane';
 
-/** Everything in flight is given this long to end after SIGINT, SIGTERM or the control channel closing. */
-const SHUTDOWN_BOUND_MS = DRAIN_TIMEOUT_MS + 5_000;
+/** Everything in flight is given the drain's bound and this much more after SIGINT, SIGTERM or the control channel closing. */
+const SHUTDOWN_GRACE_MS = 5_000;
 
 /** `(see resource-plane serve --help)`: where a usage error sends the reader. */
 function helpPointer(command: string | null): string {
@@ -77,8 +76,6 @@ function fail(error: unknown, command: string | null = null): never {
 
 // ── Environment ─────────────────────────────────────────────────────────────────────────────────
 
-const LOG_LEVELS = [...Object.keys(pino.levels.values), 'silent'];
-
 /** Checked before a logger exists: pino's own message for a bad level speaks to a programmer. */
 function checkLogLevel(): void {
   const level = process.env.RESOURCE_PLANE_LOG_LEVEL;
@@ -105,7 +102,9 @@ Environment:
 interface ServeFlags {
   workdir: string;
   manifest?: string;
-  listen: string;
+  listen?: string;
+  /** Whether --listen was given (not defaulted): refused under socket activation. */
+  listenGiven?: boolean;
   advertise?: string;
   sessionId?: string;
   containment: string;
@@ -119,35 +118,59 @@ interface ServeFlags {
   landlock: boolean;
 }
 
+/** The inherited sockets as launch() serves them. */
+function asLaunchListeners(held: readonly HeldListener[]): NonNullable<LaunchOptions['listeners']> {
+  const peer = held.find((l) => l.role === 'peer')!;
+  return { peer, operator: held.find((l) => l.role === 'operator') ?? null };
+}
+
 async function serveCommand(flags: ServeFlags): Promise<void> {
   checkLogLevel();
   checkResolverChoice();
-  const root = stderrLogger();
-  const { manifest, trace, control: _control, memoryBudget, listingBudget, landlock, ...rest } = flags;
+  const early = earlyLogger();
+  const { manifest, trace, control: _control, memoryBudget, listingBudget, landlock, listenGiven, ...rest } = flags;
   let opts: LaunchOptions = {
     ...rest,
+    listen: rest.listen ?? '127.0.0.1:0',
     manifestPath: manifest,
     tracePath: trace,
-    logger: root,
+    onStaleSocket: (path) => early('warn', { path }, 'removed a stale operator socket (nothing listened on it) and replaced it'),
     ...(memoryBudget !== undefined ? { memoryBudgetBytes: parseBudgetBytes(memoryBudget) } : {}),
     ...(listingBudget !== undefined ? { listingBudgetMs: parseBudgetSeconds(listingBudget) * 1000 } : {}),
   };
   // Confinement (src/launch/confine-apply.ts): either this is the re-executed, already confined image,
-  // which takes the launch its first phase settled, or this is the first phase, which confines and
-  // re-executes (not returning) unless Landlock is off or unavailable here.
-  let confinement;
+  // which takes the launch its first phase settled (and the sockets it bound), or this is the
+  // first phase, which binds, confines and re-executes (not returning) unless Landlock is off or
+  // unavailable here. Either way every listening socket is bound once, before the session exists.
+  let confinement: Confinement;
+  let notifyFd: number | null;
   const handoff = takeHandoff();
   if (handoff) {
-    const { confinement: applied, ...settled } = handoff;
-    opts = { ...opts, ...settled, manifestPath: undefined };
+    const { confinement: applied, listeners, notifyFd: fd, ...settled } = handoff;
+    opts = { ...opts, ...settled, manifestPath: undefined, ...(listeners.length > 0 ? { listeners: asLaunchListeners(listeners) } : {}) };
     confinement = applied;
+    notifyFd = fd;
   } else {
     const { mode, why } = landlockMode(landlock);
-    confinement = mode === 'off' ? notConfined(why ?? 'disabled') : await confineAndReexec(opts, (fields, msg) => root.debug(fields, msg));
+    const activated = activatedListeners();
+    if (activated && (opts.operatorListen !== undefined || listenGiven)) {
+      throw new UsageError('the listening sockets come from systemd (LISTEN_FDS): drop --listen and --operator-listen');
+    }
+    notifyFd = openNotifySocket();
+    if (mode === 'off') {
+      confinement = notConfined(why ?? 'disabled');
+      if (activated) opts = { ...opts, listeners: asLaunchListeners(activated) };
+    } else {
+      const first = await confineAndReexec(opts, (fields, msg) => early('debug', fields, msg), activated, notifyFd, opts.onStaleSocket);
+      confinement = first.confinement;
+      opts = { ...opts, sessionId: first.sessionId, tracePath: first.tracePath, ...(first.listeners ? { listeners: asLaunchListeners(first.listeners) } : {}) };
+    }
   }
-  // Loaded only now: a first phase that re-executes never needs the server.
-  const { launch } = await import('./launch/launch.js');
-  const launched = await launch({ ...opts, confinement });
+  // Loaded only now: a first phase that re-executes never needs the server, nor pino.
+  const [{ launch }, { stderrLogger }, { DRAIN_TIMEOUT_MS }] = await Promise.all([import('./launch/launch.js'), import('./launch/logger.js'), import('./server/limits.js')]);
+  const SHUTDOWN_BOUND_MS = DRAIN_TIMEOUT_MS + SHUTDOWN_GRACE_MS;
+  const root = stderrLogger();
+  const launched = await launch({ ...opts, logger: root, confinement });
   const { session, server } = launched;
   // From here on every line carries the session id (launch binds the request logs the same way).
   const logger = root.child({ session_id: session.sessionId });
@@ -169,6 +192,8 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     if (shuttingDown) return;
     shuttingDown = true;
     logger.info({ why }, 'shutting down');
+    const unsent = notify(notifyFd, 'STOPPING=1');
+    if (unsent) logger.warn({ detail: unsent }, 'sd_notify STOPPING=1 was not sent');
     // The bound: responses get DRAIN_TIMEOUT_MS, then are cut. If anything still holds the process
     // past SHUTDOWN_BOUND_MS (a native worker that cannot be interrupted), the key is zeroed and the
     // process ends itself: exiting normally would wait for the thread pool.
@@ -191,6 +216,9 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     // The launcher reads this one line from stdout instead of scraping logs.
     process.stdout.write(`${JSON.stringify(ready)}\n`);
   }
+  // Ready for systemd (Type=notify) once it serves, from this process (NotifyAccess=main).
+  const unsent = notify(notifyFd, 'READY=1');
+  if (unsent) logger.warn({ detail: unsent }, 'sd_notify READY=1 was not sent');
   logger.info(ready, 'serving');
 }
 
@@ -342,7 +370,7 @@ Run '${PROGRAM} <command> --help' for a command's options.`,
     'the capsule workdir (required); created if missing, once every check passed',
   )
     .option('--manifest <file>', 'the manifest (default: <workdir>/murmur.yaml)')
-    .option('--listen <host:port>', 'where to listen', '127.0.0.1:0')
+    .option('--listen <host:port>', 'where to listen (default: "127.0.0.1:0"; under systemd socket activation the sockets come from LISTEN_FDS)')
     .option('--advertise <url>', 'the URL the agent card and audience say (default: http://localhost:<bound port>)')
     .option('--session-id <id>', 'the session id (default: a fresh ses_<32 hex>)')
     .addOption(new Option('--containment <class>', 'the containment class the sandbox achieved').choices(['advisory', 'scoped', 'sealed']).default('advisory'))
@@ -368,7 +396,7 @@ Examples:
   ${PROGRAM} serve --workdir ./cap --control stdio    (how an MCP host starts it)
 ${ENVIRONMENT}`,
     )
-    .action((flags: ServeFlags) => serveCommand(flags).catch((error) => fail(error, 'serve')));
+    .action((flags: ServeFlags) => serveCommand({ ...flags, listenGiven: flags.listen !== undefined }).catch((error) => fail(error, 'serve')));
   shortErrors(serve, 'serve');
 
   const explain = cmd

@@ -2,10 +2,7 @@
 // key, the generation counter, the trace and the capsule's identity (session id, advertised URL),
 // all fixed when it is constructed. Nothing here reads files, checks a launch or knows HTTP:
 // src/launch/ validates and builds a Session.
-import { createHash, randomBytes } from 'node:crypto';
-import { homedir } from 'node:os';
-import { join } from 'node:path';
-import { Refusal, UsageError } from './codes.js';
+import { Refusal } from './codes.js';
 import { MemoryBudget } from './export/memory.js';
 import type { Confinement } from './launch/confinement.js';
 import { ExportView } from './export/export-view.js';
@@ -19,30 +16,7 @@ import type { Containment } from './wire.js';
 
 export type ToolName = 'share-file' | 'fetch-peer-file';
 
-/** What a session id may be: it names a records directory and appears in every trace line. */
-const SESSION_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
-
-export function newSessionId(): string {
-  return `ses_${randomBytes(16).toString('hex')}`;
-}
-
-/** The one validation of a session id; absent → a fresh one. */
-export function parseSessionId(value: string | undefined): string {
-  if (value === undefined) return newSessionId();
-  if (!SESSION_ID.test(value)) throw new UsageError(`--session-id must be 1-128 characters of [A-Za-z0-9_.:-] (got '${value}')`);
-  return value;
-}
-
-/** Where traces go by default: `RESOURCE_PLANE_RECORDS_DIR`, else `~/.murmur/records`. */
-export function recordsDirectory(): string {
-  return process.env.RESOURCE_PLANE_RECORDS_DIR || join(homedir(), '.murmur', 'records');
-}
-
-/** `~/.murmur/records/<workdir digest>/<session-id>/trace.jsonl`: per workdir, per session. */
-export function defaultTracePath(workdirReal: string, sessionId: string): string {
-  const digest = createHash('sha256').update(workdirReal).digest('hex').slice(0, 16);
-  return join(recordsDirectory(), digest, sessionId, 'trace.jsonl');
-}
+export { defaultTracePath, newSessionId, parseSessionId, recordsDirectory } from './records.js';
 
 export interface SessionInit {
   manifest: Manifest;

@@ -1,7 +1,7 @@
 // Applying the self-confinement of `resource-plane serve` with Landlock (the ruleset itself is
 // planned in src/launch/confine-plan.ts): after launch the process can read only
 // what it needs (the workdir, its own install, the system files Node, TLS and DNS use), write only
-// the trace and the workdir's peer-in, bind only its listen port and connect only to the ports of
+// the trace and the workdir's peer-in, bind no port (its listeners are bound before, and inherited) and connect only to the ports of
 // the allow lists it connects through. Where the kernel has no Landlock, or when told not to, it serves
 // unconfined and says why in session_start.
 //
@@ -14,18 +14,19 @@
 //
 //   1. unconfined: validate everything (options, manifest, export roots: a refusal exits here as
 //      before), settle what the session needs (workdir, session id, trace path, the manifest as
-//      read once), plan the ruleset, bind the listen ports (held until the execve closes them, so
-//      a port in use fails before anything of the session exists), create the trace file and
-//      peer-in; then, on the main thread, restrict that thread and execve the same command from it;
+//      read once), plan the ruleset, bind every listening socket once (src/launch/sockets.ts: a
+//      port in use fails before anything of the session exists), open the sd_notify socket,
+//      create the trace file and peer-in; then, on the main thread, restrict that thread and
+//      execve the same command from it, keeping exactly those sockets open across it;
 //   2. the new image starts with that one thread, already in the domain, so every thread Node and
 //      libuv create from then on is inside it. It takes the settled launch from an environment
 //      variable (the manifest is not read again: after confinement it may not be readable), checks
-//      that the domain is really in force, and serves.
+//      that the domain is really in force, and serves the sockets it inherited (it binds none).
 //
 // Nothing here runs for a library launch (launch()): confining the caller's process would be a
 // surprise, so those sessions record that they are not confined.
 import { closeSync, mkdirSync, openSync, unlinkSync } from 'node:fs';
-import { createServer, type Server } from 'node:net';
+import { rmdir, unlink } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { UsageError } from '../codes.js';
 import { notConfined, unhandledRights, type Confinement } from './confinement.js';
@@ -34,6 +35,7 @@ import * as native from '../native.js';
 import { PEER_INBOX_DIR } from '../manifest/scope.js';
 import { Trace } from '../trace/trace.js';
 import { planConfinement, type Plan } from './confine-plan.js';
+import { bindListeners, closeListeners, type HeldListener } from './sockets.js';
 import { prepareSession, removeEmptyUpTo, type SessionOptions } from './open-session.js';
 import { parseAdvertise, parseListen, parseOperatorListen } from './options.js';
 
@@ -56,12 +58,16 @@ export function landlockMode(flag: boolean, env: NodeJS.ProcessEnv = process.env
 }
 
 interface Handoff {
-  v: 1;
+  v: 2;
   workdir: string;
   manifest: Manifest;
   sessionId: string;
   tracePath: string;
   confinement: Confinement;
+  /** The listening sockets the new image serves, under the descriptor numbers they crossed with. */
+  listeners: HeldListener[];
+  /** The sd_notify socket, connected, or null. */
+  notifyFd: number | null;
 }
 
 function report(plan: Plan, applied: native.LandlockApplied): Confinement {
@@ -94,39 +100,11 @@ export interface ConfineOptions extends Omit<SessionOptions, 'advertisedUrl' | '
 }
 
 /**
- * The listen addresses bound here and held until the execve closes them (libuv's sockets are
- * close-on-exec): a port already taken fails the launch before anything of the session exists,
- * as launch() binds before it opens the session. A unix socket is not held (closing would have to
- * unlink it): parseOperatorListen has refused an existing path.
- */
-async function holdPorts(addresses: { host: string; port: number }[]): Promise<{ release(): Promise<void> }> {
-  const held: Server[] = [];
-  const release = () => Promise.all(held.map((s) => new Promise<void>((done) => s.close(() => done())))).then(() => undefined);
-  try {
-    for (const { host, port } of addresses) {
-      const server = createServer();
-      await new Promise<void>((resolve, reject) => {
-        server.once('error', reject);
-        server.listen({ host, port, exclusive: true }, () => {
-          server.off('error', reject);
-          resolve();
-        });
-      });
-      held.push(server);
-    }
-  } catch (error) {
-    await release();
-    throw error;
-  }
-  return { release };
-}
-
-/**
  * Creates the trace file as the session will open it (so a bad --trace fails here with the same
  * error), remembering what it made: `undo` removes the file and the directories it created, for a
  * launch that goes on unconfined (with a new session) instead of re-executing.
  */
-async function createTraceFile(tracePath: string, sessionId: string): Promise<{ undo(): void }> {
+async function createTraceFile(tracePath: string, sessionId: string): Promise<{ undo(): void; firstMade: string | undefined }> {
   const firstMade = mkdirSync(dirname(tracePath), { recursive: true, mode: 0o700 });
   let made = false;
   const undo = () => {
@@ -144,57 +122,98 @@ async function createTraceFile(tracePath: string, sessionId: string): Promise<{ 
     undo();
     throw error;
   }
-  return { undo };
+  return { undo, firstMade };
+}
+
+/** What phase 1 hands back when it did not re-execute: the launch then serves in this process. */
+export interface Unconfined {
+  confinement: Confinement;
+  /** The sockets bound (or inherited) for the session, to be served as they are; null: none yet. */
+  listeners: HeldListener[] | null;
+  /** The identity phase 1 settled, kept so that the session it serves is the one it planned. */
+  sessionId?: string;
+  tracePath?: string;
+}
+
+/** rmdir `dir` and its parents up to `top` through libuv's pool (see the exec failure below). */
+async function removeEmptyUpToOffThread(dir: string, top: string): Promise<void> {
+  for (let at = dir; ; at = dirname(at)) {
+    try {
+      await rmdir(at);
+    } catch {
+      return;
+    }
+    if (at === top || dirname(at) === at) return;
+  }
 }
 
 /**
- * Phase 1. Validates the launch as serve would, then confines the main thread and re-executes the
- * same command inside the domain: on success it does not return. It returns only a report of why
- * nothing was applied, and the caller then serves in this process, unconfined (launch() then
- * prepares its own session: nothing of this one is left behind).
+ * Phase 1. Validates the launch as serve would, binds its listeners (or takes `activated`, the
+ * sockets systemd handed over), then confines the main thread and re-executes the same command
+ * inside the domain: on success it does not return. It returns when no domain was applied (no
+ * Landlock here, or the ruleset refused), with the listeners bound: the caller then serves them
+ * in this process, unconfined, as the same session. Every failure before that leaves nothing
+ * (listeners closed, trace and workdir removed); so does an execve that fails once the main
+ * thread is confined, which is then an error: a half-confined process must not serve.
  */
-export async function confineAndReexec(opts: ConfineOptions, log: (fields: { session_id: string }, msg: string) => void): Promise<Confinement> {
+export async function confineAndReexec(
+  opts: ConfineOptions,
+  log: (fields: { session_id: string }, msg: string) => void,
+  activated: HeldListener[] | null,
+  notifyFd: number | null,
+  onStale?: (path: string) => void,
+): Promise<Unconfined> {
   const listen = parseListen(opts.listen ?? '127.0.0.1:0');
   parseAdvertise(opts.advertise);
-  const operatorListen = opts.operatorListen === undefined ? null : parseOperatorListen(opts.operatorListen, opts.workdir);
+  const operatorListen = activated || opts.operatorListen === undefined ? null : parseOperatorListen(opts.operatorListen, opts.workdir, onStale);
   // Every check a launch makes, with the same diagnostics; the workdir is created if missing.
-  const prepared = await prepareSession(opts);
+  const prepared = await prepareSession(opts, true);
   prepared.release();
   const { workdir, manifest, sessionId, tracePath } = prepared;
+  const settled = { sessionId, tracePath };
 
   const abi = native.landlockAbi();
-  if (!abi.ok) return notConfined(`Landlock is unavailable: ${abi.code} (${abi.detail})`);
+  if (!abi.ok) return { confinement: notConfined(`Landlock is unavailable: ${abi.code} (${abi.detail})`), listeners: activated, ...settled };
 
-  const plan = planConfinement({ workdir, tracePath, manifest, listenPort: listen.port, operatorListen });
+  // Sockets are bound before confinement and never after: the domain grants no TCP bind at all.
+  const operatorSocket = activated
+    ? (activated.find((l) => l.role === 'operator') ?? null)
+    : operatorListen;
+  const operatorPath = activated
+    ? (operatorSocket && 'url' in operatorSocket && operatorSocket.url.startsWith('unix:') ? { path: operatorSocket.url.slice('unix:'.length) } : null)
+    : operatorListen;
+  const plan = planConfinement({ workdir, tracePath, manifest, listenPort: listen.port, operatorListen: operatorPath, inheritedListeners: true, ownedSocket: !activated });
   if (plan.rules.some((r) => r.role === 'read' && r.path === '/')) {
-    return notConfined("a read rule would cover the whole filesystem ('/')", abi.abi);
+    return { confinement: notConfined("a read rule would cover the whole filesystem ('/')", abi.abi), listeners: activated, ...settled };
   }
-  const handoffBase = { v: 1 as const, workdir, manifest, sessionId, tracePath };
+  const handoffBase = { v: 2 as const, workdir, manifest, sessionId, tracePath };
   if (Buffer.byteLength(JSON.stringify(handoffBase)) > HANDOFF_MAX_BYTES) {
-    return notConfined('the parsed manifest is too large to hand to the confined process', abi.abi);
+    return { confinement: notConfined('the parsed manifest is too large to hand to the confined process', abi.abi), listeners: activated, ...settled };
   }
 
-  // Nothing of the session exists before its ports are bound: a port in use fails here, and the
+  // Nothing of the session exists before its sockets are bound: a port in use fails here, and the
   // workdir this launch created goes with it.
-  let ports: { release(): Promise<void> };
+  let listeners: HeldListener[];
   try {
-    ports = await holdPorts([listen, ...(operatorListen !== null && 'port' in operatorListen ? [operatorListen] : [])]);
+    listeners = activated ?? (await bindListeners(listen, operatorListen));
   } catch (error) {
     prepared.abandon();
     throw error;
   }
-  let trace: { undo(): void };
+  let trace: { undo(): void; firstMade: string | undefined };
   try {
     // The trace file must exist for its rule (the rule names the file, not its whole directory).
     trace = await createTraceFile(tracePath, sessionId);
   } catch (error) {
-    await ports.release();
+    closeListeners(listeners);
     prepared.abandon();
     throw error;
   }
+  let inboxMade = false;
   if (manifest.peerFetchAllow !== null) {
     try {
       mkdirSync(join(workdir, PEER_INBOX_DIR), { mode: 0o755 });
+      inboxMade = true;
     } catch {
       // Already there (or unusable: the rule is optional and the landing refuses it on its own).
     }
@@ -208,24 +227,37 @@ export async function confineAndReexec(opts: ConfineOptions, log: (fields: { ses
   });
   if (!applied.ok) {
     trace.undo();
-    await ports.release();
-    return notConfined(`the Landlock ruleset was not applied: ${applied.code} (${applied.detail})`, applied.abi || abi.abi);
+    return {
+      confinement: notConfined(`the Landlock ruleset was not applied: ${applied.code} (${applied.detail})`, applied.abi || abi.abi),
+      listeners,
+      ...settled,
+    };
   }
 
-  const handoff: Handoff = { ...handoffBase, confinement: report(plan, applied) };
+  const handoff: Handoff = {
+    ...handoffBase,
+    confinement: report(plan, applied),
+    listeners: listeners.map(({ role, fd, url, defaultAdvertisedUrl, unlinkOnClose }) => ({ role, fd, url, defaultAdvertisedUrl, unlinkOnClose })),
+    notifyFd,
+  };
   const env = Object.entries({ ...process.env, [HANDOFF_ENV]: JSON.stringify(handoff) })
     .filter((e): e is [string, string] => e[1] !== undefined)
     .map(([k, v]) => `${k}=${v}`);
   log({ session_id: sessionId }, 'confined: re-executing inside the Landlock domain');
   const argv = [process.execPath, ...process.execArgv, ...process.argv.slice(1)];
-  const failed = native.replaceProcessImage(process.execPath, argv, env);
-  // Still here: the main thread is confined for good, the threads already running are not. Serve
-  // on (the session works: what the main thread opens is in the ruleset), but say it plainly. The
-  // trace file stays: the confined main thread may not remove it.
-  await ports.release();
-  return notConfined(
-    `the re-exec into the Landlock domain failed (${failed.code}: ${failed.detail}); this process's main thread is confined, its other threads are not`,
-    applied.abi,
+  const keep = [...listeners.map((l) => l.fd), ...(notifyFd === null ? [] : [notifyFd])];
+  const failed = native.replaceProcessImage(process.execPath, argv, env, keep);
+  // Still here: the main thread is confined for good, the threads already running are not. No
+  // session is served from a half-confined process; what this launch made is removed through
+  // libuv's pool, whose threads predate the domain (the main thread itself may no longer remove
+  // the trace or the directories it created).
+  closeListeners(listeners);
+  await unlink(tracePath).catch(() => undefined);
+  if (trace.firstMade !== undefined) await removeEmptyUpToOffThread(dirname(tracePath), trace.firstMade);
+  if (inboxMade) await rmdir(join(workdir, PEER_INBOX_DIR)).catch(() => undefined);
+  if (prepared.createdWorkdir) await removeEmptyUpToOffThread(prepared.createdWorkdir.dir, prepared.createdWorkdir.top);
+  throw new Error(
+    `the re-exec into the Landlock domain failed (${failed.code}: ${failed.detail}); nothing was served and nothing of session ${sessionId} was kept (serve with --no-landlock to run unconfined)`,
   );
 }
 
@@ -245,9 +277,12 @@ export function takeHandoff(env: NodeJS.ProcessEnv = process.env): Omit<Handoff,
   } catch {
     throw new UsageError(`${HANDOFF_ENV} is not a confined launch's handoff`);
   }
-  if (handoff?.v !== 1 || typeof handoff.workdir !== 'string' || typeof handoff.sessionId !== 'string' ||
+  if (handoff?.v !== 2 || typeof handoff.workdir !== 'string' || typeof handoff.sessionId !== 'string' ||
       typeof handoff.tracePath !== 'string' || typeof handoff.manifest !== 'object' || handoff.manifest === null ||
-      typeof handoff.confinement?.applied !== 'boolean') {
+      typeof handoff.confinement?.applied !== 'boolean' || !Array.isArray(handoff.listeners) ||
+      !handoff.listeners.every((l) => Number.isInteger(l?.fd) && (l.role === 'peer' || l.role === 'operator') && typeof l.url === 'string' &&
+        typeof l.defaultAdvertisedUrl === 'string' && (l.unlinkOnClose === null || typeof l.unlinkOnClose === 'string')) ||
+      !(handoff.notifyFd === null || Number.isInteger(handoff.notifyFd))) {
     throw new UsageError(`${HANDOFF_ENV} is not a confined launch's handoff`);
   }
   let confinement = handoff.confinement;
@@ -257,7 +292,17 @@ export function takeHandoff(env: NodeJS.ProcessEnv = process.env): Omit<Handoff,
   if (confinement.applied && !pinOwnProc()) {
     confinement = { ...confinement, notes: [...confinement.notes, `/proc/${process.pid} is not readable: process metrics (memory, descriptors) read 0`] };
   }
-  return { workdir: handoff.workdir, manifest: handoff.manifest, sessionId: handoff.sessionId, tracePath: handoff.tracePath, confinement };
+  // The sockets are ours from here: marked close-on-exec again, and each must be what it claims.
+  for (const l of handoff.listeners) {
+    const info = native.socketInfo(l.fd);
+    if (!info.ok || !info.listening || !info.stream) throw new UsageError(`${HANDOFF_ENV}: descriptor ${l.fd} is not a listening socket`);
+    native.setCloexec(l.fd);
+  }
+  if (handoff.notifyFd !== null) native.setCloexec(handoff.notifyFd);
+  return {
+    workdir: handoff.workdir, manifest: handoff.manifest, sessionId: handoff.sessionId, tracePath: handoff.tracePath, confinement,
+    listeners: handoff.listeners, notifyFd: handoff.notifyFd,
+  };
 }
 
 /**

@@ -27,6 +27,8 @@ const APPEND: native.LandlockFsRight[] = ['write_file'];
 const LANDING: native.LandlockFsRight[] = ['read_file', 'read_dir', 'write_file', 'make_reg', 'remove_file'];
 /** The operator plane's unix socket: bound (made) in its directory, unlinked by libuv on close. */
 const SOCKET_DIR: native.LandlockFsRight[] = ['make_sock', 'remove_file'];
+/** The same socket bound before confinement: only its removal at stop is left to do. */
+const SOCKET_REMOVE: native.LandlockFsRight[] = ['remove_file'];
 
 export interface PlanInput {
   workdir: string;
@@ -35,6 +37,13 @@ export interface PlanInput {
   listenPort: number;
   /** `--operator-listen`, parsed: its TCP port is bound too, or its unix socket made (and removed at close). */
   operatorListen?: { host: string; port: number } | { path: string } | null;
+  /**
+   * The listening sockets are bound before confinement and inherited (the first stage, or systemd):
+   * the domain then grants no TCP bind and no socket creation at all.
+   */
+  inheritedListeners?: boolean;
+  /** With inheritedListeners: the operator's unix socket file is this launch's, removed when it stops. */
+  ownedSocket?: boolean;
   /** Defaults: this package's root, process.execPath, process.env, /proc/self/maps, process.pid. */
   packageRoot?: string;
   execPath?: string;
@@ -236,12 +245,15 @@ export function planConfinement(input: PlanInput): Plan {
   add(input.tracePath, APPEND, false, 'write');
   if (input.manifest.peerFetchAllow !== null) add(join(input.workdir, PEER_INBOX_DIR), LANDING, true, 'write', true);
   const operator = input.operatorListen ?? null;
-  if (operator !== null && 'path' in operator) add(real(dirname(operator.path)), SOCKET_DIR, true, 'write');
+  if (operator !== null && 'path' in operator) {
+    if (!input.inheritedListeners) add(real(dirname(operator.path)), SOCKET_DIR, true, 'write');
+    else if (input.ownedSocket) add(real(dirname(operator.path)), SOCKET_REMOVE, true, 'write');
+  }
 
   // Ports: the listener's own (0 is the ephemeral range), and those of the allow lists the server
   // itself connects through: peer_fetch.allow (fetch-peer-file: the issuer's card, the redeem) and,
   // with a peer plane, network.allow (share-file reads the recipient's card).
-  const bindPorts = [input.listenPort, ...(operator !== null && 'port' in operator ? [operator.port] : [])];
+  const bindPorts = input.inheritedListeners ? [] : [input.listenPort, ...(operator !== null && 'port' in operator ? [operator.port] : [])];
   const outbound: [string, readonly Destination[]][] = [];
   if (input.manifest.peerFetchAllow !== null) outbound.push(['capabilities.peer_fetch.allow', input.manifest.peerFetchAllow]);
   if (input.manifest.peerFiles !== null) outbound.push(['capabilities.network.allow', input.manifest.networkAllow]);

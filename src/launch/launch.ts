@@ -5,7 +5,8 @@ import type { Logger } from 'pino';
 import { createMetrics } from '../server/metrics.js';
 export { stderrLogger } from './logger.js';
 import { ALL_PLANES } from '../planes/plugin.js';
-import { bind, serve, type Listener, type RunningServer } from '../server/listener.js';
+import { adopt, bind, removeSocketFile, serve, type InheritedSocket, type Listener, type RunningServer } from '../server/listener.js';
+import * as native from '../native.js';
 import type { Session } from '../session.js';
 import { prepareSession, type SessionOptions } from './open-session.js';
 import { parseAdvertise, parseListen, parseOperatorListen } from './options.js';
@@ -23,6 +24,13 @@ export interface LaunchOptions extends Omit<SessionOptions, 'advertisedUrl'> {
   operatorListen?: string;
   /** Count answers and serve Prometheus metrics at /metrics (on the operator listener when there is one). */
   metrics?: boolean;
+  /**
+   * Listening sockets already bound (a confined launch's first stage, or systemd socket
+   * activation): served as they are, and `listen` / `operatorListen` are then not read.
+   */
+  listeners?: { peer: InheritedSocket; operator: InheritedSocket | null };
+  /** Where a stale operator socket was replaced (`--operator-listen unix:PATH`): logged. */
+  onStaleSocket?: (path: string) => void;
   logger?: Logger | false;
 }
 
@@ -39,22 +47,36 @@ export interface Launched {
 }
 
 export async function launch(opts: LaunchOptions): Promise<Launched> {
-  const listen = parseListen(opts.listen ?? '127.0.0.1:0');
+  const inherited = opts.listeners ?? null;
+  const listen = inherited ? null : parseListen(opts.listen ?? '127.0.0.1:0');
   const advertise = parseAdvertise(opts.advertise);
-  const operatorAddress = opts.operatorListen === undefined ? null : parseOperatorListen(opts.operatorListen, opts.workdir);
-  const prepared = await prepareSession(opts);
+  const operatorAddress = inherited || opts.operatorListen === undefined ? null : parseOperatorListen(opts.operatorListen, opts.workdir, opts.onStaleSocket);
+  const hasOperator = inherited ? inherited.operator !== null : operatorAddress !== null;
+  let prepared;
+  try {
+    prepared = await prepareSession(opts);
+  } catch (error) {
+    closeInherited(inherited);
+    throw error;
+  }
   const listeners: Listener[] = [];
   const unbind = () => {
-    for (const l of listeners) l.server.close();
+    for (const l of listeners) l.server.close(() => removeSocketFile(l));
   };
   let session: Session;
   try {
-    listeners.push(await bind(listen));
-    if (operatorAddress) listeners.push(await bind(operatorAddress));
+    if (inherited) {
+      listeners.push(await adopt(inherited.peer));
+      if (inherited.operator) listeners.push(await adopt(inherited.operator));
+    } else {
+      listeners.push(await bind(listen!));
+      if (operatorAddress) listeners.push(await bind(operatorAddress));
+    }
     session = prepared.open(advertise ?? listeners[0]!.defaultAdvertisedUrl);
   } catch (error) {
     prepared.abandon();
     unbind();
+    if (inherited && listeners.length === 0) closeInherited(inherited);
     throw error;
   }
   // Every log line of this session carries its id.
@@ -63,11 +85,11 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
   let operator: RunningServer | null = null;
   try {
     const metrics = opts.metrics ? await createMetrics({ memoryInUse: () => session.memory.inUse }) : undefined;
-    server = await serve(session, listeners[0]!, logger, operatorAddress ? { files: false, peer: true } : ALL_PLANES, {
+    server = await serve(session, listeners[0]!, logger, hasOperator ? { files: false, peer: true } : ALL_PLANES, {
       metrics,
-      serveMetrics: !operatorAddress,
+      serveMetrics: !hasOperator,
     });
-    if (operatorAddress) operator = await serve(session, listeners[1]!, logger, { files: true, peer: false }, { metrics, serveMetrics: true });
+    if (hasOperator) operator = await serve(session, listeners[1]!, logger, { files: true, peer: false }, { metrics, serveMetrics: true });
   } catch (error) {
     unbind();
     await session.close();
@@ -89,4 +111,14 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
         }
       })()),
   };
+}
+
+/** Inherited sockets a launch that failed before serving them will never serve. */
+function closeInherited(inherited: LaunchOptions['listeners'] | null): void {
+  if (!inherited) return;
+  for (const socket of [inherited.peer, inherited.operator]) {
+    if (!socket) continue;
+    native.closeFd(socket.fd);
+    removeSocketFile({ unlinkOnClose: socket.unlinkOnClose } as Listener);
+  }
 }

@@ -8,7 +8,8 @@ import { IN_PROCESS_LAUNCH, type Confinement } from './confinement.js';
 import { ManifestError } from '../manifest/diagnostics.js';
 import type { Manifest } from '../manifest/model.js';
 import * as native from '../native.js';
-import { defaultTracePath, parseSessionId, recordsDirectory, Session } from '../session.js';
+import { defaultTracePath, parseSessionId, recordsDirectory } from '../records.js';
+import type { Session } from '../session.js';
 import { Trace } from '../trace/trace.js';
 import type { Containment } from '../wire.js';
 import { checkExportRoots } from './checks.js';
@@ -53,6 +54,8 @@ export interface PreparedSession {
   release(): void;
   /** For a launch that goes no further: releases the descriptor and removes the workdir if this created it and it is still empty. */
   abandon(): void;
+  /** The workdir this launch created (`dir`) and the first directory it made for it (`top`), or null. */
+  readonly createdWorkdir: { dir: string; top: string } | null;
 }
 
 /** rmdir `dir`, then its parents up to and including `top`, stopping at the first that is not empty. */
@@ -67,7 +70,12 @@ export function removeEmptyUpTo(dir: string, top: string): void {
   }
 }
 
-export async function prepareSession(opts: SessionOptions): Promise<PreparedSession> {
+/**
+ * `settleOnly`: for a launch that only settles what the session will be (a confined launch's
+ * first stage), which never opens it here and so never loads the session's modules.
+ */
+export async function prepareSession(opts: SessionOptions, settleOnly = false): Promise<PreparedSession> {
+  const SessionClass = settleOnly ? null : (await import('../session.js')).Session;
   const containment = parseContainment(opts.containment);
   const sessionId = parseSessionId(opts.sessionId);
   const requested = resolve(opts.workdir);
@@ -107,13 +115,13 @@ export async function prepareSession(opts: SessionOptions): Promise<PreparedSess
     sessionId,
     tracePath,
     open: (advertisedUrl) => {
-      if (settled) throw new Error('a prepared session opens once');
+      if (settled || SessionClass === null) throw new Error('a prepared session opens once, and only if it was prepared to open');
       settled = true;
       opened = true;
       let trace: Trace | null = null;
       try {
         trace = Trace.open(tracePath, sessionId);
-        return new Session({ manifest: grants, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl, memoryBudgetBytes: opts.memoryBudgetBytes, listingBudgetMs: opts.listingBudgetMs, confinement: opts.confinement ?? IN_PROCESS_LAUNCH, now: opts.now });
+        return new SessionClass({ manifest: grants, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl, memoryBudgetBytes: opts.memoryBudgetBytes, listingBudgetMs: opts.listingBudgetMs, confinement: opts.confinement ?? IN_PROCESS_LAUNCH, now: opts.now });
       } catch (error) {
         void trace?.close();
         native.closeFd(workdirFd);
@@ -121,6 +129,7 @@ export async function prepareSession(opts: SessionOptions): Promise<PreparedSess
       }
     },
     release,
+    createdWorkdir: firstMade === undefined ? null : { dir: requested, top: firstMade },
     abandon: () => {
       if (opened) return;
       release();

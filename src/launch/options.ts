@@ -1,8 +1,9 @@
 // Launch options as typed on a command line, each validated in one place: the listen address, the
 // advertised URL and the containment class. (The session id's one validation is in src/session.ts.)
-import { existsSync, lstatSync, realpathSync, type Stats } from 'node:fs';
+import { existsSync, lstatSync, realpathSync, unlinkSync, type Stats } from 'node:fs';
 import { basename, dirname, isAbsolute, resolve } from 'node:path';
 import { UsageError } from '../codes.js';
+import * as native from '../native.js';
 import { CONTAINMENT_CLASSES, isContainment, type Containment } from '../wire.js';
 
 /** `HOST:PORT`, with IPv6 hosts in brackets. */
@@ -16,9 +17,10 @@ export function parseListen(value: string): { host: string; port: number } {
 /**
  * `--operator-listen`: `HOST:PORT`, or `unix:PATH` with an absolute path that does not exist yet,
  * is not inside the workdir (a capsule must not reach the operator plane through its own tree) and
- * lies in a private directory (see checkPrivateSocketDir).
+ * lies in a private directory (see checkPrivateSocketDir). A stale socket there (see
+ * removeStaleSocket) is removed, and `onStale` told so.
  */
-export function parseOperatorListen(value: string, workdir: string): { host: string; port: number } | { path: string } {
+export function parseOperatorListen(value: string, workdir: string, onStale?: (path: string) => void): { host: string; port: number } | { path: string } {
   if (!value.startsWith('unix:')) {
     try {
       return parseListen(value);
@@ -41,8 +43,51 @@ export function parseOperatorListen(value: string, workdir: string): { host: str
     throw new UsageError(`--operator-listen unix:PATH must be outside the workdir (got '${value}')`);
   }
   checkPrivateSocketDir(resolve(dirname(path)));
-  if (existsSync(path)) throw new UsageError(`--operator-listen unix:PATH must not exist yet (got '${value}')`);
-  return { path: resolve(dir, basename(path)) };
+  const target = resolve(dir, basename(path));
+  if (existsSync(path) || isDanglingLink(path)) {
+    if (!removeStaleSocket(target, value)) throw new UsageError(`--operator-listen unix:PATH must not exist yet (got '${value}')`);
+    onStale?.(target);
+  }
+  return { path: target };
+}
+
+/**
+ * A socket file left by a server that died without closing (kill -KILL) would block every
+ * restart. It is removed only when all of these hold: it is a socket (not a link or a file), it
+ * is owned by this user, it sits in the private directory checked already (nobody else could
+ * have put it there), and a connect is refused (nobody listens). A socket something still
+ * accepts on is an error naming its process when the kernel says which. Returns false for any
+ * other kind of file, which the caller refuses as before.
+ */
+function isDanglingLink(path: string): boolean {
+  try {
+    return lstatSync(path).isSymbolicLink();
+  } catch {
+    return false;
+  }
+}
+
+function removeStaleSocket(path: string, value: string): boolean {
+  let st: Stats;
+  try {
+    st = lstatSync(path);
+  } catch {
+    return false;
+  }
+  const uid = process.getuid?.();
+  if (!st.isSocket() || (uid !== undefined && st.uid !== uid)) return false;
+  const probe = native.probeUnixSocket(path);
+  if (probe.state === 'live') {
+    const holder = probe.pid > 0 ? ` by pid ${probe.pid}` : '';
+    throw new UsageError(`--operator-listen unix:PATH is in use${holder}: another server listens on '${path}' (got '${value}')`);
+  }
+  if (probe.state !== 'stale') return false;
+  try {
+    unlinkSync(path);
+  } catch {
+    return false;
+  }
+  return true;
 }
 
 /**

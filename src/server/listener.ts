@@ -1,7 +1,9 @@
 // The capsule's HTTP listener: binds first (so the advertised URL, part of the session's identity,
-// is known before the session exists), then serves it with the Fastify app of src/server/app.ts,
-// which routes every request; stopping refuses new requests, lets the ones being answered finish
-// (bounded), then closes.
+// is known before the session exists), or takes a listening socket already bound (by the first
+// stage of a confined launch, or by systemd), then serves it with the Fastify app of
+// src/server/app.ts, which routes every request; stopping refuses new requests, lets the ones
+// being answered finish (bounded), then closes.
+import { unlinkSync } from 'node:fs';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
@@ -21,6 +23,42 @@ export interface Listener {
   url: string;
   /** `http://localhost:<bound port>`: what a capsule advertises unless told otherwise. */
   defaultAdvertisedUrl: string;
+  /** A socket file to remove once closed (one the server bound but libuv did not). */
+  unlinkOnClose?: string | null;
+}
+
+/** A listening socket bound elsewhere (src/launch/sockets.ts), served as it is: never bound again. */
+export interface InheritedSocket {
+  fd: number;
+  url: string;
+  defaultAdvertisedUrl: string;
+  unlinkOnClose: string | null;
+}
+
+/**
+ * Serves an inherited listening socket: Node adopts the descriptor (listen({ fd })) and starts
+ * accepting, connections already waiting in its backlog included.
+ */
+export async function adopt(socket: InheritedSocket): Promise<Listener> {
+  const server = createLimitedServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen({ fd: socket.fd }, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  return { server, url: socket.url, defaultAdvertisedUrl: socket.defaultAdvertisedUrl, unlinkOnClose: socket.unlinkOnClose };
+}
+
+/** Removes a listener's socket file after it closed (an inherited unix socket libuv did not bind). */
+export function removeSocketFile(listener: Listener): void {
+  if (!listener.unlinkOnClose) return;
+  try {
+    unlinkSync(listener.unlinkOnClose);
+  } catch {
+    // already gone
+  }
 }
 
 /** Where to listen: a TCP address, or a unix socket path (created 0600). */
@@ -88,6 +126,7 @@ export async function serve(
         listener.server.closeAllConnections();
         await app.close();
         await closed;
+        removeSocketFile(listener);
       })()),
   };
 }

@@ -1,0 +1,148 @@
+// The listening sockets of a launch, held from the first stage to the end of the server: bound
+// here once (or handed over by systemd socket activation, LISTEN_FDS), then passed across the
+// confined re-exec under their own descriptor numbers and served by the new image. Bound through
+// the addon, not libuv: nothing in the first stage accepts, so a connection made during start-up
+// waits in the kernel's backlog for the server instead of being accepted and then reset by the
+// execve, and the port is never free for another process to take. Also the sd_notify socket,
+// opened (and connected) before confinement, since Landlock may refuse it afterwards.
+import { lookup } from 'node:dns/promises';
+import { isIP } from 'node:net';
+import { unlinkSync } from 'node:fs';
+import { constants as osConstants } from 'node:os';
+import { UsageError } from '../codes.js';
+import * as native from '../native.js';
+
+/** One listening socket the server serves: its descriptor and what it is. */
+export interface HeldListener {
+  role: 'peer' | 'operator';
+  fd: number;
+  /** `http://host:port`, or `unix:<path>`. */
+  url: string;
+  /** `http://localhost:<port>` (`http://localhost:0` for a unix socket). */
+  defaultAdvertisedUrl: string;
+  /** The socket file this launch created, removed when the server stops; null when not ours. */
+  unlinkOnClose: string | null;
+}
+
+export type ListenAddress = { host: string; port: number } | { path: string };
+
+function describe(role: HeldListener['role'], fd: number, unlinkOnClose: string | null): HeldListener {
+  const info = native.socketInfo(fd);
+  if (info.family === 'unix') return { role, fd, url: `unix:${info.address}`, defaultAdvertisedUrl: 'http://localhost:0', unlinkOnClose };
+  const host = info.family === 'ipv6' ? `[${info.address}]` : info.address;
+  return { role, fd, url: `http://${host}:${info.port}`, defaultAdvertisedUrl: `http://localhost:${info.port}`, unlinkOnClose };
+}
+
+/** Node's own wording for a failed listen (`listen EADDRINUSE: address already in use 127.0.0.1:80`). */
+function listenError(out: native.SocketOutcome, where: string): Error {
+  const name = Object.entries(osConstants.errno).find(([, n]) => n === out.errno)?.[0] ?? `errno ${out.errno}`;
+  return Object.assign(new Error(`listen ${name}: ${out.detail} ${where}`), { code: name });
+}
+
+/** Binds one address; a host name is resolved first as Node's listen resolves it (the first address). */
+async function bindOne(role: HeldListener['role'], address: ListenAddress): Promise<HeldListener> {
+  if ('path' in address) {
+    const out = native.listenUnix(address.path);
+    if (!out.ok) throw listenError(out, address.path);
+    return describe(role, out.fd, address.path);
+  }
+  const host = isIP(address.host) ? address.host : (await lookup(address.host)).address;
+  const out = native.listenTcp(host, address.port);
+  if (!out.ok) throw listenError(out, `${address.host}:${address.port}`);
+  return describe(role, out.fd, null);
+}
+
+/** Binds the peer listener and, when asked, the operator one; on any failure nothing stays bound. */
+export async function bindListeners(peer: ListenAddress, operator: ListenAddress | null): Promise<HeldListener[]> {
+  const held: HeldListener[] = [];
+  try {
+    held.push(await bindOne('peer', peer));
+    if (operator) held.push(await bindOne('operator', operator));
+  } catch (error) {
+    closeListeners(held);
+    throw error;
+  }
+  return held;
+}
+
+/** Closes held listeners that will not be served, removing the socket files this launch made. */
+export function closeListeners(held: readonly HeldListener[]): void {
+  for (const l of held) {
+    native.closeFd(l.fd);
+    if (l.unlinkOnClose !== null) {
+      try {
+        unlinkSync(l.unlinkOnClose);
+      } catch {
+        // already gone
+      }
+    }
+  }
+}
+
+/** The first descriptor systemd passes (sd_listen_fds). */
+const LISTEN_FDS_START = 3;
+/** More than a server of two listeners could use: a count above it is not ours. */
+const MAX_LISTEN_FDS = 2;
+
+/**
+ * The sockets systemd socket activation hands over, or null without LISTEN_FDS (or when
+ * LISTEN_PID names another process, as sd_listen_fds ignores them). One socket is the peer
+ * listener; two must be named `peer` and `operator` by LISTEN_FDNAMES (FileDescriptorName=).
+ * Each must be a listening stream socket (TCP or unix). They are marked close-on-exec and the
+ * variables removed, so nothing this process might start inherits them.
+ */
+export function activatedListeners(env: NodeJS.ProcessEnv = process.env, pid = process.pid): HeldListener[] | null {
+  const count = env.LISTEN_FDS;
+  if (count === undefined) return null;
+  if (env.LISTEN_PID !== undefined && env.LISTEN_PID !== String(pid)) return null;
+  const names = env.LISTEN_FDNAMES;
+  delete env.LISTEN_FDS;
+  delete env.LISTEN_PID;
+  delete env.LISTEN_FDNAMES;
+  const n = /^[0-9]{1,3}$/.test(count) ? Number(count) : NaN;
+  if (!(n >= 1 && n <= MAX_LISTEN_FDS)) {
+    throw new UsageError(`LISTEN_FDS must be 1 or 2 sockets (peer, and operator) (got '${count}')`);
+  }
+  let roles: HeldListener['role'][];
+  const given = names === undefined || names === '' ? [] : names.split(':');
+  if (n === 1) {
+    if (given.length > 1 || (given.length === 1 && !['peer', 'unknown', ''].includes(given[0]!))) {
+      throw new UsageError(`LISTEN_FDNAMES must name the one socket 'peer' (got '${names}')`);
+    }
+    roles = ['peer'];
+  } else {
+    if (given.length !== 2 || !given.includes('peer') || !given.includes('operator')) {
+      throw new UsageError(`LISTEN_FDNAMES must name the two sockets 'peer' and 'operator' (got '${names ?? ''}')`);
+    }
+    roles = given as HeldListener['role'][];
+  }
+  return roles.map((role, i) => {
+    const fd = LISTEN_FDS_START + i;
+    const info = native.socketInfo(fd);
+    if (!info.ok || !info.stream || !info.listening || info.family === 'other') {
+      throw new UsageError(`LISTEN_FDS: descriptor ${fd} ('${role}') is not a listening TCP or unix stream socket${info.ok ? '' : ` (${info.detail})`}`);
+    }
+    native.setCloexec(fd);
+    return describe(role, fd, null);
+  });
+}
+
+/**
+ * The sd_notify socket NOTIFY_SOCKET names, connected now, or null when it is unset. A socket
+ * that cannot be reached fails the launch: a unit of Type=notify would otherwise wait out its
+ * start timeout for a READY=1 that never comes.
+ */
+export function openNotifySocket(env: NodeJS.ProcessEnv = process.env): number | null {
+  const target = env.NOTIFY_SOCKET;
+  if (target === undefined || target === '') return null;
+  const out = native.notifyOpen(target);
+  if (!out.ok) throw new UsageError(`NOTIFY_SOCKET '${target}' cannot be reached: ${out.detail || out.code}`);
+  return out.fd;
+}
+
+/** Sends one sd_notify message; a failure is returned, never thrown (readiness is advisory to us). */
+export function notify(fd: number | null, message: string): string | null {
+  if (fd === null) return null;
+  const out = native.notifySend(fd, message);
+  return out.ok ? null : `${out.code}: ${out.detail}`;
+}
