@@ -218,6 +218,7 @@ describe('a large file read again takes its digest from the cache, under a read 
     const view = await viewOf(dir);
     const s0 = native.digestCacheStats();
     const first = await view.read('big');
+    first.release();
     const second = await view.read('big');
     expect(first.digestCached).toBe(false);
     expect(second.digestCached).toBe(true);
@@ -233,8 +234,9 @@ describe('a large file read again takes its digest from the cache, under a read 
     if (!leasesWork(dir)) return ctx.skip();
     const view = await viewOf(dir);
     const s0 = native.digestCacheStats();
-    await view.read('fresh');
+    (await view.read('fresh')).release();
     const second = await view.read('fresh');
+    second.release();
     // Whether both reads really began within the margin of the file's ctime is read off the clock
     // after the fact (ctime comes from a coarse clock, so it only ever looks older): on a machine
     // slow enough to let the margin pass, this test has nothing to say.
@@ -252,10 +254,15 @@ describe('a large file read again takes its digest from the cache, under a read 
     if (!leasesWork(dir)) return ctx.skip();
     await sleep(SETTLE_MS);
     const view = await viewOf(dir);
-    await view.read('f');
-    expect((await view.read('f')).digestCached).toBe(true);
+    // Each body is released (its stream closed): a cached one holds a read lease until then, and a
+    // writer here, in the serving process, would wait for it.
+    (await view.read('f')).release();
+    const cached = await view.read('f');
+    cached.release();
+    expect(cached.digestCached).toBe(true);
     writeFileSync(join(dir, 'out', 'f'), Buffer.alloc(1024 * 1024, 1));
     const after = await view.read('f');
+    after.release();
     expect(after.digestCached).toBe(false);
     expect(after.sha256).toBe(sha(Buffer.alloc(1024 * 1024, 1)));
   });
@@ -265,8 +272,10 @@ describe('a large file read again takes its digest from the cache, under a read 
     if (!leasesWork(dir)) return ctx.skip();
     await sleep(SETTLE_MS);
     const view = await viewOf(dir);
-    await view.read('m');
-    expect((await view.read('m')).digestCached).toBe(true);
+    (await view.read('m')).release();
+    const cached = await view.read('m');
+    cached.release();
+    expect(cached.digestCached).toBe(true);
     // A writer maps the file MAP_SHARED and writable, closes its descriptor, and keeps writing
     // through the mapping: bytes change, and after the first dirtying no timestamp does.
     const writer = spawn('python3', ['-c', String.raw`
