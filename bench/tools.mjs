@@ -62,32 +62,20 @@ end
 export function wrkLoad(wrk, scratch, connections) {
   const script = join(scratch, 'report.lua');
   writeFileSync(script, WRK_REPORT);
-  return (url, seconds, size, headers = {}) => {
+  return async (url, seconds, size, headers = {}) => {
     const args = ['-t1', `-c${connections}`, `-d${seconds}s`, '--timeout', '10s', '--latency', '-s', script];
     for (const [k, v] of Object.entries(headers)) args.push('-H', `${k}: ${v}`);
     args.push(url);
-    return new Promise((resolve, reject) => {
-      const child = track(wrk, args, { stdout: 'pipe' });
-      const timer = setTimeout(() => child.kill('SIGKILL'), (seconds + 30) * 1000);
-      let out = '';
-      child.stdout.on('data', (c) => { out += c; });
-      child.on('error', reject);
-      child.on('exit', (code) => {
-        clearTimeout(timer);
-        const line = out.split('\n').reverse().find((l) => l.startsWith('{"requests"'));
-        if (code !== 0 || !line) return reject(new Error(`wrk exited with ${code}:\n${out}`));
-        const r = JSON.parse(line);
-        const ok = r.requests - r.status; // wrk counts non-2xx/3xx answers in errors.status
-        const secs = r.duration_us / 1e6;
-        resolve({
-          rps: ok / secs,
-          mbps: (ok * size) / secs / 1e6,
-          p50_ms: r.p50_us / 1000,
-          p99_ms: r.p99_us / 1000,
-          errors: r.connect + r.read + r.write + r.status + r.timeout,
-        });
-      });
-    });
+    const r = await runWrk(wrk, args, seconds);
+    const ok = r.requests - r.status; // wrk counts non-2xx/3xx answers in errors.status
+    const secs = r.duration_us / 1e6;
+    return {
+      rps: ok / secs,
+      mbps: (ok * size) / secs / 1e6,
+      p50_ms: r.p50_us / 1000,
+      p99_ms: r.p99_us / 1000,
+      errors: r.connect + r.read + r.write + r.status + r.timeout,
+    };
   };
 }
 
@@ -98,7 +86,7 @@ export function wrkLoad(wrk, scratch, connections) {
  */
 export function wrkCycle(wrk, scratch, connections) {
   let n = 0;
-  return (baseUrl, paths, seconds) => {
+  return async (baseUrl, paths, seconds) => {
     const script = join(scratch, `cycle-${n++}.lua`);
     writeFileSync(script, `${WRK_REPORT}
 local paths = {${paths.map((p) => JSON.stringify(p)).join(',')}}
@@ -108,23 +96,27 @@ request = function()
   return wrk.format("GET", paths[i])
 end
 `);
-    const args = ['-t1', `-c${connections}`, `-d${seconds}s`, '--timeout', '10s', '-s', script, baseUrl];
-    return new Promise((resolve, reject) => {
-      const child = track(wrk, args, { stdout: 'pipe' });
-      const timer = setTimeout(() => child.kill('SIGKILL'), (seconds + 30) * 1000);
-      let out = '';
-      child.stdout.on('data', (c) => { out += c; });
-      child.on('error', reject);
-      child.on('exit', (code) => {
-        clearTimeout(timer);
-        const line = out.split('\n').reverse().find((l) => l.startsWith('{"requests"'));
-        if (code !== 0 || !line) return reject(new Error(`wrk exited with ${code}:\n${out}`));
-        const r = JSON.parse(line);
-        const secs = r.duration_us / 1e6;
-        resolve({ rps: (r.requests - r.status) / secs, mbps: r.bytes / secs / 1e6, errors: r.connect + r.read + r.write + r.status + r.timeout });
-      });
-    });
+    const r = await runWrk(wrk, ['-t1', `-c${connections}`, `-d${seconds}s`, '--timeout', '10s', '-s', script, baseUrl], seconds);
+    const secs = r.duration_us / 1e6;
+    return { rps: (r.requests - r.status) / secs, mbps: r.bytes / secs / 1e6, errors: r.connect + r.read + r.write + r.status + r.timeout };
   };
+}
+
+/** Runs wrk with `args` (a script ending in WRK_REPORT) and resolves to the JSON line it printed. */
+function runWrk(wrk, args, seconds) {
+  return new Promise((resolve, reject) => {
+    const child = track(wrk, args, { stdout: 'pipe' });
+    const timer = setTimeout(() => child.kill('SIGKILL'), (seconds + 30) * 1000);
+    let out = '';
+    child.stdout.on('data', (c) => { out += c; });
+    child.on('error', reject);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      const line = out.split('\n').reverse().find((l) => l.startsWith('{"requests"'));
+      if (code !== 0 || !line) return reject(new Error(`wrk exited with ${code}:\n${out}`));
+      resolve(JSON.parse(line));
+    });
+  });
 }
 
 /** The same contract on autocannon (in process; it cannot push much more than ~50 MB/s of body). */
