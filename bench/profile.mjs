@@ -127,7 +127,7 @@ const PHASES = [
   ['socket write (the response)', /node::StreamBase::Write|node::LibuvStreamWrap::DoTryWrite|uv_try_write|__GI___writev|uv_write/],
   ['socket read + HTTP parse', /llhttp|parserOnHeadersComplete|parserOnIncoming|uv__read|node::LibuvStreamWrap::OnUvRead/],
   ['epoll / event loop', /uv__io_poll|epoll_wait|uv__async_io/],
-  ['ours: planes/ handlers (headers, reply, and whatever the JIT inlined into them)', /planes\/reply\.js|planes\/files\.js|setHeader|_storeHeader|checkInvalidHeaderChar|writeHead/],
+  ['ours: http/ handlers (headers, reply, and whatever the JIT inlined into them)', /http\/reply\.js|http\/files\.js|setHeader|_storeHeader|checkInvalidHeaderChar|writeHead/],
   ['ours: export-view, budget, paths', /export-view\.js|budget\.js|paths\.js|dist\/native\.js/],
   ['fastify routing + reply', /fastify\/lib|find-my-way|planes\/plugin\.js/],
   ['node http objects + streams', /node:_http|node:internal\/streams|node:events|node:net/],

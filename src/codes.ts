@@ -1,7 +1,7 @@
 // The one catalogue of every code a client or a runtime can receive: the planes' codes (SPEC
 // sections 4 and 6), the server's own answers, and the tools' refusals. Each has its HTTP status
 // where it has one and its message in each context it can arise in. Failures flow one way: native
-// code → a neutral Refusal (code + detail) → rendered at the edge, as an HTTP reply (planes/) or a
+// code → a neutral Refusal (code + detail) → rendered at the edge, as an HTTP reply (http/) or a
 // tool result (tools/). Nothing is parsed back out of text. The README's error table is checked
 // against this file by a test, in both directions.
 import type { NativeCode } from './native.js';
@@ -205,6 +205,15 @@ export class Refusal extends Error {
     this.code = code;
     this.detail = detail;
   }
+}
+
+/**
+ * Anything caught at an edge, as a Refusal: a Refusal as it is, anything else an io_error whose
+ * own text (it may hold a host path, or a token) is never passed on. The one place an unexpected
+ * error becomes io_error.
+ */
+export function asRefusal(error: unknown, detail = 'internal error'): Refusal {
+  return error instanceof Refusal ? error : new Refusal('io_error', detail);
 }
 
 export interface RenderParams {

@@ -1,12 +1,12 @@
 // The package's public face: everything a runtime or an embedding program may import. Internal
 // modules are not exported (package.json's `exports` map points here only).
 export { launch, type LaunchOptions, type Launched } from './launch/launch.js';
-export { openSession, type SessionOptions } from './launch/open-session.js';
-export { Session, type ToolName } from './session.js';
-export { bind, serve, LIMITS, DRAIN_TIMEOUT_MS, type Listener, type ListenAddress, type RunningServer } from './server/listener.js';
-export { buildApp, type AppOptions } from './server/app.js';
-export { resourcePlanes, ALL_PLANES, type PlanesOptions, type PlaneSet, type ResourcePlanesDecoration } from './planes/plugin.js';
-export { answerConnect, routeRawTargets } from './planes/admission.js';
+export { openSession, type SessionOptions } from './session/open-session.js';
+export { Session, type ToolName } from './session/session.js';
+export { bind, serve, LIMITS, DRAIN_TIMEOUT_MS, type Listener, type ListenAddress, type RunningServer } from './http/listener.js';
+export { buildApp, type AppOptions } from './http/app.js';
+export { resourcePlanes, ALL_PLANES, type PlanesOptions, type PlaneSet, type ResourcePlanesDecoration } from './http/plugin.js';
+export { Admission, answerConnect, routeRawTargets } from './http/admission.js';
 export { callTool, toolDefinitions, shareFile, fetchPeerFile, type ToolDefinition } from './tools/index.js';
 export type { ShareFileInput, ShareFileResult, ShareFileOptions } from './tools/share-file.js';
 export type { FetchPeerFileInput, FetchPeerFileResult, FetchPeerFileOptions } from './tools/fetch-peer-file.js';

@@ -276,16 +276,19 @@ export function openat2Available(): boolean {
  * forcing `openat2` where it is unavailable is refused rather than silently downgraded.
  */
 export function chooseResolver(env: NodeJS.ProcessEnv = process.env): ResolverKind {
+  const problem = resolverChoiceProblem(env);
+  if (problem !== null) throw new Error(problem);
   const forced = env.RESOURCE_PLANE_RESOLVER;
-  if (forced === 'walk') return 'walk';
-  if (forced === 'openat2') {
-    if (!openat2Available()) throw new Error('RESOURCE_PLANE_RESOLVER=openat2 but openat2 is unavailable here');
-    return 'openat2';
-  }
-  if (forced !== undefined && forced !== '') {
-    throw new Error(`RESOURCE_PLANE_RESOLVER must be 'openat2' or 'walk', not '${forced}'`);
-  }
+  if (forced === 'walk' || forced === 'openat2') return forced;
   return openat2Available() ? 'openat2' : 'walk';
+}
+
+/** Why RESOURCE_PLANE_RESOLVER cannot be honoured here, or null: its one validation. */
+export function resolverChoiceProblem(env: NodeJS.ProcessEnv = process.env): string | null {
+  const forced = env.RESOURCE_PLANE_RESOLVER;
+  if (forced === undefined || forced === '' || forced === 'walk') return null;
+  if (forced === 'openat2') return openat2Available() ? null : 'RESOURCE_PLANE_RESOLVER=openat2 but openat2 is unavailable here';
+  return `RESOURCE_PLANE_RESOLVER must be openat2 or walk (got '${forced}')`;
 }
 
 export function openDirectory(path: string): Promise<number> {

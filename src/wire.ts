@@ -1,5 +1,7 @@
 // The wire's fixed names, shared by the planes that answer them and the tools that call them:
-// routes, header names, the agent-card path and the containment classes. A leaf: it imports nothing.
+// routes, header names, the agent-card path, the containment classes, and the one decision of which
+// plane a raw request target names (planeOf). A leaf beside paths.ts, the only module it imports.
+import { requestPath } from './paths.js';
 
 /** The operator plane: the listing and `/resources/files/<relpath>`. */
 export const FILES_PREFIX = '/resources/files';
@@ -27,10 +29,36 @@ export function isContainment(value: unknown): value is Containment {
   return typeof value === 'string' && (CONTAINMENT_CLASSES as readonly string[]).includes(value);
 }
 
-export function isFilesPath(path: string): boolean {
-  return path === FILES_PREFIX || path.startsWith(`${FILES_PREFIX}/`);
+/** The part of the namespace a target is under: a plane, or `/resources` outside both planes. */
+export type PlaneName = 'files' | 'peer' | 'resources';
+
+export interface PlaneTarget {
+  plane: PlaneName;
+  /**
+   * The raw path after the plane's prefix and its `/` (a relpath, a token), or null when the path is
+   * the prefix itself. For `resources`, everything after `/resources`.
+   */
+  rest: string | null;
 }
 
-export function isPeerPath(path: string): boolean {
-  return path === PEER_PREFIX || path.startsWith(`${PEER_PREFIX}/`);
+const under = (path: string, base: string): string | null | undefined =>
+  path === base ? null : path.startsWith(base) && path.charCodeAt(base.length) === 0x2f ? path.slice(base.length + 1) : undefined;
+
+/**
+ * Which plane a raw request target names, on segment boundaries and byte for byte (no decoding,
+ * no normalising): `<prefix>/resources/files[/…]`, `<prefix>/resources/peer[/…]`, or some other
+ * `<prefix>/resources[/…]`; null for anything else (`/resourcesX`, `/cap2/…` under `/cap`). The one
+ * place this is decided.
+ */
+export function planeOf(rawTarget: string, prefix = ''): PlaneTarget | null {
+  const full = requestPath(rawTarget);
+  const path = prefix === '' ? full : under(full, prefix) === undefined ? undefined : full.slice(prefix.length);
+  if (path === undefined) return null;
+  const files = under(path, FILES_PREFIX);
+  if (files !== undefined) return { plane: 'files', rest: files };
+  const peer = under(path, PEER_PREFIX);
+  if (peer !== undefined) return { plane: 'peer', rest: peer };
+  const other = under(path, RESOURCES_PREFIX);
+  if (other !== undefined) return { plane: 'resources', rest: other };
+  return null;
 }

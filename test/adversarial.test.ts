@@ -820,7 +820,7 @@ describe('the trace as the account of what left', () => {
   });
 
   // Was a WEAKNESS, now fixed and held by this test (trace integrity + availability, low severity): exports.files.root is kept verbatim
-  // and echoed in `x-murmur-export-root` (src/planes/files.ts handleList/handleRead), but Node only
+  // and echoed in `x-murmur-export-root` (src/http/files.ts handleList/handleRead), but Node only
   // accepts header values of \t and 0x20-0xFF. A root with a control character (accepted by
   // src/manifest/model.ts's export root check, which refuses only '', NUL, a leading '/' and '..') or simply any
   // character above U+00FF (a perfectly ordinary root such as `出力/`) makes Node throw

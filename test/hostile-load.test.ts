@@ -149,7 +149,7 @@ describe('listings that end', () => {
   });
 
   it('a listing budget longer than the idle timer still ends in its io_error answer, never a silent cut', async () => {
-    const { LIMITS } = await import('../src/server/limits.js');
+    const { LIMITS } = await import('../src/http/limits.js');
     const workdir = scratch(['out/a: a'], 'rp-load-');
     sparse(workdir, 'huge.bin', '1T');
     const budgetMs = LIMITS.idleTimeoutMs + 3_000;

@@ -9,7 +9,7 @@ import { spawn } from 'node:child_process';
 import { readdirSync, readlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { Confinement } from '../src/launch/confinement.js';
+import type { Confinement } from '../src/session/confinement.js';
 import { landlockAbi } from '../src/native.js';
 import { defer } from './helpers/cleanup.js';
 import { CLI } from './helpers/cli.js';

@@ -1,5 +1,5 @@
 // A confined `resource-plane serve` (src/launch/confine.ts), attacked from inside: the test-only
-// hooks (src/launch/test-hooks.ts) read a file outside the workdir without any check, from every
+// hooks (src/testing/probes.ts) read a file outside the workdir without any check, from every
 // kind of thread that opens files, and open a TCP connection to a port no allow list names. All of
 // it fails with EACCES, while the same server still serves a file over a real socket, records its
 // trace and lands a fetched file in peer-in. The same hooks against --no-landlock succeed, which
@@ -12,9 +12,9 @@ import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { callTool, launch as launchInProcess, parseManifest } from '../src/index.js';
-import type { Confinement } from '../src/launch/confinement.js';
+import type { Confinement } from '../src/session/confinement.js';
 import { HANDOFF_ENV } from '../src/launch/confine-apply.js';
-import { UNCHECKED_CONNECT_ENV, UNCHECKED_READ_ENV } from '../src/launch/test-hooks.js';
+import { UNCHECKED_CONNECT_ENV, UNCHECKED_READ_ENV } from '../src/testing/probes.js';
 import { landlockAbi } from '../src/native.js';
 import { defer, reap } from './helpers/cleanup.js';
 import { CLI, startServe, type Served } from './helpers/cli.js';

@@ -7,7 +7,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { planConfinement } from '../src/launch/confine-plan.js';
-import { unhandledRights, type Confinement } from '../src/launch/confinement.js';
+import { unhandledRights, type Confinement } from '../src/session/confinement.js';
 import { parseManifest } from '../src/manifest/model.js';
 import { landlockAbi } from '../src/native.js';
 import { reap } from './helpers/cleanup.js';

@@ -6,7 +6,7 @@ import { execFileSync } from 'node:child_process';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { defaultTracePath } from '../src/session.js';
+import { defaultTracePath } from '../src/session/session.js';
 import { TEST_HOME_ENV } from './global-setup.js';
 
 describe('the test run', () => {

@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { checkExportRootsAt } from '../src/launch/checks.js';
+import { checkExportRootsAt } from '../src/session/checks.js';
 import { destinationMatches, parseDestination, targetFromPeer, type Destination } from '../src/manifest/destinations.js';
 import { parseByteCount, parseDuration } from '../src/manifest/grammars.js';
 import { ManifestError, parseManifest, type Manifest } from '../src/manifest/model.js';

@@ -49,7 +49,7 @@ describe('the tarball', () => {
   });
 
   it('holds the build, its declarations, the prebuilds, the native sources for a source build, examples and docs', () => {
-    for (const f of ['README.md', 'LICENSE', 'package.json', 'binding.gyp', 'dist/index.js', 'dist/index.d.ts', 'dist/cli.js', 'native/addon.cc', 'native/resolve.h', 'examples/reporter/murmur.yaml', 'docs/security.md']) {
+    for (const f of ['README.md', 'LICENSE', 'package.json', 'binding.gyp', 'dist/index.js', 'dist/index.d.ts', 'dist/cli/main.js', 'native/addon.cc', 'native/resolve.h', 'examples/reporter/murmur.yaml', 'docs/security.md']) {
       expect(packed, f).toContain(f);
     }
     expect(packed.filter((f) => /^prebuilds\/linux-(x64|arm64)\/[^/]+\.node$/.test(f)).length).toBeGreaterThanOrEqual(2);
@@ -77,7 +77,7 @@ describe('the tarball', () => {
 describe('the installed package', () => {
   it('ships what it needs and nothing of the checkout', () => {
     const pkg = join(project, 'node_modules', 'capsule-resource-plane');
-    for (const f of ['dist/index.js', 'dist/index.d.ts', 'dist/cli.js', 'examples/reporter/murmur.yaml', 'prebuilds']) {
+    for (const f of ['dist/index.js', 'dist/index.d.ts', 'dist/cli/main.js', 'examples/reporter/murmur.yaml', 'prebuilds']) {
       expect(existsSync(join(pkg, f)), f).toBe(true);
     }
     for (const f of ['test', 'src', 'bench', '.ci']) expect(existsSync(join(pkg, f)), f).toBe(false);

@@ -24,7 +24,7 @@ describe('the public API', () => {
 
   it('does not expose internal files', async () => {
     // Through Node itself (the test runner's bundler would resolve files directly).
-    const probe = "import('capsule-resource-plane/dist/session.js').then(() => console.log('imported'), (e) => console.log(e.code))";
+    const probe = "import('capsule-resource-plane/dist/session/session.js').then(() => console.log('imported'), (e) => console.log(e.code))";
     const out = execFileSync(process.execPath, ['--input-type=module', '-e', probe], { cwd: ROOT }).toString().trim();
     expect(out).toBe('ERR_PACKAGE_PATH_NOT_EXPORTED');
     const face = "import('capsule-resource-plane').then((m) => console.log(typeof m.launch))";

@@ -26,7 +26,7 @@ import { refusal } from './helpers/refusal.js';
 import { scratch } from './helpers/tree.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const CLI = join(ROOT, 'dist/cli.js');
+const CLI = join(ROOT, 'dist/cli/main.js');
 const sodium = createRequire(join(ROOT, 'src/handle/key.ts'))('sodium-native') as Record<string, (...args: any[]) => any>;
 
 // ── Fixtures ─────────────────────────────────────────────────────────────────
@@ -243,7 +243,7 @@ describe('1. a handle token stays out of every record', () => {
     expect(leaks(unknownArg.message, token), `message: ${redactHandles(unknownArg.message)}`).toEqual([]);
   });
 
-  // Was a VIOLATION, now fixed (src/server/listener.ts:56, the Fastify({...}) options in buildApp): no clientErrorHandler is given to Fastify, so its
+  // Was a VIOLATION, now fixed (src/http/listener.ts:56, the Fastify({...}) options in buildApp): no clientErrorHandler is given to Fastify, so its
   // defaultClientErrorHandler (node_modules/fastify/fastify.js:1026) logs `{ err }` for any request
   // Node's parser rejects (a bad header line, a header block over 16 KiB). Node's parser error
   // carries `rawPacket`, the request bytes, and pino's err serializer writes that Buffer out as a

@@ -9,7 +9,7 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { Confinement } from '../src/launch/confinement.js';
+import type { Confinement } from '../src/session/confinement.js';
 import { landlockAbi } from '../src/native.js';
 import { defer } from './helpers/cleanup.js';
 import { CLI, runCliAsync, startServe } from './helpers/cli.js';

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseManifest } from '../src/manifest/model.js';
 import { launch as launchSession } from '../src/launch/launch.js';
-import { openSession } from '../src/launch/open-session.js';
+import { openSession } from '../src/session/open-session.js';
 import { buildEscapeTree, ESCAPE_CASES, MAX_BYTES, SECRET, SECRET_SHA } from './helpers/escape-cases.js';
 import { filesManifest, openCapsule, type Capsule } from './helpers/capsule.js';
 import { pool, rawGet, rawRequest, readTrace, sha256Hex, type RawRequest, type RawResponse } from './helpers/http.js';

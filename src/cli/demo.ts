@@ -9,7 +9,8 @@ import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { launch, stderrLogger, type Launched } from '../launch/launch.js';
+import { launch, type Launched } from '../launch/launch.js';
+import { stderrLogger } from './logger.js';
 import { fetchPeerFile } from '../tools/fetch-peer-file.js';
 import { shareFile } from '../tools/share-file.js';
 
@@ -68,7 +69,7 @@ export async function runDemo(out: (line: string) => void = (l) => process.stdou
     out(`  curl -si ${r}/resources/files                                   # 404: not on the peer listener`);
     out(`  curl -si ${r}/resources/peer/not-a-handle -H 'x-murmur-audience: reader@${readerAddr}'   # 400 malformed_handle`);
     out(`  curl -s ${r}/.well-known/agent-card.json`);
-    out('  (in a checkout, `resource-plane` is `node dist/cli.js`)');
+    out('  (in a checkout, `resource-plane` is `node dist/cli/main.js`)');
     out(`traces: ${reporter.session.trace.path}`);
     out(`        ${reader.session.trace.path}`);
     out(`scratch: ${scratch} (removed when the demo stops)`);

@@ -3,7 +3,7 @@
 // the path (src/paths.ts), calls the native resolver/reader, and turns every native failure into a
 // neutral Refusal (src/codes.ts); the edge that answers renders it.
 import type { MemoryBudget, Release } from './memory.js';
-import { NATIVE_TO_CODE, Refusal } from '../codes.js';
+import { NATIVE_TO_CODE, asRefusal, Refusal } from '../codes.js';
 import * as native from '../native.js';
 import { lowerRelpath } from '../paths.js';
 import type { Containment } from '../wire.js';
@@ -18,7 +18,7 @@ export function refusalFromNative(error: unknown): Refusal {
   if (error instanceof native.NativeError) {
     return new Refusal(NATIVE_TO_CODE[error.code] ?? 'io_error', error.detail || error.code.toLowerCase());
   }
-  return new Refusal('io_error', 'internal error');
+  return asRefusal(error);
 }
 
 /** How long one listing may run before it answers io_error saying so. */

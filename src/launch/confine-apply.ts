@@ -29,15 +29,15 @@ import { closeSync, mkdirSync, openSync, unlinkSync } from 'node:fs';
 import { rmdir, unlink } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { UsageError } from '../codes.js';
-import { notConfined, unhandledRights, type Confinement } from './confinement.js';
+import { notConfined, unhandledRights, type Confinement } from '../session/confinement.js';
 import type { Manifest } from '../manifest/model.js';
 import * as native from '../native.js';
 import { PEER_INBOX_DIR } from '../manifest/scope.js';
 import { Trace } from '../trace/trace.js';
 import { planConfinement, type Plan } from './confine-plan.js';
 import { bindListeners, closeListeners, type HeldListener } from './sockets.js';
-import { prepareSession, removeEmptyUpTo, type SessionOptions } from './open-session.js';
-import { parseAdvertise, parseListen, parseOperatorListen } from './options.js';
+import { prepareSession, removeEmptyUpTo, type SessionOptions } from '../session/open-session.js';
+import { parseAddresses } from '../session/options.js';
 
 /** Carries a confined launch's settled state across the execve (phase 1 → phase 2). */
 export const HANDOFF_ENV = 'RESOURCE_PLANE_CONFINED_LAUNCH';
@@ -163,9 +163,7 @@ export async function confineAndReexec(
   notifyFd: number | null,
   onStale?: (path: string) => void,
 ): Promise<Unconfined> {
-  const listen = parseListen(opts.listen ?? '127.0.0.1:0');
-  parseAdvertise(opts.advertise);
-  const operatorListen = activated || opts.operatorListen === undefined ? null : parseOperatorListen(opts.operatorListen, opts.workdir, onStale);
+  const { listen, operator: operatorListen } = parseAddresses(opts, activated !== null, onStale);
   // Every check a launch makes, with the same diagnostics; the workdir is created if missing.
   const prepared = await prepareSession(opts, true);
   prepared.release();

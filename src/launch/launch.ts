@@ -2,14 +2,13 @@
 // known before the session exists), open the session with that identity, serve it, and tear both
 // down cleanly. Shared by `serve`, `demo`, the public API and the tests.
 import type { Logger } from 'pino';
-import { createMetrics } from '../server/metrics.js';
-export { stderrLogger } from './logger.js';
-import { ALL_PLANES } from '../planes/plugin.js';
-import { adopt, bind, removeSocketFile, serve, type InheritedSocket, type Listener, type RunningServer } from '../server/listener.js';
+import { createMetrics } from '../http/metrics.js';
+import { ALL_PLANES } from '../http/plugin.js';
+import { adopt, bind, removeSocketFile, serve, type InheritedSocket, type Listener, type RunningServer } from '../http/listener.js';
 import * as native from '../native.js';
-import type { Session } from '../session.js';
-import { prepareSession, type SessionOptions } from './open-session.js';
-import { parseAdvertise, parseListen, parseOperatorListen } from './options.js';
+import type { Session } from '../session/session.js';
+import { prepareSession, type SessionOptions } from '../session/open-session.js';
+import { parseAddresses } from '../session/options.js';
 
 export interface LaunchOptions extends Omit<SessionOptions, 'advertisedUrl'> {
   /** `HOST:PORT`; default `127.0.0.1:0`. */
@@ -40,17 +39,19 @@ export interface Launched {
   /** The operator plane's own listener, when `operatorListen` was given. */
   operator: RunningServer | null;
   /**
-   * Stops the listener (in-flight requests finish, bounded), then zeroes the key, writes
-   * `session_end` with `reason` and flushes the trace.
+   * The one stop sequence: listings being hashed are cancelled; each listener refuses new requests
+   * with 503 and gives the responses being sent the drain's bound (DRAIN_TIMEOUT_MS), then cuts
+   * what is left and closes; then the key is zeroed, `session_end` written with `reason` and the
+   * trace flushed. With `boundMs`, a stop still running after that long (a native worker that
+   * cannot be interrupted) zeroes the key at once and resolves `'overran'`, so the caller can end
+   * the process; else it resolves `'stopped'`.
    */
-  stop(reason?: string): Promise<void>;
+  stop(reason?: string, boundMs?: number): Promise<'stopped' | 'overran'>;
 }
 
 export async function launch(opts: LaunchOptions): Promise<Launched> {
   const inherited = opts.listeners ?? null;
-  const listen = inherited ? null : parseListen(opts.listen ?? '127.0.0.1:0');
-  const advertise = parseAdvertise(opts.advertise);
-  const operatorAddress = inherited || opts.operatorListen === undefined ? null : parseOperatorListen(opts.operatorListen, opts.workdir, opts.onStaleSocket);
+  const { listen, advertise, operator: operatorAddress } = parseAddresses(opts, inherited !== null, opts.onStaleSocket);
   const hasOperator = inherited ? inherited.operator !== null : operatorAddress !== null;
   let prepared;
   try {
@@ -69,7 +70,7 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
       listeners.push(await adopt(inherited.peer));
       if (inherited.operator) listeners.push(await adopt(inherited.operator));
     } else {
-      listeners.push(await bind(listen!));
+      listeners.push(await bind(listen));
       if (operatorAddress) listeners.push(await bind(operatorAddress));
     }
     session = prepared.open(advertise ?? listeners[0]!.defaultAdvertisedUrl);
@@ -96,20 +97,36 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
     throw error;
   }
   let stopping: Promise<void> | null = null;
+  const sequence = (reason: string) =>
+    (stopping ??= (async () => {
+      session.beginStopping();
+      try {
+        await Promise.all([server.close(), operator?.close()]);
+      } finally {
+        await session.close(reason);
+      }
+    })());
   return {
     session,
     server,
     operator,
-    stop: (reason = 'stopped') =>
-      (stopping ??= (async () => {
-        // Listings hashing are cancelled first; responses being sent get the drain.
-        session.beginStopping();
-        try {
-          await Promise.all([server.close(), operator?.close()]);
-        } finally {
-          await session.close(reason);
-        }
-      })()),
+    stop: async (reason = 'stopped', boundMs?: number) => {
+      const done = sequence(reason).then(() => 'stopped' as const);
+      if (boundMs === undefined) return done;
+      let timer: NodeJS.Timeout | undefined;
+      const overran = new Promise<'overran'>((resolve) => {
+        timer = setTimeout(() => {
+          session.key?.destroy();
+          resolve('overran');
+        }, boundMs);
+        timer.unref();
+      });
+      try {
+        return await Promise.race([done, overran]);
+      } finally {
+        clearTimeout(timer);
+      }
+    },
   };
 }
 

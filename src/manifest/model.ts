@@ -4,7 +4,7 @@
 // export root that already resolves outside the workdir) and E-CAP-008 (a persistent capsule with a
 // long-lived peer handle). The grammars it uses live beside it (grammars.ts, destinations.ts).
 //
-// Parsing is pure: E-CAP-007 needs the filesystem and is checked at launch (src/launch/checks.ts),
+// Parsing is pure: E-CAP-007 needs the filesystem and is checked at launch (src/session/checks.ts),
 // so that `explain-scope` can answer from the text alone.
 
 import { createRequire } from 'node:module';

@@ -11,9 +11,8 @@ import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js'
 import { CallToolRequestSchema, ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { Refusal, renderTool } from '../codes.js';
-import type { Launched } from '../launch/launch.js';
 import { redactHandles } from '../redact.js';
-import type { Session } from '../session.js';
+import type { Session } from '../session/session.js';
 import { callTool, parseToolArguments, toolSpecs, type ToolSpec } from './index.js';
 import { packageIdentity } from '../version.js';
 
@@ -73,7 +72,8 @@ function guardToolCalls(session: Session, specs: ToolSpec[], sdkHandler: CallHan
   };
 }
 
-export async function runControl(launched: Launched, ready: Record<string, unknown>, onClose: () => void): Promise<void> {
+/** `launched`: what launch() returned; only its session is used here. */
+export async function runControl(launched: { session: Session }, ready: Record<string, unknown>, onClose: () => void): Promise<void> {
   const { session } = launched;
   const { name, version } = packageIdentity();
   const mcp = new McpServer(

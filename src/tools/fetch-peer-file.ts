@@ -14,7 +14,8 @@ import { destinationMatches, targetFromPeer, type Target } from '../manifest/des
 import * as native from '../native.js';
 import { handleId, redactHandles } from '../redact.js';
 import { PEER_INBOX_DIR } from '../manifest/scope.js';
-import type { Session } from '../session.js';
+import { peerFileFetch } from '../trace/events.js';
+import type { Session } from '../session/session.js';
 import { CAPSULE_EXTENSION_URI, HEADER, PEER_PREFIX } from '../wire.js';
 import { fetchCard } from './peer-card.js';
 import { assertLimits, getStream, PeerHttpError, type PeerResponse } from './peer-http.js';
@@ -101,15 +102,17 @@ export async function fetchPeerFile(
 
   const record = async (fields: { stored_path: string | null; bytes: number | null; sha256: string | null; outcome: string; reason: string | null }) => {
     try {
-      await session.trace.append('peer_file_fetch', {
-        peer: typeof peer === 'string' ? peer : null,
-        handle_id: hid,
-        stored_path: fields.stored_path,
-        bytes: fields.bytes,
-        sha256: fields.sha256,
-        outcome: fields.outcome,
-        reason: fields.reason,
-      });
+      await session.trace.record(
+        peerFileFetch({
+          peer: typeof peer === 'string' ? peer : null,
+          handleId: hid,
+          storedPath: fields.stored_path,
+          bytes: fields.bytes,
+          sha256: fields.sha256,
+          outcome: fields.outcome,
+          reason: fields.reason,
+        }),
+      );
     } catch {
       throw new Refusal('io_error', 'the trace could not be written, so the fetch was not completed');
     }

@@ -6,7 +6,7 @@
 import { z } from 'zod';
 import { Refusal, renderTool } from '../codes.js';
 import { redactHandles } from '../redact.js';
-import type { Session, ToolName } from '../session.js';
+import type { Session, ToolName } from '../session/session.js';
 import { fetchPeerFile } from './fetch-peer-file.js';
 import {
   fetchPeerFileInput,

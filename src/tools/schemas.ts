@@ -5,7 +5,7 @@
 // share-file reaches the network and fetch-peer-file writes a file.
 import type { ToolAnnotations } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import type { ToolName } from '../session.js';
+import type { ToolName } from '../session/session.js';
 
 const PEER = "the peer capsule's address: host:port or an http(s) URL";
 

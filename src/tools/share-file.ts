@@ -11,7 +11,8 @@ import { mintToken, PAYLOAD_VERSION, randomNonceHex } from '../handle/token.js';
 import { destinationMatches, targetFromPeer, type Target } from '../manifest/destinations.js';
 import { parseDuration } from '../manifest/grammars.js';
 import { handleId, redactHandles } from '../redact.js';
-import type { Session } from '../session.js';
+import { peerHandleMint } from '../trace/events.js';
+import type { Session } from '../session/session.js';
 import { fetchCard } from './peer-card.js';
 import { assertLimits, PeerHttpError } from './peer-http.js';
 
@@ -79,14 +80,16 @@ export async function shareFile(session: Session, input: ShareFileInput, opts: S
 
   const record = async (fields: { handle_id: string | null; path: unknown; expires_at_ms: number | null; outcome: string; reason: string | null }) => {
     try {
-      await session.trace.append('peer_handle_mint', {
-        handle_id: fields.handle_id,
-        path: typeof fields.path === 'string' ? fields.path : null,
-        audience,
-        expires_at_ms: fields.expires_at_ms,
-        outcome: fields.outcome,
-        reason: fields.reason,
-      });
+      await session.trace.record(
+        peerHandleMint({
+          handleId: fields.handle_id,
+          path: typeof fields.path === 'string' ? fields.path : null,
+          audience,
+          expiresAtMs: fields.expires_at_ms,
+          outcome: fields.outcome,
+          reason: fields.reason,
+        }),
+      );
     } catch {
       throw new Refusal('io_error', 'the trace could not be written, so nothing was minted');
     }

@@ -6,8 +6,9 @@ import { createHash, randomFillSync } from 'node:crypto';
 import { closeSync, constants, fstatSync, fsync, mkdirSync, openSync, write, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { redactHandles } from '../redact.js';
+import { sessionEnd, type TraceEvent, type TraceFields } from './events.js';
 
-export type TraceFields = Record<string, unknown>;
+export type { TraceFields } from './events.js';
 
 /** Fields whose text a caller chooses (a path, an asserted audience, a peer, a reason a peer supplied). */
 const CALLER_FIELDS = new Set(['path', 'audience_asserted', 'peer', 'reason']);
@@ -107,9 +108,9 @@ export class Trace {
    * Writes `session_start` (its event id becomes every later event's parent_id). Synchronous so
    * that a launch that cannot record its own start fails before it serves anything.
    */
-  start(fields: TraceFields): string {
+  start(event: TraceEvent<'session_start'>): string {
     const id = newEventId();
-    const line = this.render('session_start', id, null, fields);
+    const line = this.render('session_start', id, null, event.fields);
     try {
       const buf = Buffer.from(line);
       let off = 0;
@@ -122,8 +123,12 @@ export class Trace {
     return id;
   }
 
-  /** Appends one event; resolves once the line is written, rejects with TraceWriteError. */
-  append(eventType: string, fields: TraceFields): Promise<void> {
+  /** Appends one event (built by trace/events.ts); resolves once the line is written, rejects with TraceWriteError. */
+  record(event: TraceEvent): Promise<void> {
+    return this.append(event.type, event.fields);
+  }
+
+  private append(eventType: string, fields: TraceFields): Promise<void> {
     if (this.parentId === null) return Promise.reject(new TraceWriteError(new Error('session_start not written')));
     const buf = Buffer.from(this.render(eventType, newEventId(), this.parentId, fields));
     if (this.syncWrites) {
@@ -156,10 +161,10 @@ export class Trace {
    * Writes `session_end` (after every line still in flight, so it is the last), then closes. A
    * trace that cannot take the line is closed all the same: the session is ending either way.
    */
-  async end(fields: TraceFields): Promise<void> {
+  async end(reason: string): Promise<void> {
     await Promise.allSettled([...this.pending]);
     if (this.fd >= 0 && this.parentId !== null) {
-      await this.append('session_end', { ...fields, counts: { ...this.counts } }).catch(() => undefined);
+      await this.record(sessionEnd({ reason, counts: { ...this.counts } })).catch(() => undefined);
     }
     await this.close();
   }

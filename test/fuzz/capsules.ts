@@ -8,7 +8,8 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino, type Logger } from 'pino';
-import { launch, stderrLogger, type Launched } from '../../src/launch/launch.js';
+import { launch, type Launched } from '../../src/launch/launch.js';
+import { stderrLogger } from '../../src/cli/logger.js';
 import { parseManifest } from '../../src/manifest/model.js';
 import type { ResolverKind } from '../../src/native.js';
 import type { Containment } from '../../src/wire.js';
@@ -22,7 +23,7 @@ export class TestClock {
   readonly now = (): number => this.t;
 }
 
-/** The CLI's logger (src/launch/logger.ts: its serializers, its redaction) writing into `lines`. */
+/** The CLI's logger (src/cli/logger.ts: its serializers, its redaction) writing into `lines`. */
 export function capturedLogger(lines: string[]): Logger {
   const logger = stderrLogger();
   logger.level = 'trace';

@@ -3,17 +3,17 @@
 // port, launched the way the in-process API launches one (src/launch/launch.ts). `capsule`
 // belongs to the running test and is closed when the test finishes; `openCapsule` belongs to the
 // caller (a `beforeAll` that shares it with a describe block closes it in its teardown).
-// `offlineCapsule` is a session with no listener (src/launch/open-session.ts), for a capsule
+// `offlineCapsule` is a session with no listener (src/session/open-session.ts), for a capsule
 // that only calls out.
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { launch, type Launched } from '../../src/launch/launch.js';
-import { openSession, type SessionOptions } from '../../src/launch/open-session.js';
+import { openSession, type SessionOptions } from '../../src/session/open-session.js';
 import { parseManifest } from '../../src/manifest/model.js';
 import type { ResolverKind } from '../../src/native.js';
-import type { RunningServer } from '../../src/server/listener.js';
-import type { Session } from '../../src/session.js';
+import type { RunningServer } from '../../src/http/listener.js';
+import type { Session } from '../../src/session/session.js';
 import type { Containment } from '../../src/wire.js';
 import { defer } from './cleanup.js';
 import { makeTree, removeTree, tempDir } from './tree.js';

@@ -1,8 +1,8 @@
-// Spawning the real `resource-plane` command (dist/cli.js) as a launcher would.
+// Spawning the real `resource-plane` command (dist/cli/main.js) as a launcher would.
 import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
-export const CLI = fileURLToPath(new URL('../../dist/cli.js', import.meta.url));
+export const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
 
 export function runCli(args: string[], env: NodeJS.ProcessEnv = {}): { status: number | null; stdout: string; stderr: string } {
   const r = spawnSync(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, encoding: 'utf8', timeout: 30_000 });

@@ -5,6 +5,7 @@
 import { Refusal, renderHttp, type Rendered } from '../codes.js';
 import type { Body } from '../export/export-view.js';
 import type { MemoryBudget } from '../export/memory.js';
+import { responseUndelivered, type BodyEventType, type Outcome, type TraceEvent } from '../trace/events.js';
 import type { Trace } from '../trace/trace.js';
 import { onceClosed } from './admission.js';
 import { etagOf, sendError, type HeaderList, type PlaneReply, type StreamPayload } from './reply.js';
@@ -12,6 +13,8 @@ import { StreamBody, type ChunkBuffers } from './stream-body.js';
 
 export interface Exchange {
   reply: PlaneReply;
+  /** Where the exchange's events go (the session's trace). */
+  trace: Trace;
   context: 'files' | 'peer';
   /** Headers every refusal of this exchange carries (generation; handle id on the peer plane). */
   refusalHeaders: HeaderList;
@@ -26,9 +29,9 @@ export interface Exchange {
 /**
  * Runs a trace write; on failure answers 500 io_error (no file bytes) and returns false.
  */
-export async function traced(x: Exchange, appendEvent: () => Promise<void>): Promise<boolean> {
+export async function traced(x: Exchange, event: TraceEvent): Promise<boolean> {
   try {
-    await appendEvent();
+    await x.trace.record(event);
     return true;
   } catch (error) {
     x.reply.logError({ err: (error as Error).message }, 'trace write failed; refusing the request');
@@ -38,7 +41,7 @@ export async function traced(x: Exchange, appendEvent: () => Promise<void>): Pro
 }
 
 /** Renders `refusal`, records it (no bytes, no hash) and, once it is recorded, sends it. */
-export async function refuse(x: Exchange, refusal: Refusal, record: (outcome: string, reason: string) => Promise<void>): Promise<void> {
+export async function refuse(x: Exchange, refusal: Refusal, build: (outcome: Outcome) => TraceEvent): Promise<void> {
   const rendered: Rendered = renderHttp(x.context, refusal, { maxBytes: x.maxBytes });
   x.observe?.(rendered.code, 0);
   // A refusal carries no file bytes; past the client's allowance it is counted, not traced.
@@ -46,7 +49,7 @@ export async function refuse(x: Exchange, refusal: Refusal, record: (outcome: st
     sendError(x.reply, rendered, x.refusalHeaders);
     return;
   }
-  if (await traced(x, () => record(rendered.code, rendered.message))) sendError(x.reply, rendered, x.refusalHeaders);
+  if (await traced(x, build({ outcome: rendered.code, reason: rendered.message }))) sendError(x.reply, rendered, x.refusalHeaders);
 }
 
 /**
@@ -66,12 +69,12 @@ export function clientGone(x: Exchange): AbortSignal {
 }
 
 /**
- * Sends a body whose event is already in the trace. If the response closes before every byte of
- * it was handed to the kernel (the client reset, a pipelined response died in the queue), `record`
- * adds an outcome event saying it was not delivered: the line before the reply stays true to what
- * was decided, and this one to what happened.
+ * Sends a body whose event (`of`) is already in the trace. If the response closes before every byte
+ * of it was handed to the kernel (the client reset, a pipelined response died in the queue), a
+ * `response_undelivered` line follows `of`: the line before the reply stays true to what was
+ * decided, and this one to what happened.
  */
-export function sendTracedBody(x: Exchange, headers: HeaderList, body: Buffer | StreamPayload, record: (reason?: string) => Promise<void>): void {
+export function sendTracedBody(x: Exchange, headers: HeaderList, body: Buffer | StreamPayload, of: TraceEvent<BodyEventType>): void {
   const res = x.reply.raw;
   // 'finish' on a live socket: the last byte was handed to the kernel. Node also emits 'finish'
   // when a reset socket cancels the writes it still held (and writableFinished then reads true):
@@ -82,7 +85,7 @@ export function sendTracedBody(x: Exchange, headers: HeaderList, body: Buffer | 
   onceClosed(x.reply.req, res, () => {
     if (finished) return;
     const failure = Buffer.isBuffer(body) ? null : (body.stream as StreamBody).failure ?? null;
-    record(failure ?? undefined).catch((error: unknown) => x.reply.logError({ err: (error as Error).message }, 'trace write failed for an undelivered body'));
+    x.trace.record(responseUndelivered(of, body.length, failure ?? undefined)).catch((error: unknown) => x.reply.logError({ err: (error as Error).message }, 'trace write failed for an undelivered body'));
   });
   x.reply.send(200, headers, body);
 }
@@ -102,7 +105,8 @@ export function noneMatch(header: string | string[] | undefined, etag: string): 
   return false;
 }
 
-type RecordRead = (outcome: string, reason: string | null, bytes: number | null, sha256: string | null) => Promise<void>;
+/** A read's or a redeem's event for one outcome, with the bytes it sends and their digest. */
+export type BuildRead = (f: Outcome & { bytes: number | null; sha256: string | null }) => TraceEvent<'resource_read' | 'peer_handle_redeem'>;
 const EMPTY = Buffer.alloc(0);
 
 /**
@@ -120,35 +124,16 @@ export function chunkBuffers(budget: MemoryBudget, reuse: boolean): ChunkBuffers
  * these bytes (its If-None-Match names the etag computed over them), traced as a read that sent no
  * body; otherwise the traced body, whole or streamed.
  */
-export async function answerRead(
-  x: Exchange,
-  body: Body,
-  headers: HeaderList,
-  buffers: ChunkBuffers,
-  record: RecordRead,
-  recordUndelivered: (reason?: string) => Promise<void>,
-): Promise<void> {
+export async function answerRead(x: Exchange, body: Body, headers: HeaderList, buffers: ChunkBuffers, build: BuildRead): Promise<void> {
   if (noneMatch(x.reply.req.headers['if-none-match'], etagOf(body))) {
-    if (!(await traced(x, () => record('not_modified', null, 0, body.sha256)))) return;
+    if (!(await traced(x, build({ outcome: 'not_modified', reason: null, bytes: 0, sha256: body.sha256 })))) return;
     x.observe?.('not_modified', 0);
     x.reply.send(304, headers, EMPTY);
     return;
   }
-  if (!(await traced(x, () => record('ok', null, body.size, body.sha256)))) return;
+  const sent = build({ outcome: 'ok', reason: null, bytes: body.size, sha256: body.sha256 });
+  if (!(await traced(x, sent))) return;
   x.observe?.('ok', body.size);
   const payload = body.kind === 'whole' ? body.bytes : { stream: new StreamBody(body.stream, buffers), length: body.size };
-  sendTracedBody(x, headers, payload, recordUndelivered);
-}
-
-/** Why a body was not delivered, when nothing more specific is known. */
-export const UNDELIVERED_REASON = 'the connection closed before the whole body was sent';
-
-/** The outcome event of a body whose response closed before all of it was sent. */
-export function undelivered(trace: Trace, of: string, fields: { [field: string]: unknown }, reason: string = UNDELIVERED_REASON): Promise<void> {
-  return trace.append('response_undelivered', { of, ...fields, outcome: 'undelivered', reason });
-}
-
-/** Anything a plane caught: a Refusal as it is, anything else an io_error that echoes nothing. */
-export function asRefusal(error: unknown): Refusal {
-  return error instanceof Refusal ? error : new Refusal('io_error', 'internal error');
+  sendTracedBody(x, headers, payload, sent);
 }

@@ -1,6 +1,6 @@
 // The agent card (SPEC section 7) at /.well-known/agent-card.json, in the A2A shape, so that a peer
 // minting for this capsule derives the same audience this capsule asserts when it redeems.
-import type { Session } from '../session.js';
+import type { Session } from '../session/session.js';
 import { CAPSULE_EXTENSION_URI } from '../wire.js';
 
 export function agentCard(session: Session): Record<string, unknown> {

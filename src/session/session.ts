@@ -2,17 +2,18 @@
 // key, the generation counter, the trace and the capsule's identity (session id, advertised URL),
 // all fixed when it is constructed. Nothing here reads files, checks a launch or knows HTTP:
 // src/launch/ validates and builds a Session.
-import { Refusal } from './codes.js';
-import { MemoryBudget } from './export/memory.js';
-import type { Confinement } from './launch/confinement.js';
-import { ExportView } from './export/export-view.js';
-import { RefusalLimiter } from './trace/refusal-limit.js';
-import { InstanceKey } from './handle/key.js';
-import type { Manifest } from './manifest/model.js';
-import * as native from './native.js';
-import { effectiveGrants, type EffectiveGrants } from './manifest/scope.js';
-import type { Trace } from './trace/trace.js';
-import type { Containment } from './wire.js';
+import { Refusal } from '../codes.js';
+import { MemoryBudget } from '../export/memory.js';
+import type { Confinement } from './confinement.js';
+import { ExportView } from '../export/export-view.js';
+import { RefusalLimiter } from '../trace/refusal-limit.js';
+import { InstanceKey } from '../handle/key.js';
+import type { Manifest } from '../manifest/model.js';
+import * as native from '../native.js';
+import { effectiveGrants, type EffectiveGrants } from '../manifest/scope.js';
+import { refusalsSuppressed, sessionStart } from '../trace/events.js';
+import type { Trace } from '../trace/trace.js';
+import type { Containment } from '../wire.js';
 
 export type ToolName = 'share-file' | 'fetch-peer-file';
 
@@ -77,21 +78,16 @@ export class Session {
     this.advertisedUrl = init.advertisedUrl;
     this.now = init.now ?? Date.now;
     this.memory = new MemoryBudget(init.memoryBudgetBytes);
-    this.refusals = new RefusalLimiter((fields) => this.trace.append('refusals_suppressed', { ...fields }));
+    this.refusals = new RefusalLimiter((f) => this.trace.record(refusalsSuppressed({ client: f.client, suppressed: f.suppressed, sinceMs: f.since_ms, clients: f.clients })));
     this.grants = effectiveGrants(init.manifest, init.containment);
     const common = { workdirFd: () => this.workdirDescriptor, containment: init.containment, resolver: init.resolver, listingBudgetMs: init.listingBudgetMs };
     const { files, peerFiles } = init.manifest;
     this.files = files ? new ExportView({ ...common, root: files.root, maxBytes: files.maxBytes }) : null;
     this.peerFiles = peerFiles ? new ExportView({ ...common, root: peerFiles.root, maxBytes: peerFiles.maxBytes }) : null;
     // Written before the key exists, so a launch that cannot record its start leaves no key behind.
-    this.trace.start({
-      containment_achieved: init.containment,
-      resolver: init.resolver,
-      tools_declared: this.toolsDeclared(),
-      confinement: init.confinement,
-      // Last on the line: explain-scope --json is this object byte for byte, read to the line's end.
-      effective_grants: this.grants,
-    });
+    this.trace.start(
+      sessionStart({ containment: init.containment, resolver: init.resolver, toolsDeclared: this.toolsDeclared(), confinement: init.confinement, effectiveGrants: this.grants }),
+    );
     // The key exists only when something can be minted, and only in locked memory.
     this.key = peerFiles ? InstanceKey.generate() : null;
   }
@@ -144,7 +140,7 @@ export class Session {
     this.beginStopping();
     this.key?.destroy();
     await this.refusals.close();
-    await this.trace.end({ reason });
+    await this.trace.end(reason);
     this.memory.clear();
     native.closeFd(this.workdirFd);
     this.workdirFd = -1;

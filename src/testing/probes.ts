@@ -1,6 +1,7 @@
-// Test-only probes a test sets through the environment to show what the served process can reach,
-// bypassing every check the server makes (no resolver, no allow list). They do nothing unless
-// their variable is set, read nothing the caller did not name, and report on stderr only.
+// Test-only probes that show what the served process can reach, bypassing every check the server
+// makes (no resolver, no allow list). Never in the published package: package.json's `files` leaves
+// out dist/testing/, and the CLI imports this module only when a RESOURCE_PLANE_TEST_* variable is
+// set. They read nothing the caller did not name, and report on stderr only.
 //
 // RESOURCE_PLANE_TEST_UNCHECKED_READ=/abs/path: once the session serves, read that path from every
 // kind of thread that opens files (the main thread, libuv's pool through fs and through the

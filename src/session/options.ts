@@ -1,5 +1,5 @@
 // Launch options as typed on a command line, each validated in one place: the listen address, the
-// advertised URL and the containment class. (The session id's one validation is in src/session.ts.)
+// advertised URL and the containment class. (The session id's one validation is in src/session/session.ts.)
 import { existsSync, lstatSync, realpathSync, unlinkSync, type Stats } from 'node:fs';
 import { basename, dirname, isAbsolute, resolve } from 'node:path';
 import { UsageError } from '../codes.js';
@@ -140,4 +140,28 @@ export function parseAdvertise(value: string | undefined): string | undefined {
   const port = url.port || (url.protocol === 'https:' ? '443' : '80');
   const path = url.pathname.replace(/\/+$/, '');
   return `${url.protocol}//${url.hostname}:${port}${path}`;
+}
+
+/** The launch's addresses as typed options: what launch() and the confined launch's first stage both read. */
+export interface AddressOptions {
+  listen?: string;
+  advertise?: string;
+  operatorListen?: string;
+  workdir: string;
+}
+
+export interface Addresses {
+  listen: { host: string; port: number };
+  advertise: string | undefined;
+  /** null without --operator-listen, or when the sockets were handed over (`inherited`). */
+  operator: { host: string; port: number } | { path: string } | null;
+}
+
+/** Every address option validated, in one place, with the defaults a launch uses. */
+export function parseAddresses(opts: AddressOptions, inherited: boolean, onStale?: (path: string) => void): Addresses {
+  return {
+    listen: parseListen(opts.listen ?? '127.0.0.1:0'),
+    advertise: parseAdvertise(opts.advertise),
+    operator: inherited || opts.operatorListen === undefined ? null : parseOperatorListen(opts.operatorListen, opts.workdir, onStale),
+  };
 }

@@ -1,23 +1,25 @@
 // Both planes and the agent card as one Fastify plugin (`resourcePlanes`), registrable into any
 // Fastify 5 app, and the only code that answers a plane request: the CLI's server is a Fastify app
-// that registers it like any host would (src/server/app.ts). Routing works on the raw request
+// that registers it like any host would (src/http/app.ts). Routing works on the raw request
 // target (no router decoding or normalising decides anything; a `prefix` is cut from it byte for
 // byte), every method reaches the planes (a write verb, HEAD included, is a 405, not a 404),
 // bodies are never parsed, every request is traced as the spec says, and every request passes
-// admission (src/planes/admission.ts). The routes, hooks, parsers and error handler live in an
+// admission (src/http/admission.ts). The routes, hooks, parsers and error handler live in an
 // encapsulated context of their own: the host app's routes are left exactly as they were, while
 // the host's hooks (an auth check, a logger) do run on the planes' routes.
 import { METHODS } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { Refusal, renderHttp } from '../codes.js';
-import { openSession, type SessionOptions } from '../launch/open-session.js';
-import { requestPath } from '../paths.js';
-import type { Metrics } from '../server/metrics.js';
-import { DRAIN_TIMEOUT_MS } from '../server/limits.js';
-import { Session } from '../session.js';
-import { CARD_PATH, isFilesPath, isPeerPath, RESOURCES_PREFIX } from '../wire.js';
-import { Admission, rawTarget } from './admission.js';
+import { openSession, type SessionOptions } from '../session/open-session.js';
+import type { Metrics } from './metrics.js';
+import { ALL_PLANES, type PlaneContext, type PlaneSet } from './context.js';
+
+export { ALL_PLANES, type PlaneContext, type PlaneSet } from './context.js';
+import { DRAIN_TIMEOUT_MS } from './limits.js';
+import { Session } from '../session/session.js';
+import { CARD_PATH, RESOURCES_PREFIX, type PlaneTarget } from '../wire.js';
+import { Admission, planeTargetOf } from './admission.js';
 import { agentCard } from './card.js';
 import { handleFiles } from './files.js';
 import { handleRedeem } from './redeem.js';
@@ -26,29 +28,6 @@ import { fastifyPlaneReply, sendError, type PlaneReply } from './reply.js';
 /** Answers with a catalogued server-context code (route 404, 503 while closing, 500). */
 export function sendServerError(reply: FastifyReply | PlaneReply, refusal: Refusal): void {
   sendError('client' in reply ? reply : fastifyPlaneReply(reply), renderHttp('server', refusal));
-}
-
-/**
- * Which planes a listener serves. With a separate operator listener, the peer listener serves the
- * peer plane and the card only, and the operator listener the operator plane only.
- */
-export interface PlaneSet {
-  files: boolean;
-  peer: boolean;
-}
-
-export const ALL_PLANES: Readonly<PlaneSet> = Object.freeze({ files: true, peer: true });
-
-/** What the planes' handlers share for one registration. */
-export interface PlaneContext {
-  session: Session;
-  metrics?: Metrics;
-  /**
-   * Whether a read may use a buffer a finished response gave back. Only where no hook can keep a
-   * payload past its response (the CLI's app): a host's onSend hook may hold the Buffer it is
-   * handed, and a reused one would later hold another file's bytes.
-   */
-  reuseBuffers: boolean;
 }
 
 export interface PlanesOptions {
@@ -61,10 +40,23 @@ export interface PlanesOptions {
   open?: SessionOptions;
   /** Default: both planes (and the card, which goes with the peer plane). */
   planes?: PlaneSet;
-  /** Counts answers when given (src/server/metrics.ts). */
+  /** Counts answers when given (src/http/metrics.ts). */
   metrics?: Metrics;
   /** Routes under this path (`/cap` serves `/cap/resources/files`); cut from the raw target byte for byte. */
   prefix?: string;
+  /**
+   * An Admission your app installed at its root (`admission.install(app)`), so that every route of
+   * the app, and the answers Fastify gives without a route, pass the same gate (buildApp does
+   * this). The plugin then installs none of its own, and drains this one when the app closes.
+   * Default: the plugin admits the requests on its own routes.
+   */
+  admission?: Admission;
+  /**
+   * Let reads reuse the chunk buffers of finished responses. Only when no hook of the app keeps a
+   * payload past its response (an onSend hook holding the Buffer it is handed would later see
+   * another file's bytes in it). Default false; buildApp's app, which adds no such hook, sets it.
+   */
+  reuseBuffers?: boolean;
 }
 
 /** What the plugin adds to the app: the session it serves. */
@@ -78,20 +70,12 @@ declare module 'fastify' {
   }
 }
 
-/** Set by the CLI's app, which admits every request at its root and adds no payload-keeping hook. */
-export const APP_OWNED = Symbol('capsule-resource-plane.appOwned');
-interface AppOwned {
-  admission: Admission;
-  reuseBuffers: boolean;
-}
-type AllOptions = PlanesOptions & { [APP_OWNED]?: AppOwned };
-
 function invalid(message: string): Error {
   return new TypeError(`capsule-resource-plane: ${message}`);
 }
 
 /** Checks the options at `register`, so a mistake is an error there, not a 500 on every request. */
-function validate(opts: AllOptions): void {
+function validate(opts: PlanesOptions): void {
   if (opts === null || typeof opts !== 'object') throw invalid('options must be an object with `session` or `open`');
   if ((opts.session === undefined) === (opts.open === undefined)) {
     throw invalid('pass exactly one of `session` (a Session from openSession, which you close) or `open` (session options; the plugin opens and closes it)');
@@ -113,30 +97,34 @@ function validate(opts: AllOptions): void {
   if (opts.prefix !== undefined && (typeof opts.prefix !== 'string' || !/^(\/[^/?#%\\\s]+)*$/.test(opts.prefix))) {
     throw invalid("`prefix` must be a path like '/cap': segments after '/', no trailing '/', no '%', '?', '#', '\\\\' or spaces");
   }
+  if (opts.admission !== undefined && !(opts.admission instanceof Admission)) throw invalid('`admission` must be an Admission installed at the app\'s root');
+  if (opts.reuseBuffers !== undefined && typeof opts.reuseBuffers !== 'boolean') throw invalid('`reuseBuffers` must be a boolean');
 }
 
-/** Routes one request under /resources by its raw path (prefix already cut); the planes do the rest. */
-async function dispatch(ctx: PlaneContext, planes: PlaneSet, path: string, method: string, reply: PlaneReply): Promise<void> {
-  // A plane this listener does not serve is not there at all: no route, no trace.
-  if ((isFilesPath(path) && !planes.files) || (isPeerPath(path) && !planes.peer)) {
-    sendServerError(reply, new Refusal('not_found'));
-    return;
+/** Routes one request by the plane its raw target names; the planes do the rest. */
+async function dispatch(ctx: PlaneContext, planes: PlaneSet, target: PlaneTarget, method: string, reply: PlaneReply): Promise<void> {
+  switch (target.plane) {
+    // A plane this listener does not serve is not there at all: no route, no trace.
+    case 'files':
+      if (!planes.files) return sendServerError(reply, new Refusal('not_found'));
+      return handleFiles(ctx, method, target.rest, reply);
+    case 'peer':
+      if (!planes.peer) return sendServerError(reply, new Refusal('not_found'));
+      return handleRedeem(ctx, method, target.rest, reply);
+    default:
+      // Anything else under /resources/: no plane, no trace; still no write verb.
+      return sendError(reply, renderHttp('files', new Refusal(method !== 'GET' ? 'method_not_allowed' : 'not_found')));
   }
-  if (isFilesPath(path)) return handleFiles(ctx, method, path, reply);
-  if (isPeerPath(path)) return handleRedeem(ctx, method, path, reply);
-  // Anything else under /resources/: no plane, no trace; still no write verb.
-  sendError(reply, renderHttp('files', new Refusal(method !== 'GET' ? 'method_not_allowed' : 'not_found')));
 }
 
-async function planesPlugin(app: FastifyInstance, options: PlanesOptions): Promise<void> {
-  const opts = options as AllOptions;
+async function planesPlugin(app: FastifyInstance, opts: PlanesOptions): Promise<void> {
   validate(opts);
   const owned = opts.open !== undefined;
   const session = opts.session ?? (await openSession(opts.open!));
   const planes = opts.planes ?? ALL_PLANES;
-  const appOwned = opts[APP_OWNED];
-  const admission = appOwned?.admission ?? new Admission(session.containment);
-  const ctx: PlaneContext = { session, metrics: opts.metrics, reuseBuffers: appOwned?.reuseBuffers ?? false };
+  const hostAdmits = opts.admission !== undefined;
+  const admission = opts.admission ?? new Admission(session.containment);
+  const ctx: PlaneContext = { session, metrics: opts.metrics, reuseBuffers: opts.reuseBuffers ?? false };
   app.decorate('resourcePlanes', { session });
 
   // Stopping: new requests are refused, the ones being answered finish (bounded); an owned
@@ -150,8 +138,8 @@ async function planesPlugin(app: FastifyInstance, options: PlanesOptions): Promi
 
   await app.register(
     async (planesApp) => {
-      // The CLI's app admits every request at its root; anywhere else the plugin admits its own.
-      if (!appOwned) admission.install(planesApp);
+      // An app that admits every request at its root (buildApp) passes its admission; else the plugin admits its own.
+      if (!hostAdmits) admission.install(planesApp);
       const prefix = planesApp.prefix;
       // Every method Node parses must reach the planes (a PROPFIND is a 405, not a 404), so the
       // ones Fastify does not know are registered. QUERY is re-registered as bodiless: as a body
@@ -168,15 +156,15 @@ async function planesPlugin(app: FastifyInstance, options: PlanesOptions): Promi
       planesApp.addContentTypeParser('*', (_req, _payload, done) => done(null));
 
       const route = (request: FastifyRequest, reply: FastifyReply): Promise<void> | void => {
-        const target = requestPath(rawTarget(request.raw));
+        const target = planeTargetOf(request.raw, prefix);
         // The router matched a decoded form; the planes serve only what the raw target says.
-        if (!target.startsWith(prefix) || !target.slice(prefix.length).startsWith(RESOURCES_PREFIX)) {
+        if (target === null) {
           sendServerError(reply, new Refusal('not_found'));
           return;
         }
         // Settled once the response is over, not when the body is handed over: a streamed body is
         // still being sent when the plane returns, and Fastify would otherwise answer again.
-        return dispatch(ctx, planes, target.slice(prefix.length), request.raw.method ?? 'GET', fastifyPlaneReply(reply)).then(
+        return dispatch(ctx, planes, target, request.raw.method ?? 'GET', fastifyPlaneReply(reply)).then(
           () => new Promise<void>((resolve) => reply.then(resolve, () => resolve())),
         );
       };

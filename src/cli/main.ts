@@ -8,23 +8,22 @@ import { constants as osConstants } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import type { SingleBar } from 'cli-progress';
 import { Command, CommanderError, Option } from 'commander';
-import type { Progress } from './cli/client.js';
-import { UsageError } from './codes.js';
-import { notConfined, type Confinement } from './launch/confinement.js';
-import { checkExportRoots, checkExportRootsAt } from './launch/checks.js';
-import { confineAndReexec, landlockMode, takeHandoff } from './launch/confine-apply.js';
-import { earlyLogger, LOG_LEVELS } from './launch/early-log.js';
-import type { LaunchOptions } from './launch/launch.js';
-import { activatedListeners, notify, openNotifySocket, type HeldListener } from './launch/sockets.js';
-import { DEFAULT_MANIFEST_NAME, loadManifest, readManifestBeneath } from './launch/manifest-file.js';
-import { parseContainment } from './launch/options.js';
-import { runTestHooks } from './launch/test-hooks.js';
-import { ManifestError } from './manifest/diagnostics.js';
-import { parseByteCount, parseDuration } from './manifest/grammars.js';
-import type { Manifest } from './manifest/model.js';
-import * as native from './native.js';
-import { effectiveGrants, renderExplainScope } from './manifest/scope.js';
-import { packageVersion } from './version.js';
+import type { Progress } from './client.js';
+import { UsageError } from '../codes.js';
+import { notConfined, type Confinement } from '../session/confinement.js';
+import { checkExportRoots, checkExportRootsAt } from '../session/checks.js';
+import { confineAndReexec, landlockMode, takeHandoff } from '../launch/confine-apply.js';
+import { earlyLogger, LOG_LEVELS } from './early-log.js';
+import type { LaunchOptions } from '../launch/launch.js';
+import { activatedListeners, notify, openNotifySocket, type HeldListener } from '../launch/sockets.js';
+import { DEFAULT_MANIFEST_NAME, loadManifest, missingManifest, readManifestBeneath } from '../session/manifest-file.js';
+import { parseContainment } from '../session/options.js';
+import { ManifestError } from '../manifest/diagnostics.js';
+import { parseByteCount, parseDuration } from '../manifest/grammars.js';
+import type { Manifest } from '../manifest/model.js';
+import * as native from '../native.js';
+import { effectiveGrants, renderExplainScope } from '../manifest/scope.js';
+import { packageVersion } from '../version.js';
 
 const PROGRAM = 'resource-plane';
 
@@ -85,10 +84,8 @@ function checkLogLevel(): void {
 }
 
 function checkResolverChoice(): void {
-  const forced = process.env.RESOURCE_PLANE_RESOLVER;
-  if (forced !== undefined && forced !== '' && forced !== 'openat2' && forced !== 'walk') {
-    throw new UsageError(`RESOURCE_PLANE_RESOLVER must be openat2 or walk (got '${forced}')`);
-  }
+  const problem = native.resolverChoiceProblem();
+  if (problem !== null) throw new UsageError(problem);
 }
 
 const ENVIRONMENT = `
@@ -167,7 +164,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     }
   }
   // Loaded only now: a first phase that re-executes never needs the server, nor pino.
-  const [{ launch }, { stderrLogger }, { DRAIN_TIMEOUT_MS }] = await Promise.all([import('./launch/launch.js'), import('./launch/logger.js'), import('./server/limits.js')]);
+  const [{ launch }, { stderrLogger }, { DRAIN_TIMEOUT_MS }] = await Promise.all([import('../launch/launch.js'), import('./logger.js'), import('../http/limits.js')]);
   const SHUTDOWN_BOUND_MS = DRAIN_TIMEOUT_MS + SHUTDOWN_GRACE_MS;
   const root = stderrLogger();
   const launched = await launch({ ...opts, logger: root, confinement });
@@ -177,7 +174,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   // After the launch, so that a launch that fails prints its error and nothing else.
   if (confinement.applied) logger.info({ landlock_abi: confinement.landlock_abi }, 'confined with Landlock');
   else logger.info({ reason: confinement.reason }, 'serving without Landlock confinement');
-  await runTestHooks();
+  await runTestProbes(logger);
   const ready = {
     event: 'listening',
     url: server.url,
@@ -194,15 +191,12 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     logger.info({ why }, 'shutting down');
     const unsent = notify(notifyFd, 'STOPPING=1');
     if (unsent) logger.warn({ detail: unsent }, 'sd_notify STOPPING=1 was not sent');
-    // The bound: responses get DRAIN_TIMEOUT_MS, then are cut. If anything still holds the process
-    // past SHUTDOWN_BOUND_MS (a native worker that cannot be interrupted), the key is zeroed and the
-    // process ends itself: exiting normally would wait for the thread pool.
-    setTimeout(() => {
-      launched.session.key?.destroy();
-      process.kill(process.pid, 'SIGKILL');
-    }, SHUTDOWN_BOUND_MS).unref();
-    await launched.stop(why).catch(() => undefined);
+    // launch's stop sequence, bounded: if it overran (a native worker that cannot be interrupted
+    // holds the process; the key is already zeroed), the process ends itself, since exiting
+    // normally would wait for the thread pool.
+    const outcome = await launched.stop(why, SHUTDOWN_BOUND_MS).catch(() => 'stopped' as const);
     logger.flush();
+    if (outcome === 'overran') process.kill(process.pid, 'SIGKILL');
     process.exit(0);
   };
   // SIGHUP is a stop too, not a reload: there is nothing to re-read (the manifest and the flags are
@@ -210,7 +204,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   // would serve on unwatched.
   for (const signal of STOP_SIGNALS) process.on(signal, () => void shutdown(signal));
   if (flags.control === 'stdio') {
-    const { runControl } = await import('./tools/control.js');
+    const { runControl } = await import('../tools/control.js');
     await runControl(launched, ready, () => shutdown('control channel closed'));
   } else {
     // The launcher reads this one line from stdout instead of scraping logs.
@@ -233,7 +227,7 @@ async function workdirManifest(workdir: string): Promise<Manifest> {
   const requested = resolve(workdir);
   const shown = join(requested, DEFAULT_MANIFEST_NAME);
   if (!existsSync(requested)) {
-    throw new ManifestError('E-MAN-003', `cannot read the manifest '${shown}': ENOENT`, 'pass --manifest FILE, or put murmur.yaml at the workdir root');
+    throw missingManifest(shown);
   }
   const real = realpathSync(requested);
   const resolver = native.chooseResolver();
@@ -429,7 +423,7 @@ Examples:
       } catch (error) {
         fail(error, 'demo');
       }
-      const { runDemo } = await import('./cli/demo.js');
+      const { runDemo } = await import('./demo.js');
       await runDemo().catch((error) => fail(error, 'demo'));
     });
   shortErrors(demo, 'demo');
@@ -451,7 +445,7 @@ Examples:
   ${PROGRAM} ls unix:/run/cap/operator.sock --json`,
     )
     .action(async (url: string, flags: { json?: boolean; maxBytes?: string }) => {
-      const { list } = await import('./cli/client.js');
+      const { list } = await import('./client.js');
       const run = async () => list(url, { json: flags.json === true, maxBytes: parseMaxBytes(flags.maxBytes) });
       process.stdout.write(await run().catch((error) => fail(error, 'ls')));
     });
@@ -480,7 +474,7 @@ Examples:
   ${PROGRAM} get unix:/run/cap/operator.sock report.md -o - | less`,
     )
     .action(async (url: string, path: string, flags: { output?: string; force?: boolean; maxBytes?: string }) => {
-      const { get: download } = await import('./cli/client.js');
+      const { get: download } = await import('./client.js');
       let maxBytes: number | undefined;
       try {
         maxBytes = parseMaxBytes(flags.maxBytes);
@@ -533,3 +527,20 @@ async function main(): Promise<void> {
 }
 
 void main();
+
+/**
+ * The test probes of src/testing/ (what a confined server can reach, bypassing every check), loaded
+ * only when a test sets one of their variables. They are not in the published package: there the
+ * variables are refused with a warning instead of doing anything.
+ */
+async function runTestProbes(logger: { warn(fields: object, message: string): void }): Promise<void> {
+  if (!Object.keys(process.env).some((name) => name.startsWith('RESOURCE_PLANE_TEST_'))) return;
+  let probes: { runTestHooks(): Promise<void> };
+  try {
+    probes = await import('../testing/probes.js');
+  } catch {
+    logger.warn({}, 'RESOURCE_PLANE_TEST_* is set but this build has no test probes (they ship only in a checkout); ignored');
+    return;
+  }
+  await probes.runTestHooks();
+}

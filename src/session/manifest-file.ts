@@ -23,6 +23,11 @@ function unreadable(shown: string, why: string, hint = HINT): ManifestError {
   return new ManifestError('E-MAN-003', `cannot read the manifest '${shown}': ${why}`, hint);
 }
 
+/** A workdir that does not exist has no manifest: the diagnostic serve and explain-scope both give. */
+export function missingManifest(shown: string): ManifestError {
+  return unreadable(shown, 'ENOENT');
+}
+
 /** `murmur.yaml` beneath the workdir descriptor; `shown` is the path a diagnostic names. */
 export async function readManifestBeneath(workdirFd: number, resolver: native.ResolverKind, shown: string): Promise<Manifest> {
   let bytes: Buffer;

@@ -4,7 +4,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import { UsageError } from './codes.js';
+import { UsageError } from '../codes.js';
 
 /** What a session id may be: it names a records directory and appears in every trace line. */
 const SESSION_ID = /^[A-Za-z0-9_.:-]{1,128}$/;

@@ -1,21 +1,23 @@
 // The inbound half of the peer handoff (SPEC section 6): GET /resources/peer/<handle>. Checks run
 // in the spec's fixed order and nothing downstream of the MAC is evaluated before it; the file is
 // then served by the same ExportView (resolver, reader, symlink policy) as the operator plane.
-import { Refusal, renderHttp } from '../codes.js';
+import { asRefusal, Refusal, renderHttp } from '../codes.js';
 import { checkShape, verifyToken } from '../handle/token.js';
 import type { Body } from '../export/export-view.js';
 import { canonicalRelpath } from '../paths.js';
 import { handleId } from '../redact.js';
-import { HEADER, PEER_PREFIX } from '../wire.js';
-import { answerRead, asRefusal, chunkBuffers, clientGone, releaseOnClose, refuse, undelivered, type Exchange } from './exchange.js';
-import type { PlaneContext } from './plugin.js';
+import { HEADER } from '../wire.js';
+import { peerHandleRedeem } from '../trace/events.js';
+import { answerRead, chunkBuffers, clientGone, releaseOnClose, refuse, type BuildRead, type Exchange } from './exchange.js';
+import type { PlaneContext } from './context.js';
 import { readHeaders, sendError, type HeaderList, type PlaneReply } from './reply.js';
 
-export async function handleRedeem(ctx: PlaneContext, method: string, path: string, reply: PlaneReply): Promise<void> {
+/** `rest`: the raw path after `/resources/peer/` (planeOf), null for `/resources/peer` itself. */
+export async function handleRedeem(ctx: PlaneContext, method: string, rest: string | null, reply: PlaneReply): Promise<void> {
   const { session, metrics } = ctx;
   const asserted = reply.req.headers[HEADER.audience];
   const audienceHeader = Array.isArray(asserted) ? asserted.join(', ') : asserted;
-  const token = path.slice(PEER_PREFIX.length + 1);
+  const token = rest ?? '';
   // A property of the request alone, settled before anything about this capsule is consulted
   // (untraced). Like every refusal it carries the generation, and the handle id when a handle
   // segment was given.
@@ -26,7 +28,7 @@ export async function handleRedeem(ctx: PlaneContext, method: string, path: stri
     return;
   }
   // No list verb: these name no handle, so there is nothing to trace them against.
-  if (path === PEER_PREFIX || token === '') {
+  if (token === '') {
     sendError(reply, renderHttp('peer', new Refusal('not_found')));
     return;
   }
@@ -36,6 +38,7 @@ export async function handleRedeem(ctx: PlaneContext, method: string, path: stri
   const view = session.peerFiles;
   const x: Exchange = {
     reply,
+    trace: session.trace,
     context: 'peer',
     refusalHeaders: [[HEADER.generation, String(generation)], [HEADER.handleId, hid]],
     maxBytes: view?.opts.maxBytes,
@@ -43,19 +46,9 @@ export async function handleRedeem(ctx: PlaneContext, method: string, path: stri
     observe: metrics ? (outcome, bytes) => metrics.answered('peer', 'redeem', outcome, bytes) : undefined,
   };
   let verifiedPath: string | null = null;
-  const record = (outcome: string, reason: string | null, bytes: number | null, sha256: string | null) =>
-    session.trace.append('peer_handle_redeem', {
-      handle_id: hid,
-      // Caller-controlled until the MAC verifies; never recorded as fact before that.
-      path: verifiedPath,
-      generation,
-      audience_asserted: audienceHeader ?? null,
-      bytes,
-      sha256,
-      outcome,
-      reason,
-    });
-  const refused = (r: Refusal) => refuse(x, r, (code, reason) => record(code, reason, null, null));
+  // The path is caller-controlled until the MAC verifies: never recorded as fact before that.
+  const redeemed: BuildRead = (f) => peerHandleRedeem({ ...f, handleId: hid, path: verifiedPath, generation, audienceAsserted: audienceHeader ?? null });
+  const refused = (r: Refusal) => refuse(x, r, (o) => redeemed({ ...o, bytes: null, sha256: null }));
 
   const key = session.key;
   if (!view || !key) return refused(new Refusal('no_peer_plane'));
@@ -80,7 +73,5 @@ export async function handleRedeem(ctx: PlaneContext, method: string, path: stri
   releaseOnClose(x, body.release);
   // Never x-murmur-export-root: the peer plane discloses no path structure.
   const headers: HeaderList = [...readHeaders(body, generation, session.containment), [HEADER.handleId, hid]];
-  await answerRead(x, body, headers, chunkBuffers(session.memory, ctx.reuseBuffers), record, (reason) =>
-    undelivered(session.trace, 'peer_handle_redeem', { handle_id: hid, path: verifiedPath, bytes: body.size, generation }, reason),
-  );
+  await answerRead(x, body, headers, chunkBuffers(session.memory, ctx.reuseBuffers), redeemed);
 }

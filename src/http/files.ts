@@ -1,22 +1,25 @@
 // The operator plane (SPEC section 4): the listing and the read of `exports.files.root`, routed on
 // the raw request path. Every request here leaves exactly one trace line, written before the reply
-// goes out (src/planes/exchange.ts).
-import { Refusal } from '../codes.js';
+// goes out (src/http/exchange.ts).
+import { asRefusal, Refusal } from '../codes.js';
 import type { RenderedListing } from '../native.js';
 import type { Body, Release } from '../export/export-view.js';
 import { lowerRelpath } from '../paths.js';
-import type { Session } from '../session.js';
-import { FILES_PREFIX, HEADER } from '../wire.js';
-import { answerRead, asRefusal, chunkBuffers, clientGone, releaseOnClose, refuse, sendTracedBody, traced, undelivered, type Exchange } from './exchange.js';
-import type { PlaneContext } from './plugin.js';
+import type { Session } from '../session/session.js';
+import { HEADER } from '../wire.js';
+import { resourceList, resourceRead, type Outcome } from '../trace/events.js';
+import { answerRead, chunkBuffers, clientGone, releaseOnClose, refuse, sendTracedBody, traced, type BuildRead, type Exchange } from './exchange.js';
+import type { PlaneContext } from './context.js';
 import { headerSafe, readHeaders, type HeaderList, type PlaneReply } from './reply.js';
 
-export async function handleFiles(ctx: PlaneContext, method: string, path: string, reply: PlaneReply): Promise<void> {
+/** `rest`: the raw path after `/resources/files/` (planeOf), null for `/resources/files` itself. */
+export async function handleFiles(ctx: PlaneContext, method: string, rest: string | null, reply: PlaneReply): Promise<void> {
   const { session, metrics } = ctx;
   const generation = session.generation; // read once: every header and trace field agrees
-  const isList = path === FILES_PREFIX || path === `${FILES_PREFIX}/`;
+  const isList = rest === null || rest === '';
   const x: Exchange = {
     reply,
+    trace: session.trace,
     context: 'files',
     refusalHeaders: [[HEADER.generation, String(generation)]],
     maxBytes: session.files?.opts.maxBytes,
@@ -24,22 +27,14 @@ export async function handleFiles(ctx: PlaneContext, method: string, path: strin
     observe: metrics ? (outcome, bytes) => metrics.answered('files', isList ? 'list' : 'read', outcome, bytes) : undefined,
   };
   if (isList) return handleList(session, x, method, generation);
-  return handleRead(ctx, x, method, path.slice(FILES_PREFIX.length + 1), generation);
+  return handleRead(ctx, x, method, rest!, generation);
 }
 
 async function handleList(session: Session, x: Exchange, method: string, generation: number): Promise<void> {
   const view = session.files;
-  const record = (outcome: string, reason: string | null, entryCount: number | null, totalBytes: number | null) =>
-    session.trace.append('resource_list', {
-      root: view?.opts.root ?? '',
-      entry_count: entryCount,
-      total_bytes: totalBytes,
-      generation,
-      containment_achieved: session.containment,
-      outcome,
-      reason,
-    });
-  const refused = (r: Refusal) => refuse(x, r, (code, reason) => record(code, reason, null, null));
+  const listed = (o: Outcome, entryCount: number | null, totalBytes: number | null) =>
+    resourceList({ ...o, root: view?.opts.root ?? '', entryCount, totalBytes, generation, containment: session.containment });
+  const refused = (r: Refusal) => refuse(x, r, (o) => listed(o, null, null));
   if (method !== 'GET') return refused(new Refusal('method_not_allowed'));
   if (!view) return refused(new Refusal('no_resource_plane'));
   // The addon renders the entries between these (the object JSON.stringify would give, in the
@@ -55,7 +50,8 @@ async function handleList(session: Session, x: Exchange, method: string, generat
   }
   releaseOnClose(x, listing.release);
   const { body } = listing;
-  if (!(await traced(x, () => record('ok', null, listing.entryCount, listing.totalBytes)))) return;
+  const sent = listed({ outcome: 'ok', reason: null }, listing.entryCount, listing.totalBytes);
+  if (!(await traced(x, sent))) return;
   x.observe?.('ok', 0);
   const headers: HeaderList = [
     ['content-type', 'application/json'],
@@ -63,24 +59,15 @@ async function handleList(session: Session, x: Exchange, method: string, generat
     [HEADER.containment, session.containment],
     [HEADER.exportRoot, headerSafe(view.opts.root)],
   ];
-  sendTracedBody(x, headers, body, (reason) => undelivered(session.trace, 'resource_list', { bytes: body.length, generation }, reason));
+  sendTracedBody(x, headers, body, sent);
 }
 
 async function handleRead(ctx: PlaneContext, x: Exchange, method: string, raw: string, generation: number): Promise<void> {
   const { session } = ctx;
   const view = session.files;
   const lowered = lowerRelpath(raw, 'url');
-  const record = (outcome: string, reason: string | null, bytes: number | null, sha256: string | null) =>
-    session.trace.append('resource_read', {
-      path: lowered.display,
-      outcome,
-      bytes,
-      sha256,
-      generation,
-      containment_achieved: session.containment,
-      reason,
-    });
-  const refused = (r: Refusal) => refuse(x, r, (code, reason) => record(code, reason, null, null));
+  const read: BuildRead = (f) => resourceRead({ ...f, path: lowered.display, generation, containment: session.containment });
+  const refused = (r: Refusal) => refuse(x, r, (o) => read({ ...o, bytes: null, sha256: null }));
   if (method !== 'GET') return refused(new Refusal('method_not_allowed'));
   if (!view) return refused(new Refusal('no_resource_plane'));
   if (!lowered.ok) return refused(new Refusal('outside_root'));
@@ -92,7 +79,5 @@ async function handleRead(ctx: PlaneContext, x: Exchange, method: string, raw: s
   }
   releaseOnClose(x, body.release);
   const headers: HeaderList = [...readHeaders(body, generation, session.containment), [HEADER.exportRoot, headerSafe(view.opts.root)]];
-  await answerRead(x, body, headers, chunkBuffers(session.memory, ctx.reuseBuffers), record, (reason) =>
-    undelivered(session.trace, 'resource_read', { path: lowered.display, bytes: body.size, generation }, reason),
-  );
+  await answerRead(x, body, headers, chunkBuffers(session.memory, ctx.reuseBuffers), read);
 }

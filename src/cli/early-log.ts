@@ -1,6 +1,6 @@
 // The log of a launch's first stage, before pino is loaded (the first stage never loads it: it
 // only binds, confines and re-executes). Lines have the shape pino writes for the CLI's logger
-// (src/launch/logger.ts), so a reader of stderr sees one stream.
+// (src/cli/logger.ts), so a reader of stderr sees one stream.
 import { redactHandles } from '../redact.js';
 
 /** pino's levels, by name; `silent` logs nothing. */

@@ -21,15 +21,16 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import { Refusal, renderHttp } from '../codes.js';
 import { percentDecodeOnce, requestPath } from '../paths.js';
 import { redactHandles } from '../redact.js';
-import { LIMITS } from '../server/limits.js';
-import { HEADER, RESOURCES_PREFIX } from '../wire.js';
+import { LIMITS } from './limits.js';
+import { HEADER, planeOf, type PlaneTarget } from '../wire.js';
 import { sendError, fastifyPlaneReply } from './reply.js';
 
 /** Pipelined requests one connection may have waiting before it is cut. */
 export const MAX_QUEUED_PER_CONNECTION = 64;
 
 const RAW_TARGET = Symbol('capsule-resource-plane.rawTarget');
-type Tagged = IncomingMessage & { [RAW_TARGET]?: string };
+const PLANE_TARGET = Symbol('capsule-resource-plane.planeTarget');
+type Tagged = IncomingMessage & { [RAW_TARGET]?: string; [PLANE_TARGET]?: { prefix: string; target: PlaneTarget | null } };
 
 /**
  * A `rewriteUrl` for Fastify's constructor, for the planes registered under `prefix`. The router
@@ -39,12 +40,13 @@ type Tagged = IncomingMessage & { [RAW_TARGET]?: string };
  * Every other target is left exactly as it is.
  */
 export function routeRawTargets(prefix = ''): (req: IncomingMessage) => string {
-  const base = `${prefix}${RESOURCES_PREFIX}`;
   return (req) => {
     const url = req.url ?? '/';
     if (!url.includes('%')) return url;
+    const target = planeOf(url, prefix);
+    if (target === null) return url;
+    (req as Tagged)[PLANE_TARGET] = { prefix, target };
     const path = requestPath(url);
-    if (path !== base && !path.startsWith(`${base}/`)) return url;
     try {
       decodeURI(path);
       if (!/%(?![0-9A-Fa-f]{2})/.test(path)) return url;
@@ -59,6 +61,13 @@ export function routeRawTargets(prefix = ''): (req: IncomingMessage) => string {
 /** The request target exactly as the client sent it (before any rewrite for the router). */
 export function rawTarget(req: IncomingMessage): string {
   return (req as Tagged)[RAW_TARGET] ?? req.url ?? '/';
+}
+
+/** planeOf for this request's raw target, decided at most once per request (routeRawTargets may have). */
+export function planeTargetOf(req: IncomingMessage, prefix: string): PlaneTarget | null {
+  const known = (req as Tagged)[PLANE_TARGET];
+  if (known !== undefined && known.prefix === prefix) return known.target;
+  return planeOf(rawTarget(req), prefix);
 }
 
 /**
@@ -160,7 +169,7 @@ export function onceClosed(req: IncomingMessage, res: ServerResponse, fn: () => 
 export class Admission {
   private count = 0;
   private waiters: Array<() => void> = [];
-  private readonly admitted = new WeakSet<IncomingMessage>();
+  private installed = false;
   private readonly connections = new WeakMap<Socket, Connection>();
   /** Set when stopping: every new request is answered 503. */
   closing = false;
@@ -174,14 +183,11 @@ export class Admission {
   }
 
   /**
-   * The onRequest hook. Idempotent per request, so an app may run it on every route and the
-   * plugin again on its own. Stops the request with an answer, or lets it through once it is this
-   * connection's turn.
+   * The onRequest hook. Stops the request with an answer, or lets it through once it is this
+   * connection's turn. It runs once per request: an Admission is installed in one context only.
    */
   readonly onRequest = async (request: FastifyRequest, reply: FastifyReply): Promise<unknown> => {
     const req = request.raw;
-    if (this.admitted.has(req)) return undefined;
-    this.admitted.add(req);
     if (this.closing) {
       reply.header('connection', 'close');
       sendError(fastifyPlaneReply(reply), renderHttp('server', new Refusal('shutting_down')));
@@ -238,6 +244,9 @@ export class Admission {
 
   /** Puts the hooks and the error handler on `app` (and every route registered in its context). */
   install(app: FastifyInstance): void {
+    // A second install would admit each request twice: it would wait behind its own turn.
+    if (this.installed) throw new TypeError('capsule-resource-plane: an Admission is installed in one context only');
+    this.installed = true;
     app.addHook('onRequest', this.onRequest);
     app.addHook('onSend', this.onSend);
     app.addHook('onResponse', this.onResponse);
@@ -249,7 +258,6 @@ export class Admission {
    * count, then `answer` unless stopping.
    */
   admitUnrouted(request: FastifyRequest, reply: FastifyReply, answer: () => void): void {
-    this.admitted.add(request.raw);
     reply.header(HEADER.containment, this.containment);
     if (this.closing) {
       reply.header('connection', 'close');

@@ -1,5 +1,5 @@
 // The CLI's Fastify app: the planes' plugin registered like any host would, plus readiness, metrics
-// and the 404, all behind one admission (src/planes/admission.ts) installed at the root so every
+// and the 404, all behind one admission (src/http/admission.ts) installed at the root so every
 // request on the listener passes it, including the ones Fastify answers without a route: a target
 // under the planes its router cannot decode is routed anyway (the planes read the raw target), any
 // other it refuses gets a 400, and a request Node's parser rejects is answered in the spec's shape.
@@ -7,9 +7,9 @@ import type { Server } from 'node:http';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { Refusal } from '../codes.js';
-import { Admission, answerConnect, routeRawTargets } from '../planes/admission.js';
-import { ALL_PLANES, APP_OWNED, resourcePlanes, sendServerError, type PlaneSet, type PlanesOptions } from '../planes/plugin.js';
-import type { Session } from '../session.js';
+import { Admission, answerConnect, routeRawTargets } from './admission.js';
+import { ALL_PLANES, resourcePlanes, sendServerError, type PlaneSet, type PlanesOptions } from './plugin.js';
+import type { Session } from '../session/session.js';
 import { createLimitedServer } from './limits.js';
 import type { Metrics } from './metrics.js';
 
@@ -25,7 +25,7 @@ export interface AppOptions {
   /** Counted on this app's planes; `GET /metrics` is served here when `serveMetrics`. */
   metrics?: Metrics;
   serveMetrics?: boolean;
-  /** A server already bound (src/server/listener.ts); default a new one, for `app.listen()`. */
+  /** A server already bound (src/http/listener.ts); default a new one, for `app.listen()`. */
   server?: Server;
 }
 
@@ -69,12 +69,7 @@ export async function buildApp(session: Session, opts: AppOptions = {}): Promise
     });
   }
   // This app adds no hook that keeps a payload, so the planes may reuse read buffers.
-  const planesOptions: PlanesOptions & { [APP_OWNED]: { admission: Admission; reuseBuffers: boolean } } = {
-    session,
-    planes: opts.planes ?? ALL_PLANES,
-    metrics: opts.metrics,
-    [APP_OWNED]: { admission, reuseBuffers: true },
-  };
+  const planesOptions: PlanesOptions = { session, planes: opts.planes ?? ALL_PLANES, metrics: opts.metrics, admission, reuseBuffers: true };
   await app.register(resourcePlanes, planesOptions);
   return { app, admission };
 }

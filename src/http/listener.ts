@@ -1,17 +1,17 @@
 // The capsule's HTTP listener: binds first (so the advertised URL, part of the session's identity,
 // is known before the session exists), or takes a listening socket already bound (by the first
 // stage of a confined launch, or by systemd), then serves it with the Fastify app of
-// src/server/app.ts, which routes every request; stopping refuses new requests, lets the ones
+// src/http/app.ts, which routes every request; stopping refuses new requests, lets the ones
 // being answered finish (bounded), then closes.
 import { unlinkSync } from 'node:fs';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
-import { ALL_PLANES, type PlaneSet } from '../planes/plugin.js';
-import type { Session } from '../session.js';
+import { ALL_PLANES, type PlaneSet } from './plugin.js';
+import type { Session } from '../session/session.js';
 import { buildApp } from './app.js';
-import { createLimitedServer, DRAIN_TIMEOUT_MS } from './limits.js';
+import { createLimitedServer } from './limits.js';
 import type { Metrics } from './metrics.js';
 
 export { DRAIN_TIMEOUT_MS, LIMITS } from './limits.js';
@@ -108,7 +108,7 @@ export async function serve(
 ): Promise<RunningServer> {
   // The card and the audience say where this capsule is: a session without that identity cannot serve.
   if (session.advertisedUrl === null) throw new Error('a session is served only with the advertised URL it was opened with');
-  const { app, admission } = await buildApp(session, { logger, planes, ...extras, server: listener.server });
+  const { app } = await buildApp(session, { logger, planes, ...extras, server: listener.server });
   await app.ready();
   let closing: Promise<void> | null = null;
   return {
@@ -117,14 +117,13 @@ export async function serve(
     advertisedUrl: session.advertisedUrl,
     close: () =>
       (closing ??= (async () => {
-        admission.closing = true;
-        // Not closed before the drain: server.close() destroys every connection whose response has
-        // ended, even while its body is still queued for the socket. New requests meanwhile get 503.
-        await admission.drained(DRAIN_TIMEOUT_MS);
+        // The app's close runs the planes' preClose: new requests get 503, the ones being answered
+        // finish (bounded). The listener is closed only after that drain: server.close() destroys
+        // every connection whose response has ended, even while its body is still queued.
+        await app.close();
         const closed = new Promise<void>((resolve) => listener.server.close(() => resolve()));
         // Whatever is still being sent (a client that reads slowly) is cut: shutdown has a bound.
         listener.server.closeAllConnections();
-        await app.close();
         await closed;
         removeSocketFile(listener);
       })()),

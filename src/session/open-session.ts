@@ -5,15 +5,14 @@
 import { existsSync, mkdirSync, realpathSync, rmdirSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { IN_PROCESS_LAUNCH, type Confinement } from './confinement.js';
-import { ManifestError } from '../manifest/diagnostics.js';
 import type { Manifest } from '../manifest/model.js';
 import * as native from '../native.js';
-import { defaultTracePath, parseSessionId, recordsDirectory } from '../records.js';
-import type { Session } from '../session.js';
+import { defaultTracePath, parseSessionId, recordsDirectory } from './records.js';
+import type { Session } from './session.js';
 import { Trace } from '../trace/trace.js';
 import type { Containment } from '../wire.js';
 import { checkExportRoots } from './checks.js';
-import { DEFAULT_MANIFEST_NAME, loadManifest, readManifestBeneath } from './manifest-file.js';
+import { DEFAULT_MANIFEST_NAME, loadManifest, missingManifest, readManifestBeneath } from './manifest-file.js';
 import { parseContainment } from './options.js';
 import { checkRecordOutsideWorkdir } from './record-place.js';
 
@@ -75,7 +74,7 @@ export function removeEmptyUpTo(dir: string, top: string): void {
  * first stage), which never opens it here and so never loads the session's modules.
  */
 export async function prepareSession(opts: SessionOptions, settleOnly = false): Promise<PreparedSession> {
-  const SessionClass = settleOnly ? null : (await import('../session.js')).Session;
+  const SessionClass = settleOnly ? null : (await import('./session.js')).Session;
   const containment = parseContainment(opts.containment);
   const sessionId = parseSessionId(opts.sessionId);
   const requested = resolve(opts.workdir);
@@ -88,7 +87,7 @@ export async function prepareSession(opts: SessionOptions, settleOnly = false): 
   if (opts.tracePath) checkRecordOutsideWorkdir('--trace', opts.tracePath, requested);
   else checkRecordOutsideWorkdir('the records directory (RESOURCE_PLANE_RECORDS_DIR)', recordsDirectory(), requested);
   const existed = existsSync(requested);
-  if (!existed && manifest === null) throw new ManifestError('E-MAN-003', `cannot read the manifest '${defaultManifest}': ENOENT`, 'pass --manifest FILE, or put murmur.yaml at the workdir root');
+  if (!existed && manifest === null) throw missingManifest(defaultManifest);
   const firstMade = existed ? undefined : mkdirSync(requested, { recursive: true, mode: 0o755 });
   const workdir = realpathSync(requested);
   const workdirFd = await native.openDirectory(workdir);

@@ -1,0 +1,56 @@
+// The trace's catalogue (src/trace/events.ts) and docs/trace.md say the same, both ways: every
+// event type the code can write is documented with exactly its fields, in the order a line carries
+// them, and the docs name no event or field the code never writes. Lines a real session writes
+// carry exactly the catalogue's fields.
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { EVENT_FIELDS, peerHandleRedeem, resourceList, resourceRead, responseUndelivered } from '../../src/trace/events.js';
+
+const DOC = readFileSync(fileURLToPath(new URL('../../docs/trace.md', import.meta.url)), 'utf8');
+
+/** The table's rows: event type → the fields its cell names (what is in parentheses is commentary). */
+function documented(markdown: string): Map<string, string[]> {
+  const rows = new Map<string, string[]>();
+  for (const line of markdown.split('\n')) {
+    const m = /^\| `([a-z0-9_]+)` \| (.*) \|$/.exec(line);
+    if (!m) continue;
+    let cell = m[2]!;
+    while (/\([^()]*\)/.test(cell)) cell = cell.replace(/\([^()]*\)/g, '');
+    rows.set(m[1]!, [...cell.matchAll(/`([a-z0-9_]+)`/g)].map((f) => f[1]!));
+  }
+  return rows;
+}
+
+describe('the trace catalogue against docs/trace.md', () => {
+  const rows = documented(DOC);
+
+  it('documents every event type the code writes, with its fields in line order', () => {
+    for (const [type, fields] of Object.entries(EVENT_FIELDS)) expect(rows.get(type), type).toEqual([...fields]);
+  });
+
+  it('documents no event type the code cannot write', () => {
+    expect([...rows.keys()].sort()).toEqual(Object.keys(EVENT_FIELDS).sort());
+  });
+
+  it('reads the table it checks (a parser that finds nothing would pass anything)', () => {
+    expect(rows.size).toBeGreaterThanOrEqual(9);
+    expect(documented('| `x_event` | `a` (note: `b`), `c` |').get('x_event')).toEqual(['a', 'c']);
+  });
+
+  it('builds each line with exactly its catalogued fields, explicit nulls for absent values', () => {
+    const read = resourceRead({ path: 'a.txt', outcome: 'ok', reason: null, bytes: 3, sha256: 'f'.repeat(64), generation: 2, containment: 'sealed' });
+    expect(Object.keys(read.fields)).toEqual([...EVENT_FIELDS.resource_read]);
+    const list = resourceList({ root: 'out', outcome: 'no_resource_plane', reason: 'x', entryCount: null, totalBytes: null, generation: 0, containment: 'advisory' });
+    expect(list.fields.entry_count).toBeNull();
+  });
+
+  it('takes an undelivered line\'s path and handle id from the event it follows, never restated', () => {
+    const redeem = peerHandleRedeem({ handleId: 'hid_1', path: 'p.bin', generation: 4, audienceAsserted: 'a', bytes: 9, sha256: null, outcome: 'ok', reason: null });
+    expect(responseUndelivered(redeem, 9).fields).toEqual({ of: 'peer_handle_redeem', path: 'p.bin', handle_id: 'hid_1', bytes: 9, generation: 4, outcome: 'undelivered', reason: 'the connection closed before the whole body was sent' });
+    const read = resourceRead({ path: 'a.txt', outcome: 'ok', reason: null, bytes: 3, sha256: null, generation: 1, containment: 'sealed' });
+    expect(Object.keys(responseUndelivered(read, 3, 'changed').fields)).toEqual(['of', 'path', 'bytes', 'generation', 'outcome', 'reason']);
+    const list = resourceList({ root: 'out', outcome: 'ok', reason: null, entryCount: 1, totalBytes: 1, generation: 1, containment: 'sealed' });
+    expect(Object.keys(responseUndelivered(list, 80).fields)).toEqual(['of', 'bytes', 'generation', 'outcome', 'reason']);
+  });
+});
