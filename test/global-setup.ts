@@ -3,7 +3,7 @@
 // fresh directory of this run, removed at its end, so that no test, nor any command it spawns,
 // writes a session trace into the real ~/.murmur/records, even one that forgets to pass a trace
 // path. The workers inherit the variables: vitest builds their environment from process.env after
-// the global setup has run (test/launch-test-env.test.ts checks that it did).
+// the global setup has run (test/audits/test-env.test.ts checks that it did).
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, realpathSync, rmSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';

@@ -83,6 +83,6 @@ export async function serveCapsule(opts: ServeOptions): Promise<Served> {
     workdir: opts.workdir,
     logs,
     trace: () => readFileSync(tracePath, 'utf8'),
-    close: () => launched.stop(),
+    close: async () => void (await launched.stop()),
   };
 }

@@ -60,7 +60,7 @@ export interface Capsule extends CapsuleSession {
    * Launched.stop: the listener and the session stop (`session_end` with `reason`), the
    * directories stay (the trace can still be read); `close()` then only removes them. Idempotent.
    */
-  stop(reason?: string): Promise<void>;
+  stop(reason?: string): Promise<unknown>;
 }
 
 /** A capsule the caller closes. */

@@ -1,5 +1,5 @@
 // A program that uses the package the way its README says, through its one entry point. Compiled
-// by test/public-api.test.ts against the built declarations: it must type-check, and the lines
+// by test/audits/public-api.test.ts against the built declarations: it must type-check, and the lines
 // marked @ts-expect-error must not (internal files are not part of the package's face).
 import Fastify from 'fastify';
 import {

@@ -1,0 +1,119 @@
+// The package as a new user gets it: `npm pack`, the tarball installed into a fresh project, then
+// imported by name, its command run, and the demo run from the install (examples shipped) leaving
+// nothing behind. The tarball is publishable (a license, not private) and holds what a user needs
+// (dist, prebuilds, the native sources for a source build, examples, docs, LICENSE, README) and
+// nothing of the checkout (tests, fuzz corpora, scratch, build output that no source makes any
+// more). Needs the npm registry for the dependencies, as `npm ci` does.
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+let dir: string;
+let project: string;
+/** Every path in the tarball, relative to the package root (tar's `package/` prefix removed). */
+let packed: string[];
+/** What npm printed while installing the tarball into the fresh project. */
+let installLog: string;
+
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'rp-pack-'));
+  project = join(dir, 'project');
+  execFileSync('npm', ['pack', ROOT, '--pack-destination', dir, '--silent'], { stdio: 'pipe' });
+  const tarball = readdirSync(dir).find((f) => f.endsWith('.tgz'))!;
+  packed = execFileSync('tar', ['-tzf', join(dir, tarball)], { encoding: 'utf8' })
+    .split('\n')
+    .filter((line) => line !== '')
+    .map((line) => line.replace(/^package\//, ''));
+  execFileSync('mkdir', [project]);
+  writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'consumer', version: '1.0.0', type: 'module', private: true }));
+  // At npm's warning level, so that an engine warning would be seen; npm writes warnings to stderr.
+  const install = spawnSync('npm', ['install', '--no-audit', '--no-fund', '--loglevel=warn', join(dir, tarball)], { cwd: project, encoding: 'utf8' });
+  if (install.status !== 0) throw new Error(`npm install failed: ${install.stderr}`);
+  installLog = `${install.stdout}${install.stderr}`;
+}, 300_000);
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('the tarball', () => {
+  it('is publishable: an MIT license, the license text, not private', () => {
+    const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { license?: string; private?: boolean };
+    expect(pkg.license).toBe('MIT');
+    expect(pkg.private).toBeUndefined();
+    expect(packed).toContain('LICENSE');
+    expect(readFileSync(join(ROOT, 'LICENSE'), 'utf8')).toMatch(/^MIT License\n\nCopyright \(c\) 2026 capsule-resource-plane contributors\n/);
+    const installed = JSON.parse(readFileSync(join(project, 'node_modules', 'capsule-resource-plane', 'package.json'), 'utf8')) as { license?: string };
+    expect(installed.license).toBe('MIT');
+  });
+
+  it('holds the build, its declarations, the prebuilds, the native sources for a source build, examples and docs', () => {
+    for (const f of ['README.md', 'LICENSE', 'package.json', 'binding.gyp', 'dist/index.js', 'dist/index.d.ts', 'dist/cli/main.js', 'native/addon.cc', 'native/resolve.h', 'examples/reporter/murmur.yaml', 'docs/security.md']) {
+      expect(packed, f).toContain(f);
+    }
+    expect(packed.filter((f) => /^prebuilds\/linux-(x64|arm64)\/[^/]+\.node$/.test(f)).length).toBeGreaterThanOrEqual(2);
+  });
+
+  it('holds no tests, fuzz corpora, benchmarks, sources, CI or scratch', () => {
+    const stray = packed.filter((f) => /^(test|fuzz|bench|src|\.ci|build|build-asan|node_modules|\.vitest-tmp)\//.test(f) || /(^|\/)peer-in\//.test(f) || /\.(part|log|tgz)$/.test(f));
+    expect(stray).toEqual([]);
+    expect(packed.every((f) => /^(dist|native|prebuilds|examples|docs)\//.test(f) || ['README.md', 'LICENSE', 'package.json', 'binding.gyp'].includes(f)), packed.join('\n')).toBe(true);
+  });
+
+  it('ships no compiled module that no source makes any more (a stale dist/ is pruned before packing)', () => {
+    const stale = packed
+      .filter((f) => f.startsWith('dist/'))
+      .filter((f) => !existsSync(join(ROOT, 'src', f.slice('dist/'.length).replace(/\.(d\.ts|js)$/, '.ts'))));
+    expect(stale).toEqual([]);
+  });
+
+  // engines says >=22: the dependencies' own floors (cookie through fastify's light-my-request) are 22.
+  it.skipIf(Number(process.versions.node.split('.')[0]) < 22)('installs into a fresh project with no engine warning', () => {
+    expect(installLog).not.toContain('EBADENGINE');
+  });
+});
+
+describe('the installed package', () => {
+  it('ships what it needs and nothing of the checkout', () => {
+    const pkg = join(project, 'node_modules', 'capsule-resource-plane');
+    for (const f of ['dist/index.js', 'dist/index.d.ts', 'dist/cli/main.js', 'examples/reporter/murmur.yaml', 'prebuilds']) {
+      expect(existsSync(join(pkg, f)), f).toBe(true);
+    }
+    for (const f of ['test', 'src', 'bench', '.ci']) expect(existsSync(join(pkg, f)), f).toBe(false);
+  });
+
+  it('loads its libc-tagged prebuild and compiled nothing at install', () => {
+    const pkg = join(project, 'node_modules', 'capsule-resource-plane');
+    // The install script (node-gyp-build) compiles only when no prebuild loads: no build/ then.
+    expect(existsSync(join(pkg, 'build')), 'build/ in the installed package').toBe(false);
+    const loaded = execFileSync(process.execPath, ['-e', 'const p = require("node-gyp-build").path(process.argv[1]); require(p); console.log(p)', pkg], { cwd: project });
+    expect(loaded.toString().trim()).toBe(join(pkg, 'prebuilds', `linux-${process.arch}`, 'capsule-resource-plane.glibc.node'));
+  });
+
+  it('is imported by name', () => {
+    const out = execFileSync(process.execPath, ['--input-type=module', '-e', "import('capsule-resource-plane').then((m) => console.log(typeof m.launch, typeof m.resourcePlanes))"], { cwd: project });
+    expect(out.toString().trim()).toBe('function function');
+  });
+
+  it('runs the demo from the install and removes its scratch directory when stopped', async () => {
+    const bin = join(project, 'node_modules', '.bin', 'resource-plane');
+    const child = spawn(bin, ['demo'], { cwd: project, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    await new Promise<void>((resolve, reject) => {
+      child.stdout.on('data', (d: Buffer) => {
+        out += d.toString();
+        if (out.includes('Ctrl-C to stop.')) resolve();
+      });
+      child.on('exit', (code) => reject(new Error(`demo exited ${code}: ${out}`)));
+    });
+    child.removeAllListeners('exit');
+    expect(out).toMatch(/^4\. sha256 .* {2}MATCH$/m);
+    const scratch = /scratch: (\S+)/.exec(out)![1]!;
+    expect(existsSync(scratch)).toBe(true);
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(existsSync(scratch)).toBe(false);
+  });
+});
