@@ -6,7 +6,7 @@
 // dynamic loader refuses the whole addon on a system without it. Both are defined here instead,
 // so the linker binds every reference in this binary to these copies, and native/exports.map
 // keeps them (like everything but the two N-API entry points) out of the dynamic symbol table.
-// test/prebuilds.test.ts reads the committed binaries' requirements and fails if either (or any
+// test/native/prebuilds.test.ts reads the committed binaries' requirements and fails if either (or any
 // other requirement above the stated floor) comes back.
 //
 // Only where the problem exists: glibc with GCC 11+'s libstdc++ (_GLIBCXX_RELEASE names the
