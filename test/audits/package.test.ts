@@ -91,6 +91,35 @@ describe('the installed package', () => {
     expect(loaded.toString().trim()).toBe(join(pkg, 'prebuilds', `linux-${process.arch}`, 'capsule-resource-plane.glibc.node'));
   });
 
+  it('holds no test probes: their variables only earn a warning, and nothing reads the named file', async () => {
+    expect(packed.filter((f) => f.startsWith('dist/testing/'))).toEqual([]);
+    const pkg = join(project, 'node_modules', 'capsule-resource-plane');
+    expect(existsSync(join(pkg, 'dist', 'testing'))).toBe(false);
+    const work = mkdtempSync(join(project, 'probe-work-'));
+    writeFileSync(join(work, 'murmur.yaml'), 'name: probe\nversion: "1"\n');
+    const records = mkdtempSync(join(project, 'probe-records-'));
+    const child = spawn(join(project, 'node_modules', '.bin', 'capsule-resource-plane'), ['serve', '--workdir', work], {
+      cwd: project,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, RESOURCE_PLANE_RECORDS_DIR: records, RESOURCE_PLANE_TEST_UNCHECKED_READ: join(ROOT, 'package.json') },
+    });
+    let out = '';
+    let err = '';
+    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    await new Promise<void>((resolve, reject) => {
+      child.stdout.on('data', (d: Buffer) => {
+        out += d.toString();
+        if (out.includes('"listening"')) resolve();
+      });
+      void exited.then((code) => reject(new Error(`serve exited ${code}: ${err}`)));
+    });
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(err).toContain('this build has no test probes');
+    expect(err).not.toContain('test_hook');
+  });
+
   it('is imported by name', () => {
     const out = execFileSync(process.execPath, ['--input-type=module', '-e', "import('capsule-resource-plane').then((m) => console.log(typeof m.launch, typeof m.resourcePlanes))"], { cwd: project });
     expect(out.toString().trim()).toBe('function function');
