@@ -4,7 +4,11 @@
 // under the planes its router cannot decode is routed anyway (the planes read the raw target), any
 // other it refuses gets a 400, and a request Node's parser rejects is answered in the spec's shape.
 import type { Server } from 'node:http';
-import Fastify, { LogController, type FastifyInstance } from 'fastify';
+import * as fastify from 'fastify';
+import Fastify, { type FastifyInstance } from 'fastify';
+
+// Absent before Fastify 5.11 (a namespace read, so an older peer's module still links).
+const LogController = (fastify as { LogController?: typeof fastify.LogController }).LogController;
 import type { Logger } from 'pino';
 import { Refusal } from '../codes.js';
 import { Admission, answerConnect, routeRawTargets } from './admission.js';
@@ -38,7 +42,8 @@ export async function buildApp(session: Session, opts: AppOptions = {}): Promise
     loggerInstance: logger || undefined,
     logger: logger ? undefined : false,
     // Fastify's own request lines would carry redeem URLs (tokens); admission logs a redacted one.
-    logController: new LogController({ disableRequestLogging: true }),
+    // LogController is Fastify 5.11's way to say so; older 5.x minors (a host's peer) take the flag.
+    ...(typeof LogController === 'function' ? { logController: new LogController({ disableRequestLogging: true }) } : { disableRequestLogging: true }),
     exposeHeadRoutes: false,
     // While stopping, admission answers 503 in the spec's shape; Fastify's own would not be.
     return503OnClosing: false,
