@@ -120,6 +120,13 @@ describe('the installed package', () => {
     expect(err).not.toContain('test_hook');
   });
 
+  it('installs its command under the package name (what `npx capsule-resource-plane` runs) and as resource-plane', () => {
+    const version = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+    for (const bin of ['capsule-resource-plane', 'resource-plane']) {
+      expect(execFileSync(join(project, 'node_modules', '.bin', bin), ['--version'], { cwd: project, encoding: 'utf8' }).trim(), bin).toBe(version);
+    }
+  });
+
   it('is imported by name', () => {
     const out = execFileSync(process.execPath, ['--input-type=module', '-e', "import('capsule-resource-plane').then((m) => console.log(typeof m.launch, typeof m.resourcePlanes))"], { cwd: project });
     expect(out.toString().trim()).toBe('function function');
