@@ -5,6 +5,7 @@ export { openSession, type SessionOptions } from './session/open-session.js';
 export { Session, type ToolName } from './session/session.js';
 export { bind, serve, LIMITS, DRAIN_TIMEOUT_MS, type Listener, type ListenAddress, type RunningServer } from './http/listener.js';
 export { buildApp, type AppOptions } from './http/app.js';
+export { createMetrics, DURATION_BUCKETS, type Metrics, type MetricsSources } from './http/metrics.js';
 export { resourcePlanes, ALL_PLANES, type PlanesOptions, type PlaneSet, type ResourcePlanesDecoration } from './http/plugin.js';
 export { Admission, answerConnect, routeRawTargets } from './http/admission.js';
 export { callTool, toolDefinitions, shareFile, fetchPeerFile, type ToolDefinition } from './tools/index.js';

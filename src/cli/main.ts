@@ -107,6 +107,7 @@ interface ServeFlags {
   containment: string;
   trace?: string;
   operatorListen?: string;
+  metricsListen?: string;
   memoryBudget?: string;
   metrics?: boolean;
   listingBudget?: string;
@@ -118,7 +119,7 @@ interface ServeFlags {
 /** The inherited sockets as launch() serves them. */
 function asLaunchListeners(held: readonly HeldListener[]): NonNullable<LaunchOptions['listeners']> {
   const peer = held.find((l) => l.role === 'peer')!;
-  return { peer, operator: held.find((l) => l.role === 'operator') ?? null };
+  return { peer, operator: held.find((l) => l.role === 'operator') ?? null, metrics: held.find((l) => l.role === 'metrics') ?? null };
 }
 
 async function serveCommand(flags: ServeFlags): Promise<void> {
@@ -150,8 +151,8 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   } else {
     const { mode, why } = landlockMode(landlock);
     const activated = activatedListeners();
-    if (activated && (opts.operatorListen !== undefined || listenGiven)) {
-      throw new UsageError('the listening sockets come from systemd (LISTEN_FDS): drop --listen and --operator-listen');
+    if (activated && (opts.operatorListen !== undefined || opts.metricsListen !== undefined || listenGiven)) {
+      throw new UsageError('the listening sockets come from systemd (LISTEN_FDS): drop --listen, --operator-listen and --metrics-listen');
     }
     notifyFd = openNotifySocket();
     if (mode === 'off') {
@@ -183,6 +184,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     trace: session.trace.path,
     // Where the operator plane is, when it has its own listener (`unix:<path>` or a URL).
     ...(launched.operator ? { operator_url: launched.operator.url } : {}),
+    ...(launched.metrics ? { metrics_url: launched.metrics.url } : {}),
   };
   let shuttingDown = false;
   const shutdown = async (why: string) => {
@@ -370,6 +372,7 @@ Run '${PROGRAM} <command> --help' for a command's options.`,
     .addOption(new Option('--containment <class>', 'the containment class the sandbox achieved').choices(['advisory', 'scoped', 'sealed']).default('advisory'))
     .option('--trace <file>', 'the trace file (default: in the records directory, outside the workdir)')
     .option('--metrics', 'count answers and serve Prometheus metrics at GET /metrics (on the --operator-listen listener when there is one)')
+    .option('--metrics-listen <addr>', 'serve GET /metrics alone on its own listener, HOST:PORT or unix:PATH (implies --metrics), e.g. for a Prometheus scrape beside a unix operator socket')
     .option('--memory-budget <bytes>', 'bytes reads and redeems in flight may hold, e.g. 256Mi (default 256Mi)')
     .option('--listing-budget <duration>', 'how long one listing may run, e.g. 30s (default 30s)')
     .option('--operator-listen <addr>', 'serve the operator plane on its own listener, HOST:PORT or unix:PATH (a unix socket outside the workdir, created 0600, is recommended); the main listener then serves only the peer plane and the card')

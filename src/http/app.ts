@@ -66,15 +66,33 @@ export async function buildApp(session: Session, opts: AppOptions = {}): Promise
   app.get(HEALTH_PATH, { exposeHeadRoute: false }, (_req, reply) => {
     reply.header('content-type', 'application/json').header('cache-control', 'no-store').send('{"status":"ok"}');
   });
-  if (opts.metrics && opts.serveMetrics) {
-    const registry = opts.metrics.registry;
-    // Untraced, like /healthz; counts only, never a path, a handle or an audience.
-    app.get(METRICS_PATH, { exposeHeadRoute: false }, async (_req, reply) => {
-      reply.header('content-type', registry.contentType).header('cache-control', 'no-store').send(await registry.metrics());
-    });
-  }
+  if (opts.metrics && opts.serveMetrics) serveMetricsRoute(app, opts.metrics);
   // This app adds no hook that keeps a payload, so the planes may reuse read buffers.
   const planesOptions: PlanesOptions = { session, planes: opts.planes ?? ALL_PLANES, metrics: opts.metrics, admission, reuseBuffers: true };
   await app.register(resourcePlanes, planesOptions);
   return { app, admission };
+}
+
+/** The app of a metrics-only listener: GET /metrics, and a 404 in the spec's shape for anything else. */
+export function buildMetricsApp(metrics: Metrics, logger: Logger | false, server: Server): FastifyInstance {
+  const app = Fastify({
+    loggerInstance: logger || undefined,
+    logger: logger ? undefined : false,
+    exposeHeadRoutes: false,
+    serverFactory: (handler) => {
+      server.on('request', handler);
+      return server;
+    },
+  }) as unknown as FastifyInstance;
+  app.setNotFoundHandler((_req, reply) => sendServerError(reply, new Refusal('not_found')));
+  serveMetricsRoute(app, metrics);
+  return app;
+}
+
+/** GET /metrics: untraced, like /healthz; counts only, never a path, a handle or an audience. */
+function serveMetricsRoute(app: FastifyInstance, metrics: Metrics): void {
+  const registry = metrics.registry;
+  app.get(METRICS_PATH, { exposeHeadRoute: false }, async (_req, reply) => {
+    reply.header('content-type', registry.contentType).header('cache-control', 'no-store').send(await registry.metrics());
+  });
 }

@@ -8,6 +8,7 @@ import type { MemoryBudget } from '../export/memory.js';
 import { responseUndelivered, type BodyEventType, type Outcome, type TraceEvent } from '../trace/events.js';
 import type { Trace } from '../trace/trace.js';
 import { onceClosed } from './admission.js';
+import type { Metrics } from './metrics.js';
 import { etagOf, sendError, type HeaderList, type PlaneReply, type StreamPayload } from './reply.js';
 import { StreamBody, type ChunkBuffers } from './stream-body.js';
 
@@ -24,6 +25,20 @@ export interface Exchange {
   traceRefusal?: () => boolean;
   /** Told the outcome of the exchange (metrics), once it is decided. */
   observe?: (outcome: string, bytes: number) => void;
+}
+
+/**
+ * The metrics observer of one plane request, or undefined without metrics: its answer is counted
+ * once decided, and its duration (from the plane taking it until its response closed: sent, cut
+ * or abandoned) observed then.
+ */
+export function observer(metrics: Metrics | undefined, plane: 'files' | 'peer', kind: 'list' | 'read' | 'redeem', reply: PlaneReply): Exchange['observe'] {
+  if (!metrics) return undefined;
+  const started = performance.now();
+  return (outcome, bytes) => {
+    metrics.answered(plane, kind, outcome, bytes);
+    onceClosed(reply.req, reply.raw, () => metrics.took(plane, outcome, (performance.now() - started) / 1000));
+  };
 }
 
 /**

@@ -8,7 +8,7 @@ import { lowerRelpath } from '../paths.js';
 import type { Session } from '../session/session.js';
 import { HEADER } from '../wire.js';
 import { resourceList, resourceRead, type Outcome } from '../trace/events.js';
-import { answerRead, chunkBuffers, clientGone, releaseOnClose, refuse, sendTracedBody, traced, type BuildRead, type Exchange } from './exchange.js';
+import { answerRead, chunkBuffers, observer, clientGone, releaseOnClose, refuse, sendTracedBody, traced, type BuildRead, type Exchange } from './exchange.js';
 import type { PlaneContext } from './context.js';
 import { headerSafe, readHeaders, type HeaderList, type PlaneReply } from './reply.js';
 
@@ -24,7 +24,7 @@ export async function handleFiles(ctx: PlaneContext, method: string, rest: strin
     refusalHeaders: [[HEADER.generation, String(generation)]],
     maxBytes: session.files?.opts.maxBytes,
     traceRefusal: () => session.refusals.allow(reply.client),
-    observe: metrics ? (outcome, bytes) => metrics.answered('files', isList ? 'list' : 'read', outcome, bytes) : undefined,
+    observe: observer(metrics, 'files', isList ? 'list' : 'read', reply),
   };
   if (isList) return handleList(session, x, method, generation);
   return handleRead(ctx, x, method, rest!, generation);

@@ -10,7 +10,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { ALL_PLANES, type PlaneSet } from './plugin.js';
 import type { Session } from '../session/session.js';
-import { buildApp } from './app.js';
+import { buildApp, buildMetricsApp } from './app.js';
 import { createLimitedServer } from './limits.js';
 import type { Metrics } from './metrics.js';
 
@@ -123,6 +123,30 @@ export async function serve(
         await app.close();
         const closed = new Promise<void>((resolve) => listener.server.close(() => resolve()));
         // Whatever is still being sent (a client that reads slowly) is cut: shutdown has a bound.
+        listener.server.closeAllConnections();
+        await closed;
+        removeSocketFile(listener);
+      })()),
+  };
+}
+
+/**
+ * A listener that serves `GET /metrics` and nothing else (`--metrics-listen`), so Prometheus can
+ * scrape over TCP while the operator plane stays on its unix socket. Untraced, like /metrics on
+ * the other listeners; every other target is a 404 in the spec's shape.
+ */
+export async function serveMetrics(session: Session, listener: Listener, metrics: Metrics, logger: Logger | false = false): Promise<RunningServer> {
+  const app = buildMetricsApp(metrics, logger, listener.server);
+  await app.ready();
+  let closing: Promise<void> | null = null;
+  return {
+    app,
+    url: listener.url,
+    advertisedUrl: session.advertisedUrl ?? listener.defaultAdvertisedUrl,
+    close: () =>
+      (closing ??= (async () => {
+        await app.close();
+        const closed = new Promise<void>((resolve) => listener.server.close(() => resolve()));
         listener.server.closeAllConnections();
         await closed;
         removeSocketFile(listener);

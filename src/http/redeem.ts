@@ -8,7 +8,7 @@ import { canonicalRelpath } from '../paths.js';
 import { handleId } from '../redact.js';
 import { HEADER } from '../wire.js';
 import { peerHandleRedeem } from '../trace/events.js';
-import { answerRead, chunkBuffers, clientGone, releaseOnClose, refuse, type BuildRead, type Exchange } from './exchange.js';
+import { answerRead, chunkBuffers, observer, clientGone, releaseOnClose, refuse, type BuildRead, type Exchange } from './exchange.js';
 import type { PlaneContext } from './context.js';
 import { readHeaders, sendError, type HeaderList, type PlaneReply } from './reply.js';
 
@@ -43,7 +43,7 @@ export async function handleRedeem(ctx: PlaneContext, method: string, rest: stri
     refusalHeaders: [[HEADER.generation, String(generation)], [HEADER.handleId, hid]],
     maxBytes: view?.opts.maxBytes,
     traceRefusal: () => session.refusals.allow(reply.client),
-    observe: metrics ? (outcome, bytes) => metrics.answered('peer', 'redeem', outcome, bytes) : undefined,
+    observe: observer(metrics, 'peer', 'redeem', reply),
   };
   let verifiedPath: string | null = null;
   // The path is caller-controlled until the MAC verifies: never recorded as fact before that.

@@ -35,7 +35,7 @@ import * as native from '../native.js';
 import { PEER_INBOX_DIR } from '../manifest/scope.js';
 import { Trace } from '../trace/trace.js';
 import { planConfinement, type Plan } from './confine-plan.js';
-import { bindListeners, closeListeners, type HeldListener } from './sockets.js';
+import { bindListeners, closeListeners, LISTENER_ROLES, type HeldListener } from './sockets.js';
 import { prepareSession, removeEmptyUpTo, type SessionOptions } from '../session/open-session.js';
 import { parseAddresses } from '../session/options.js';
 
@@ -97,6 +97,7 @@ export interface ConfineOptions extends Omit<SessionOptions, 'advertisedUrl' | '
   listen?: string;
   advertise?: string;
   operatorListen?: string;
+  metricsListen?: string;
 }
 
 /**
@@ -163,7 +164,7 @@ export async function confineAndReexec(
   notifyFd: number | null,
   onStale?: (path: string) => void,
 ): Promise<Unconfined> {
-  const { listen, operator: operatorListen } = parseAddresses(opts, activated !== null, onStale);
+  const { listen, operator: operatorListen, metrics: metricsListen } = parseAddresses(opts, activated !== null, onStale);
   // Every check a launch makes, with the same diagnostics; the workdir is created if missing.
   const prepared = await prepareSession(opts, true);
   prepared.release();
@@ -174,13 +175,17 @@ export async function confineAndReexec(
   if (!abi.ok) return { confinement: notConfined(`Landlock is unavailable: ${abi.code} (${abi.detail})`), listeners: activated, ...settled };
 
   // Sockets are bound before confinement and never after: the domain grants no TCP bind at all.
-  const operatorSocket = activated
-    ? (activated.find((l) => l.role === 'operator') ?? null)
-    : operatorListen;
-  const operatorPath = activated
-    ? (operatorSocket && 'url' in operatorSocket && operatorSocket.url.startsWith('unix:') ? { path: operatorSocket.url.slice('unix:'.length) } : null)
-    : operatorListen;
-  const plan = planConfinement({ workdir, tracePath, manifest, listenPort: listen.port, operatorListen: operatorPath, inheritedListeners: true, ownedSocket: !activated });
+  // A handed-over socket is systemd's to remove; only its path matters (none for TCP).
+  const sidePath = (role: 'operator' | 'metrics', parsed: typeof operatorListen) => {
+    if (!activated) return parsed;
+    const socket = activated.find((l) => l.role === role);
+    return socket?.url.startsWith('unix:') ? { path: socket.url.slice('unix:'.length) } : null;
+  };
+  const plan = planConfinement({
+    workdir, tracePath, manifest, listenPort: listen.port,
+    operatorListen: sidePath('operator', operatorListen), metricsListen: sidePath('metrics', metricsListen),
+    inheritedListeners: true, ownedSocket: !activated,
+  });
   if (plan.rules.some((r) => r.role === 'read' && r.path === '/')) {
     return { confinement: notConfined("a read rule would cover the whole filesystem ('/')", abi.abi), listeners: activated, ...settled };
   }
@@ -193,7 +198,7 @@ export async function confineAndReexec(
   // workdir this launch created goes with it.
   let listeners: HeldListener[];
   try {
-    listeners = activated ?? (await bindListeners(listen, operatorListen));
+    listeners = activated ?? (await bindListeners(listen, operatorListen, metricsListen));
   } catch (error) {
     prepared.abandon();
     throw error;
@@ -278,7 +283,7 @@ export function takeHandoff(env: NodeJS.ProcessEnv = process.env): Omit<Handoff,
   if (handoff?.v !== 2 || typeof handoff.workdir !== 'string' || typeof handoff.sessionId !== 'string' ||
       typeof handoff.tracePath !== 'string' || typeof handoff.manifest !== 'object' || handoff.manifest === null ||
       typeof handoff.confinement?.applied !== 'boolean' || !Array.isArray(handoff.listeners) ||
-      !handoff.listeners.every((l) => Number.isInteger(l?.fd) && (l.role === 'peer' || l.role === 'operator') && typeof l.url === 'string' &&
+      !handoff.listeners.every((l) => Number.isInteger(l?.fd) && (LISTENER_ROLES as readonly string[]).includes(l?.role) && typeof l.url === 'string' &&
         typeof l.defaultAdvertisedUrl === 'string' && (l.unlinkOnClose === null || typeof l.unlinkOnClose === 'string')) ||
       !(handoff.notifyFd === null || Number.isInteger(handoff.notifyFd))) {
     throw new UsageError(`${HANDOFF_ENV} is not a confined launch's handoff`);

@@ -37,6 +37,8 @@ export interface PlanInput {
   listenPort: number;
   /** `--operator-listen`, parsed: its TCP port is bound too, or its unix socket made (and removed at close). */
   operatorListen?: { host: string; port: number } | { path: string } | null;
+  /** `--metrics-listen`, parsed, handled as the operator listener is. */
+  metricsListen?: { host: string; port: number } | { path: string } | null;
   /**
    * The listening sockets are bound before confinement and inherited (the first stage, or systemd):
    * the domain then grants no TCP bind and no socket creation at all.
@@ -245,15 +247,17 @@ export function planConfinement(input: PlanInput): Plan {
   add(input.tracePath, APPEND, false, 'write');
   if (input.manifest.peerFetchAllow !== null) add(join(input.workdir, PEER_INBOX_DIR), LANDING, true, 'write', true);
   const operator = input.operatorListen ?? null;
-  if (operator !== null && 'path' in operator) {
-    if (!input.inheritedListeners) add(real(dirname(operator.path)), SOCKET_DIR, true, 'write');
-    else if (input.ownedSocket) add(real(dirname(operator.path)), SOCKET_REMOVE, true, 'write');
+  const sides = [operator, input.metricsListen ?? null];
+  for (const side of sides) {
+    if (side === null || !('path' in side)) continue;
+    if (!input.inheritedListeners) add(real(dirname(side.path)), SOCKET_DIR, true, 'write');
+    else if (input.ownedSocket) add(real(dirname(side.path)), SOCKET_REMOVE, true, 'write');
   }
 
   // Ports: the listener's own (0 is the ephemeral range), and those of the allow lists the server
   // itself connects through: peer_fetch.allow (fetch-peer-file: the issuer's card, the redeem) and,
   // with a peer plane, network.allow (share-file reads the recipient's card).
-  const bindPorts = input.inheritedListeners ? [] : [input.listenPort, ...(operator !== null && 'port' in operator ? [operator.port] : [])];
+  const bindPorts = input.inheritedListeners ? [] : [input.listenPort, ...sides.flatMap((side) => (side !== null && 'port' in side ? [side.port] : []))];
   const outbound: [string, readonly Destination[]][] = [];
   if (input.manifest.peerFetchAllow !== null) outbound.push(['capabilities.peer_fetch.allow', input.manifest.peerFetchAllow]);
   if (input.manifest.peerFiles !== null) outbound.push(['capabilities.network.allow', input.manifest.networkAllow]);

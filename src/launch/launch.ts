@@ -4,7 +4,7 @@
 import type { Logger } from 'pino';
 import { createMetrics } from '../http/metrics.js';
 import { ALL_PLANES } from '../http/plugin.js';
-import { adopt, bind, removeSocketFile, serve, type InheritedSocket, type Listener, type RunningServer } from '../http/listener.js';
+import { adopt, bind, removeSocketFile, serve, serveMetrics, type InheritedSocket, type Listener, type RunningServer } from '../http/listener.js';
 import * as native from '../native.js';
 import type { Session } from '../session/session.js';
 import { prepareSession, type SessionOptions } from '../session/open-session.js';
@@ -21,13 +21,18 @@ export interface LaunchOptions extends Omit<SessionOptions, 'advertisedUrl'> {
    * peer plane and the card only. Absent: one listener serves both, as in the reference.
    */
   operatorListen?: string;
-  /** Count answers and serve Prometheus metrics at /metrics (on the operator listener when there is one). */
+  /**
+   * Count answers and serve Prometheus metrics at /metrics: on the `metricsListen` listener when
+   * there is one, else on the operator listener when there is one, else on the main listener.
+   */
   metrics?: boolean;
+  /** `HOST:PORT` or `unix:PATH` (as `operatorListen`): a listener that serves /metrics only; implies `metrics`. */
+  metricsListen?: string;
   /**
    * Listening sockets already bound (a confined launch's first stage, or systemd socket
-   * activation): served as they are, and `listen` / `operatorListen` are then not read.
+   * activation): served as they are, and `listen` / `operatorListen` / `metricsListen` are then not read.
    */
-  listeners?: { peer: InheritedSocket; operator: InheritedSocket | null };
+  listeners?: { peer: InheritedSocket; operator: InheritedSocket | null; metrics?: InheritedSocket | null };
   /** Where a stale operator socket was replaced (`--operator-listen unix:PATH`): logged. */
   onStaleSocket?: (path: string) => void;
   logger?: Logger | false;
@@ -38,6 +43,8 @@ export interface Launched {
   server: RunningServer;
   /** The operator plane's own listener, when `operatorListen` was given. */
   operator: RunningServer | null;
+  /** The /metrics listener, when `metricsListen` was given. */
+  metrics: RunningServer | null;
   /**
    * The one stop sequence: listings being hashed are cancelled; each listener refuses new requests
    * with 503 and gives the responses being sent the drain's bound (DRAIN_TIMEOUT_MS), then cuts
@@ -51,8 +58,9 @@ export interface Launched {
 
 export async function launch(opts: LaunchOptions): Promise<Launched> {
   const inherited = opts.listeners ?? null;
-  const { listen, advertise, operator: operatorAddress } = parseAddresses(opts, inherited !== null, opts.onStaleSocket);
+  const { listen, advertise, operator: operatorAddress, metrics: metricsAddress } = parseAddresses(opts, inherited !== null, opts.onStaleSocket);
   const hasOperator = inherited ? inherited.operator !== null : operatorAddress !== null;
+  const hasMetricsListener = inherited ? (inherited.metrics ?? null) !== null : metricsAddress !== null;
   let prepared;
   try {
     prepared = await prepareSession(opts);
@@ -69,9 +77,11 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
     if (inherited) {
       listeners.push(await adopt(inherited.peer));
       if (inherited.operator) listeners.push(await adopt(inherited.operator));
+      if (inherited.metrics) listeners.push(await adopt(inherited.metrics));
     } else {
       listeners.push(await bind(listen));
       if (operatorAddress) listeners.push(await bind(operatorAddress));
+      if (metricsAddress) listeners.push(await bind(metricsAddress));
     }
     session = prepared.open(advertise ?? listeners[0]!.defaultAdvertisedUrl);
   } catch (error) {
@@ -84,13 +94,16 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
   const logger = opts.logger ? opts.logger.child({ session_id: session.sessionId }) : false;
   let server: RunningServer;
   let operator: RunningServer | null = null;
+  let metricsServer: RunningServer | null = null;
   try {
-    const metrics = opts.metrics ? await createMetrics({ memoryInUse: () => session.memory.inUse }) : undefined;
+    const metrics = opts.metrics || hasMetricsListener ? await createMetrics({ memoryInUse: () => session.memory.inUse }) : undefined;
+    // /metrics is served on one listener: its own, else the operator's, else the main one.
     server = await serve(session, listeners[0]!, logger, hasOperator ? { files: false, peer: true } : ALL_PLANES, {
       metrics,
-      serveMetrics: !hasOperator,
+      serveMetrics: !hasOperator && !hasMetricsListener,
     });
-    if (hasOperator) operator = await serve(session, listeners[1]!, logger, { files: true, peer: false }, { metrics, serveMetrics: true });
+    if (hasOperator) operator = await serve(session, listeners[1]!, logger, { files: true, peer: false }, { metrics, serveMetrics: !hasMetricsListener });
+    if (hasMetricsListener) metricsServer = await serveMetrics(session, listeners.at(-1)!, metrics!, logger);
   } catch (error) {
     unbind();
     await session.close();
@@ -101,7 +114,7 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
     (stopping ??= (async () => {
       session.beginStopping();
       try {
-        await Promise.all([server.close(), operator?.close()]);
+        await Promise.all([server.close(), operator?.close(), metricsServer?.close()]);
       } finally {
         await session.close(reason);
       }
@@ -110,6 +123,7 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
     session,
     server,
     operator,
+    metrics: metricsServer,
     stop: async (reason = 'stopped', boundMs?: number) => {
       const done = sequence(reason).then(() => 'stopped' as const);
       if (boundMs === undefined) return done;
@@ -133,7 +147,7 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
 /** Inherited sockets a launch that failed before serving them will never serve. */
 function closeInherited(inherited: LaunchOptions['listeners'] | null): void {
   if (!inherited) return;
-  for (const socket of [inherited.peer, inherited.operator]) {
+  for (const socket of [inherited.peer, inherited.operator, inherited.metrics]) {
     if (!socket) continue;
     native.closeFd(socket.fd);
     removeSocketFile({ unlinkOnClose: socket.unlinkOnClose } as Listener);

@@ -14,7 +14,7 @@ import * as native from '../native.js';
 
 /** One listening socket the server serves: its descriptor and what it is. */
 export interface HeldListener {
-  role: 'peer' | 'operator';
+  role: ListenerRole;
   fd: number;
   /** `http://host:port`, or `unix:<path>`. */
   url: string;
@@ -25,6 +25,10 @@ export interface HeldListener {
 }
 
 export type ListenAddress = { host: string; port: number } | { path: string };
+
+/** What a listening socket serves: the peer plane (and the card), the operator plane, or /metrics. */
+export type ListenerRole = 'peer' | 'operator' | 'metrics';
+export const LISTENER_ROLES: readonly ListenerRole[] = Object.freeze(['peer', 'operator', 'metrics']);
 
 function describe(role: HeldListener['role'], fd: number, unlinkOnClose: string | null): HeldListener {
   const info = native.socketInfo(fd);
@@ -52,12 +56,13 @@ async function bindOne(role: HeldListener['role'], address: ListenAddress): Prom
   return describe(role, out.fd, null);
 }
 
-/** Binds the peer listener and, when asked, the operator one; on any failure nothing stays bound. */
-export async function bindListeners(peer: ListenAddress, operator: ListenAddress | null): Promise<HeldListener[]> {
+/** Binds the peer listener and, when asked, the operator and metrics ones; on any failure nothing stays bound. */
+export async function bindListeners(peer: ListenAddress, operator: ListenAddress | null, metrics: ListenAddress | null = null): Promise<HeldListener[]> {
   const held: HeldListener[] = [];
   try {
     held.push(await bindOne('peer', peer));
     if (operator) held.push(await bindOne('operator', operator));
+    if (metrics) held.push(await bindOne('metrics', metrics));
   } catch (error) {
     closeListeners(held);
     throw error;
@@ -81,13 +86,14 @@ export function closeListeners(held: readonly HeldListener[]): void {
 
 /** The first descriptor systemd passes (sd_listen_fds). */
 const LISTEN_FDS_START = 3;
-/** More than a server of two listeners could use: a count above it is not ours. */
-const MAX_LISTEN_FDS = 2;
+/** More than a server of three listeners could use: a count above it is not ours. */
+const MAX_LISTEN_FDS = LISTENER_ROLES.length;
 
 /**
  * The sockets systemd socket activation hands over, or null without LISTEN_FDS (or when
  * LISTEN_PID names another process, as sd_listen_fds ignores them). One socket is the peer
- * listener; two must be named `peer` and `operator` by LISTEN_FDNAMES (FileDescriptorName=).
+ * listener; two or three must be named by LISTEN_FDNAMES (FileDescriptorName=): `peer`, and
+ * `operator` and/or `metrics`, each at most once.
  * Each must be a listening stream socket (TCP or unix). They are marked close-on-exec and the
  * variables removed, so nothing this process might start inherits them.
  */
@@ -101,7 +107,7 @@ export function activatedListeners(env: NodeJS.ProcessEnv = process.env, pid = p
   delete env.LISTEN_FDNAMES;
   const n = /^[0-9]{1,3}$/.test(count) ? Number(count) : NaN;
   if (!(n >= 1 && n <= MAX_LISTEN_FDS)) {
-    throw new UsageError(`LISTEN_FDS must be 1 or 2 sockets (peer, and operator) (got '${count}')`);
+    throw new UsageError(`LISTEN_FDS must be 1 to ${MAX_LISTEN_FDS} sockets (peer, then operator and/or metrics) (got '${count}')`);
   }
   let roles: HeldListener['role'][];
   const given = names === undefined || names === '' ? [] : names.split(':');
@@ -111,8 +117,9 @@ export function activatedListeners(env: NodeJS.ProcessEnv = process.env, pid = p
     }
     roles = ['peer'];
   } else {
-    if (given.length !== 2 || !given.includes('peer') || !given.includes('operator')) {
-      throw new UsageError(`LISTEN_FDNAMES must name the two sockets 'peer' and 'operator' (got '${names ?? ''}')`);
+    const known = given.every((g) => (LISTENER_ROLES as readonly string[]).includes(g)) && new Set(given).size === given.length;
+    if (given.length !== n || !known || !given.includes('peer')) {
+      throw new UsageError(`LISTEN_FDNAMES must name the ${n} sockets, each once: 'peer', and 'operator' and/or 'metrics' (got '${names ?? ''}')`);
     }
     roles = given as HeldListener['role'][];
   }

@@ -1,5 +1,5 @@
 // Launch options as typed on a command line, each validated in one place: the listen address, the
-// advertised URL and the containment class. (The session id's one validation is in src/session/session.ts.)
+// advertised URL and the containment class. (The session id's one validation is parseSessionId in src/session/records.ts.)
 import { existsSync, lstatSync, realpathSync, unlinkSync, type Stats } from 'node:fs';
 import { basename, dirname, isAbsolute, resolve } from 'node:path';
 import { UsageError } from '../codes.js';
@@ -21,15 +21,20 @@ export function parseListen(value: string): { host: string; port: number } {
  * removeStaleSocket) is removed, and `onStale` told so.
  */
 export function parseOperatorListen(value: string, workdir: string, onStale?: (path: string) => void): { host: string; port: number } | { path: string } {
+  return parseSideListen('--operator-listen', value, workdir, onStale);
+}
+
+/** A listener beside the peer one (`--operator-listen`, `--metrics-listen`), its diagnostics naming `flag`. */
+export function parseSideListen(flag: string, value: string, workdir: string, onStale?: (path: string) => void): { host: string; port: number } | { path: string } {
   if (!value.startsWith('unix:')) {
     try {
       return parseListen(value);
     } catch {
-      throw new UsageError(`--operator-listen must be HOST:PORT or unix:PATH (got '${value}')`);
+      throw new UsageError(`${flag} must be HOST:PORT or unix:PATH (got '${value}')`);
     }
   }
   const path = value.slice('unix:'.length);
-  if (!isAbsolute(path)) throw new UsageError(`--operator-listen unix:PATH needs an absolute path (got '${value}')`);
+  if (!isAbsolute(path)) throw new UsageError(`${flag} unix:PATH needs an absolute path (got '${value}')`);
   const real = (p: string) => {
     try {
       return realpathSync(p);
@@ -40,12 +45,12 @@ export function parseOperatorListen(value: string, workdir: string, onStale?: (p
   const dir = real(dirname(path));
   const wd = real(workdir);
   if (dir === wd || dir.startsWith(`${wd}/`)) {
-    throw new UsageError(`--operator-listen unix:PATH must be outside the workdir (got '${value}')`);
+    throw new UsageError(`${flag} unix:PATH must be outside the workdir (got '${value}')`);
   }
-  checkPrivateSocketDir(resolve(dirname(path)));
+  checkPrivateSocketDir(flag, resolve(dirname(path)));
   const target = resolve(dir, basename(path));
   if (existsSync(path) || isDanglingLink(path)) {
-    if (!removeStaleSocket(target, value)) throw new UsageError(`--operator-listen unix:PATH must not exist yet (got '${value}')`);
+    if (!removeStaleSocket(flag, target, value)) throw new UsageError(`${flag} unix:PATH must not exist yet (got '${value}')`);
     onStale?.(target);
   }
   return { path: target };
@@ -67,7 +72,7 @@ function isDanglingLink(path: string): boolean {
   }
 }
 
-function removeStaleSocket(path: string, value: string): boolean {
+function removeStaleSocket(flag: string, path: string, value: string): boolean {
   let st: Stats;
   try {
     st = lstatSync(path);
@@ -79,7 +84,7 @@ function removeStaleSocket(path: string, value: string): boolean {
   const probe = native.probeUnixSocket(path);
   if (probe.state === 'live') {
     const holder = probe.pid > 0 ? ` by pid ${probe.pid}` : '';
-    throw new UsageError(`--operator-listen unix:PATH is in use${holder}: another server listens on '${path}' (got '${value}')`);
+    throw new UsageError(`${flag} unix:PATH is in use${holder}: another server listens on '${path}' (got '${value}')`);
   }
   if (probe.state !== 'stale') return false;
   try {
@@ -95,9 +100,9 @@ function removeStaleSocket(path: string, value: string): boolean {
  * one else, and not a symlink. The confined server may make sockets and remove files anywhere in
  * it, and whoever else can write there could swap the socket for their own.
  */
-function checkPrivateSocketDir(dir: string): void {
+function checkPrivateSocketDir(flag: string, dir: string): void {
   const refuse = (what: string): never => {
-    throw new UsageError(`--operator-listen unix:PATH: the directory '${dir}' ${what}; use a private directory (owned by this user, mode 0700)`);
+    throw new UsageError(`${flag} unix:PATH: the directory '${dir}' ${what}; use a private directory (owned by this user, mode 0700)`);
   };
   let st: Stats;
   try {
@@ -147,6 +152,7 @@ export interface AddressOptions {
   listen?: string;
   advertise?: string;
   operatorListen?: string;
+  metricsListen?: string;
   workdir: string;
 }
 
@@ -155,6 +161,8 @@ export interface Addresses {
   advertise: string | undefined;
   /** null without --operator-listen, or when the sockets were handed over (`inherited`). */
   operator: { host: string; port: number } | { path: string } | null;
+  /** null without --metrics-listen, or when the sockets were handed over. */
+  metrics: { host: string; port: number } | { path: string } | null;
 }
 
 /** Every address option validated, in one place, with the defaults a launch uses. */
@@ -163,5 +171,6 @@ export function parseAddresses(opts: AddressOptions, inherited: boolean, onStale
     listen: parseListen(opts.listen ?? '127.0.0.1:0'),
     advertise: parseAdvertise(opts.advertise),
     operator: inherited || opts.operatorListen === undefined ? null : parseOperatorListen(opts.operatorListen, opts.workdir, onStale),
+    metrics: inherited || opts.metricsListen === undefined ? null : parseSideListen('--metrics-listen', opts.metricsListen, opts.workdir, onStale),
   };
 }

@@ -1,6 +1,9 @@
 // Operating a served capsule: a readiness route that says nothing about the capsule and is not
-// traced, and log lines that each carry the session id.
-import { writeFileSync } from 'node:fs';
+// traced, log lines that each carry the session id, and Prometheus metrics (--metrics, its own
+// listener with --metrics-listen, or a registry built from the package exports for the plugin).
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
+import Fastify from 'fastify';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startServe } from '../helpers/cli.js';
@@ -9,6 +12,19 @@ import { rawGet, readTrace } from '../helpers/http.js';
 import { makeTree, removeTree, tempDir } from '../helpers/tree.js';
 
 const dirs: string[] = [];
+
+/** GET over a unix socket. */
+function unixGet(socketPath: string, path: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ socketPath, path, method: 'GET' }, (res) => {
+      let body = '';
+      res.on('data', (d: Buffer) => (body += d.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
 afterAll(() => {
   for (const d of dirs) removeTree(d);
 });
@@ -72,6 +88,71 @@ describe('Prometheus metrics behind --metrics', () => {
     } finally {
       plain.child.kill('SIGTERM');
       await plain.exited;
+    }
+  });
+});
+
+describe('--metrics-listen: /metrics on a listener of its own', () => {
+  it('serves Prometheus over TCP beside a unix operator socket: standard process and runtime names, a duration histogram, nothing else', async () => {
+    const base = tempDir('rp-metrics-listen-');
+    dirs.push(base);
+    const workdir = join(base, 'work');
+    makeTree(workdir, ['out/a.txt: metrics bytes']);
+    writeFileSync(join(workdir, 'murmur.yaml'), filesManifest('out/'));
+    const sockets = join(base, 'sockets');
+    mkdirSync(sockets, { mode: 0o700 });
+    const tracePath = join(base, 't.jsonl');
+    const s = await startServe(['--workdir', workdir, '--trace', tracePath, '--operator-listen', `unix:${join(sockets, 'op.sock')}`, '--metrics-listen', '127.0.0.1:0']);
+    try {
+      const metricsUrl = s.ready.metrics_url as string;
+      expect(metricsUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+      expect(await unixGet(join(sockets, 'op.sock'), '/resources/files/a.txt')).toMatchObject({ status: 200, body: 'metrics bytes' });
+      const before = readTrace(tracePath).length;
+      const m = await rawGet(metricsUrl, '/metrics');
+      expect(m.status).toBe(200);
+      const text = m.body.toString();
+      for (const name of ['process_resident_memory_bytes', 'process_open_fds', 'nodejs_heap_size_used_bytes', 'nodejs_eventloop_lag_seconds']) {
+        expect(text, name).toMatch(new RegExp(`^${name} `, 'm'));
+      }
+      expect(text).not.toContain('resource_plane_process_');
+      expect(text).toMatch(/^resource_plane_request_duration_seconds_count\{plane="files",outcome="ok"\} 1$/m);
+      expect(text).toMatch(/^resource_plane_request_duration_seconds_bucket\{le="\+Inf",plane="files",outcome="ok"\} 1$/m);
+      // The metrics listener serves nothing else, and /metrics is only there.
+      const plane = await rawGet(metricsUrl, '/resources/files/a.txt');
+      expect(plane.status).toBe(404);
+      expect(plane.json().error).toBe('not_found');
+      expect((await unixGet(join(sockets, 'op.sock'), '/metrics')).status).toBe(404);
+      expect((await rawGet(s.ready.url, '/metrics')).status).toBe(404);
+      expect(readTrace(tracePath).length).toBe(before);
+    } finally {
+      s.child.kill('SIGTERM');
+      await s.exited;
+    }
+  });
+});
+
+describe('the plugin with metrics built from the package exports', () => {
+  it('counts and times its answers in a registry the host serves where it likes', async () => {
+    const { createMetrics, openSession, parseManifest, resourcePlanes } = await import('../../src/index.js');
+    const base = tempDir('rp-plugin-metrics-');
+    dirs.push(base);
+    makeTree(join(base, 'work'), ['out/a.txt: plugin metrics']);
+    const session = await openSession({ workdir: join(base, 'work'), manifest: parseManifest(filesManifest('out/')), tracePath: join(base, 't.jsonl'), containment: 'sealed', advertisedUrl: null });
+    const metrics = await createMetrics({ memoryInUse: () => session.memory.inUse });
+    const app = Fastify();
+    await app.register(resourcePlanes, { session, metrics });
+    app.get('/ops/metrics', async (_req, reply) => reply.type(metrics.registry.contentType).send(await metrics.registry.metrics()));
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    try {
+      const url = `http://127.0.0.1:${(app.server.address() as { port: number }).port}`;
+      expect((await rawGet(url, '/resources/files/a.txt')).status).toBe(200);
+      expect((await rawGet(url, '/resources/files/nope')).status).toBe(404);
+      const text = (await rawGet(url, '/ops/metrics')).body.toString();
+      expect(text).toContain('resource_plane_requests_total{plane="files",kind="read",outcome="ok"} 1');
+      expect(text).toMatch(/^resource_plane_request_duration_seconds_count\{plane="files",outcome="not_found"\} 1$/m);
+    } finally {
+      await app.close();
+      await session.close();
     }
   });
 });

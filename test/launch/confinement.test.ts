@@ -61,10 +61,10 @@ describe.skipIf(ABI === 0)('a confined serve', () => {
     const res = await rawGet(s.ready.url, '/metrics');
     expect(res.status).toBe(200);
     const text = res.body.toString();
-    expect(sample(text, 'resource_plane_process_resident_memory_bytes')).toBeGreaterThan(0);
-    expect(sample(text, 'resource_plane_process_open_fds')).toBeGreaterThan(0);
-    expect(sample(text, 'resource_plane_process_max_fds')).toBeGreaterThan(0);
+    expect(sample(text, 'process_resident_memory_bytes')).toBeGreaterThan(0);
+    expect(sample(text, 'process_open_fds')).toBeGreaterThan(0);
+    expect(sample(text, 'process_max_fds')).toBeGreaterThan(0);
     // process.memoryUsage() reads /proc/self/stat: without it the heap gauges read 0 too.
-    expect(sample(text, 'resource_plane_nodejs_heap_size_used_bytes')).toBeGreaterThan(0);
+    expect(sample(text, 'nodejs_heap_size_used_bytes')).toBeGreaterThan(0);
   });
 });

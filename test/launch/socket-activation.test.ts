@@ -104,6 +104,22 @@ describe.skipIf(!HAVE_ACTIVATE)('systemd socket activation', () => {
     expect(ready.operator_url).toBe(`unix:${sock}`);
   });
 
+  it('three sockets named peer:operator:metrics: /metrics is served on its own socket only', async () => {
+    const { workdir, trace } = capsule();
+    const port = await freePort();
+    const metricsPort = await freePort();
+    const dir = join(scratch(), 'run');
+    mkdirSync(dir, { mode: 0o700 });
+    const sock = join(dir, 'operator.sock');
+    const a = await activate([`127.0.0.1:${port}`, sock, `127.0.0.1:${metricsPort}`], 'peer:operator:metrics', ['--workdir', workdir, '--trace', trace]);
+    const metrics = await get({ port: metricsPort }, '/metrics');
+    expect(metrics, a.stderr()).toMatch(/^HTTP\/1\.1 200 /);
+    expect(metrics).toContain('resource_plane_requests_total');
+    expect(await get({ path: sock }, '/metrics')).toMatch(/^HTTP\/1\.1 404 /);
+    expect(await get({ port: metricsPort }, '/resources/files/a.txt')).toMatch(/^HTTP\/1\.1 404 /);
+    expect(JSON.parse(a.stdout().split('\n')[0]!).metrics_url).toBe(`http://127.0.0.1:${metricsPort}`);
+  });
+
   it('refuses --operator-listen beside handed-over sockets', async () => {
     const { workdir, trace } = capsule();
     const port = await freePort();
