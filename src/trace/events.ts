@@ -12,7 +12,7 @@ export const EVENT_FIELDS = Object.freeze({
   peer_handle_mint: ['handle_id', 'path', 'audience', 'expires_at_ms', 'outcome', 'reason'],
   peer_handle_redeem: ['handle_id', 'path', 'generation', 'audience_asserted', 'bytes', 'sha256', 'outcome', 'reason'],
   peer_file_fetch: ['peer', 'handle_id', 'stored_path', 'bytes', 'sha256', 'outcome', 'reason'],
-  // path: reads and redeems; handle_id: redeems only (a listing names neither).
+  // path: reads and redeems; handle_id: redeems only (null where the event followed names none).
   response_undelivered: ['of', 'path', 'handle_id', 'bytes', 'generation', 'outcome', 'reason'],
   refusals_suppressed: ['client', 'suppressed', 'since_ms', 'clients'],
   session_end: ['reason', 'counts'],
@@ -34,10 +34,10 @@ export interface Outcome {
   reason: string | null;
 }
 
-function event<T extends EventType>(type: T, values: Partial<Record<(typeof EVENT_FIELDS)[T][number], unknown>>, omit: readonly string[] = []): TraceEvent<T> {
+function event<T extends EventType>(type: T, values: Partial<Record<(typeof EVENT_FIELDS)[T][number], unknown>>): TraceEvent<T> {
   const fields: TraceFields = {};
   const given = values as Record<string, unknown>;
-  for (const name of EVENT_FIELDS[type]) if (!omit.includes(name)) fields[name] = given[name] ?? null;
+  for (const name of EVENT_FIELDS[type]) fields[name] = given[name] ?? null;
   return { type, fields };
 }
 
@@ -122,16 +122,11 @@ export const UNDELIVERED_REASON = 'the connection closed before the whole body w
 
 /**
  * The follow-up of a body event whose response closed before all of it left: which event, and
- * what it named (its path and handle id), taken from that event rather than restated; `bytes` is
- * what was to be sent.
+ * what it named (its path and handle id: null where it named none), taken from that event rather
+ * than restated; `bytes` is what was to be sent.
  */
 export function responseUndelivered(of: TraceEvent<BodyEventType>, bytes: number, reason: string = UNDELIVERED_REASON): TraceEvent<'response_undelivered'> {
-  const omit = of.type === 'resource_list' ? ['path', 'handle_id'] : of.type === 'resource_read' ? ['handle_id'] : [];
-  return event(
-    'response_undelivered',
-    { of: of.type, path: of.fields.path, handle_id: of.fields.handle_id, bytes, generation: of.fields.generation, outcome: 'undelivered', reason },
-    omit,
-  );
+  return event('response_undelivered', { of: of.type, path: of.fields.path, handle_id: of.fields.handle_id, bytes, generation: of.fields.generation, outcome: 'undelivered', reason });
 }
 
 export function refusalsSuppressed(f: { client: string | null; suppressed: number; sinceMs: number; clients: number }): TraceEvent<'refusals_suppressed'> {

@@ -10,8 +10,11 @@ import { sessionEnd, type TraceEvent, type TraceFields } from './events.js';
 
 export type { TraceFields } from './events.js';
 
-/** Fields whose text a caller chooses (a path, an asserted audience, a peer, a reason a peer supplied). */
-const CALLER_FIELDS = new Set(['path', 'audience_asserted', 'peer', 'reason']);
+/**
+ * Fields whose text a caller chooses: a path, an asserted audience, a peer, a reason a peer
+ * supplied, and a mint's audience (derived from the name on the recipient's card, up to 64 KiB).
+ */
+const CALLER_FIELDS = new Set(['path', 'audience_asserted', 'audience', 'peer', 'reason']);
 /** Characters of a caller-chosen field kept in the trace; the rest is summarised by a marker. */
 export const TRACE_FIELD_MAX_CHARS = 512;
 

@@ -5,7 +5,11 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { EVENT_FIELDS, peerHandleRedeem, resourceList, resourceRead, responseUndelivered } from '../../src/trace/events.js';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { EVENT_FIELDS, peerHandleMint, peerHandleRedeem, resourceList, resourceRead, responseUndelivered, sessionStart } from '../../src/trace/events.js';
+import { Trace, TRACE_FIELD_MAX_CHARS } from '../../src/trace/trace.js';
 
 const DOC = readFileSync(fileURLToPath(new URL('../../docs/trace.md', import.meta.url)), 'utf8');
 
@@ -45,12 +49,28 @@ describe('the trace catalogue against docs/trace.md', () => {
     expect(list.fields.entry_count).toBeNull();
   });
 
+  it('bounds a mint\'s audience like every caller-chosen field: a peer names it on its card', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rp-trace-bound-'));
+    try {
+      const trace = Trace.open(join(dir, 'trace.jsonl'), 'ses_bound');
+      trace.start(sessionStart({ containment: 'sealed', resolver: 'openat2', toolsDeclared: [], confinement: null, effectiveGrants: {} }));
+      await trace.record(peerHandleMint({ handleId: null, path: 'a.txt', audience: `${'n'.repeat(65_536)}@localhost:1`, expiresAtMs: null, outcome: 'ok', reason: null }));
+      await trace.close();
+      const line = JSON.parse(readFileSync(join(dir, 'trace.jsonl'), 'utf8').trim().split('\n')[1]!) as { audience: string };
+      expect(line.audience.length).toBeLessThanOrEqual(TRACE_FIELD_MAX_CHARS + 64);
+      expect(line.audience).toMatch(/…\[65548 chars, sha256:[0-9a-f]{16}\]$/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('takes an undelivered line\'s path and handle id from the event it follows, never restated', () => {
     const redeem = peerHandleRedeem({ handleId: 'hid_1', path: 'p.bin', generation: 4, audienceAsserted: 'a', bytes: 9, sha256: null, outcome: 'ok', reason: null });
     expect(responseUndelivered(redeem, 9).fields).toEqual({ of: 'peer_handle_redeem', path: 'p.bin', handle_id: 'hid_1', bytes: 9, generation: 4, outcome: 'undelivered', reason: 'the connection closed before the whole body was sent' });
     const read = resourceRead({ path: 'a.txt', outcome: 'ok', reason: null, bytes: 3, sha256: null, generation: 1, containment: 'sealed' });
-    expect(Object.keys(responseUndelivered(read, 3, 'changed').fields)).toEqual(['of', 'path', 'bytes', 'generation', 'outcome', 'reason']);
+    expect(responseUndelivered(read, 3, 'changed').fields).toMatchObject({ of: 'resource_read', path: 'a.txt', handle_id: null });
     const list = resourceList({ root: 'out', outcome: 'ok', reason: null, entryCount: 1, totalBytes: 1, generation: 1, containment: 'sealed' });
-    expect(Object.keys(responseUndelivered(list, 80).fields)).toEqual(['of', 'bytes', 'generation', 'outcome', 'reason']);
+    // Absent values are explicit nulls, as on every line.
+    expect(responseUndelivered(list, 80).fields).toMatchObject({ of: 'resource_list', path: null, handle_id: null, bytes: 80 });
   });
 });
