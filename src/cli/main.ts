@@ -108,6 +108,7 @@ interface ServeFlags {
   trace?: string;
   operatorListen?: string;
   metricsListen?: string;
+  accessLog: boolean;
   memoryBudget?: string;
   metrics?: boolean;
   listingBudget?: string;
@@ -215,7 +216,9 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   // Ready for systemd (Type=notify) once it serves, from this process (NotifyAccess=main).
   const unsent = notify(notifyFd, 'READY=1');
   if (unsent) logger.warn({ detail: unsent }, 'sd_notify READY=1 was not sent');
-  logger.info(ready, 'serving');
+  // The ready line's session_id is already the logger's binding: one key, once.
+  const { session_id: _sessionId, ...serving } = ready;
+  logger.info(serving, 'serving');
 }
 
 // ── explain-scope ───────────────────────────────────────────────────────────────────────────────
@@ -377,6 +380,7 @@ Run '${PROGRAM} <command> --help' for a command's options.`,
     .option('--listing-budget <duration>', 'how long one listing may run, e.g. 30s (default 30s)')
     .option('--operator-listen <addr>', 'serve the operator plane on its own listener, HOST:PORT or unix:PATH (a unix socket outside the workdir, created 0600, is recommended); the main listener then serves only the peer plane and the card')
     .addOption(new Option('--control <channel>', 'the control channel: stdio speaks MCP').choices(['stdio', 'none']).default('none'))
+    .option('--no-access-log', 'no info line per request on stderr (it is then logged at debug)')
     .option('--no-landlock', 'serve without confining the process with Landlock (also RESOURCE_PLANE_LANDLOCK=off)')
     .addHelpText(
       'after',

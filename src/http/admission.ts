@@ -174,8 +174,14 @@ export class Admission {
   /** Set when stopping: every new request is answered 503. */
   closing = false;
 
-  /** `containment`: the class header every admission answer carries. */
-  constructor(private readonly containment: string) {}
+  /**
+   * `containment`: the class header every admission answer carries. `accessLog`: one `info` line
+   * per request (else the same line at `debug`).
+   */
+  constructor(
+    private readonly containment: string,
+    private readonly options: { accessLog?: boolean } = {},
+  ) {}
 
   /** Responses not yet closed. */
   get inFlight(): number {
@@ -225,14 +231,24 @@ export class Admission {
   };
 
   /**
-   * The onResponse hook: a debug line per request. Tokens travel in redeem URLs, so the target is
-   * redacted; the trace is the record, this is a diagnostic echo of it.
+   * The onResponse hook: the access log, one line per request in the shape pino-http writes
+   * (`req`, `res`, `responseTime` in ms) plus the body's `bytes`; the logger's bindings add the
+   * session id. Tokens travel in redeem URLs, so the target is redacted; the trace is the record,
+   * this is an operator's echo of it.
    */
   readonly onResponse = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
-    if (request.log.level !== 'debug' && request.log.level !== 'trace') return;
-    request.log.debug(
-      { method: request.raw.method, url: logTarget(rawTarget(request.raw)), status: reply.statusCode, ms: Math.round(reply.elapsedTime) },
-      'request',
+    const level = this.options.accessLog ? 'info' : 'debug';
+    // Nothing is built for a line the logger would drop (pino's isLevelEnabled; a no-op logger has none).
+    if ((request.log as { isLevelEnabled?: (l: string) => boolean }).isLevelEnabled?.(level) === false) return;
+    const length = Number(reply.getHeader('content-length') ?? 0);
+    request.log[level](
+      {
+        req: { method: request.raw.method, url: logTarget(rawTarget(request.raw)) },
+        res: { statusCode: reply.statusCode },
+        responseTime: Math.round(reply.elapsedTime * 1000) / 1000,
+        bytes: Number.isFinite(length) ? length : 0,
+      },
+      'request completed',
     );
   };
 

@@ -29,6 +29,8 @@ export interface AppOptions {
   /** Counted on this app's planes; `GET /metrics` is served here when `serveMetrics`. */
   metrics?: Metrics;
   serveMetrics?: boolean;
+  /** One `info` line per request (default true); off, the same line is logged at `debug`. */
+  accessLog?: boolean;
   /** A server already bound (src/http/listener.ts); default a new one, for `app.listen()`. */
   server?: Server;
 }
@@ -36,7 +38,7 @@ export interface AppOptions {
 /** The app of one listener; `admission` is its gate, which `close` sets to stopping. */
 export async function buildApp(session: Session, opts: AppOptions = {}): Promise<{ app: FastifyInstance; admission: Admission }> {
   const logger = opts.logger ?? false;
-  const admission = new Admission(session.containment);
+  const admission = new Admission(session.containment, { accessLog: opts.accessLog ?? true });
   const server = opts.server ?? createLimitedServer();
   const app = Fastify({
     loggerInstance: logger || undefined,

@@ -104,7 +104,7 @@ export async function serve(
   listener: Listener,
   logger: Logger | false = false,
   planes: PlaneSet = ALL_PLANES,
-  extras: { metrics?: Metrics; serveMetrics?: boolean } = {},
+  extras: { metrics?: Metrics; serveMetrics?: boolean; accessLog?: boolean } = {},
 ): Promise<RunningServer> {
   // The card and the audience say where this capsule is: a session without that identity cannot serve.
   if (session.advertisedUrl === null) throw new Error('a session is served only with the advertised URL it was opened with');

@@ -26,6 +26,8 @@ export interface LaunchOptions extends Omit<SessionOptions, 'advertisedUrl'> {
    * there is one, else on the operator listener when there is one, else on the main listener.
    */
   metrics?: boolean;
+  /** One `info` line per request on the logger (default true). */
+  accessLog?: boolean;
   /** `HOST:PORT` or `unix:PATH` (as `operatorListen`): a listener that serves /metrics only; implies `metrics`. */
   metricsListen?: string;
   /**
@@ -101,8 +103,9 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
     server = await serve(session, listeners[0]!, logger, hasOperator ? { files: false, peer: true } : ALL_PLANES, {
       metrics,
       serveMetrics: !hasOperator && !hasMetricsListener,
+      accessLog: opts.accessLog,
     });
-    if (hasOperator) operator = await serve(session, listeners[1]!, logger, { files: true, peer: false }, { metrics, serveMetrics: !hasMetricsListener });
+    if (hasOperator) operator = await serve(session, listeners[1]!, logger, { files: true, peer: false }, { metrics, serveMetrics: !hasMetricsListener, accessLog: opts.accessLog });
     if (hasMetricsListener) metricsServer = await serveMetrics(session, listeners.at(-1)!, metrics!, logger);
   } catch (error) {
     unbind();

@@ -53,7 +53,44 @@ describe('serve, operated', () => {
     const lines = s.stderr().trim().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
     expect(lines.length).toBeGreaterThan(2);
     for (const line of lines) expect(line.session_id, JSON.stringify(line)).toBe('ses_ops');
-    expect(lines.some((l) => l.msg === 'request')).toBe(true);
+    expect(lines.some((l) => l.msg === 'request completed')).toBe(true);
+  });
+});
+
+describe('the access log', () => {
+  it('writes one info line per request in pino-http shape, the redeem token redacted, the session id bound once; --no-access-log turns it off', async () => {
+    const base = tempDir('rp-access-');
+    dirs.push(base);
+    const workdir = join(base, 'work');
+    makeTree(workdir, ['out/a.txt: access bytes']);
+    writeFileSync(join(workdir, 'murmur.yaml'), `${filesManifest('out/')}  peer_files:\n    root: out/\n    max_ttl: 10m\n`);
+    const token = `mh1.${'A'.repeat(40)}.${'B'.repeat(43)}`;
+    const s = await startServe(['--workdir', workdir, '--trace', join(base, 't.jsonl'), '--session-id', 'ses_access']);
+    try {
+      await rawGet(s.ready.url, '/resources/files/a.txt');
+      await rawGet(s.ready.url, `/resources/peer/${token}`, [['x-murmur-audience', 'x@localhost:1']]);
+    } finally {
+      s.child.kill('SIGTERM');
+      await s.exited;
+    }
+    const lines = s.stderr().trim().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+    const access = lines.filter((l) => l.msg === 'request completed');
+    expect(access).toHaveLength(2);
+    expect(access[0]).toMatchObject({ level: 30, session_id: 'ses_access', req: { method: 'GET', url: '/resources/files/a.txt' }, res: { statusCode: 200 }, bytes: 12 });
+    expect(typeof access[0].responseTime).toBe('number');
+    expect(access[1].req.url).toMatch(/^\/resources\/peer\/<handle:[^>]+>$/);
+    expect(s.stderr()).not.toContain(token);
+    const serving = s.stderr().split('\n').find((l) => l.includes('"msg":"serving"'))!;
+    expect(serving.match(/"session_id"/g)).toHaveLength(1);
+
+    const quiet = await startServe(['--workdir', workdir, '--trace', join(base, 't2.jsonl'), '--no-access-log']);
+    try {
+      expect((await rawGet(quiet.ready.url, '/resources/files/a.txt')).status).toBe(200);
+    } finally {
+      quiet.child.kill('SIGTERM');
+      await quiet.exited;
+    }
+    expect(quiet.stderr()).not.toContain('request completed');
   });
 });
 
