@@ -16,7 +16,7 @@ import { confineAndReexec, landlockMode, takeHandoff } from '../launch/confine-a
 import { earlyLogger, LOG_LEVELS } from './early-log.js';
 import type { LaunchOptions } from '../launch/launch.js';
 import { activatedListeners, notify, openNotifySocket, type HeldListener } from '../launch/sockets.js';
-import { DEFAULT_MANIFEST_NAME, loadManifest, missingManifest, readManifestBeneath } from '../session/manifest-file.js';
+import { DEFAULT_MANIFEST_NAME, loadManifest, missingManifest, readManifestBeneath, type KeyCheck } from '../session/manifest-file.js';
 import { parseContainment } from '../session/options.js';
 import { ManifestError } from '../manifest/diagnostics.js';
 import { parseByteCount, parseDuration } from '../manifest/grammars.js';
@@ -109,6 +109,7 @@ interface ServeFlags {
   operatorListen?: string;
   metricsListen?: string;
   accessLog: boolean;
+  strict?: boolean;
   memoryBudget?: string;
   metrics?: boolean;
   listingBudget?: string;
@@ -127,13 +128,15 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   checkLogLevel();
   checkResolverChoice();
   const early = earlyLogger();
-  const { manifest, trace, control: _control, memoryBudget, listingBudget, landlock, listenGiven, ...rest } = flags;
+  const { manifest, trace, control: _control, memoryBudget, listingBudget, landlock, listenGiven, strict: _strict, ...rest } = flags;
   let opts: LaunchOptions = {
     ...rest,
     listen: rest.listen ?? '127.0.0.1:0',
     manifestPath: manifest,
     tracePath: trace,
     onStaleSocket: (path) => early('warn', { path }, 'removed a stale operator socket (nothing listened on it) and replaced it'),
+    notice: (level, fields, message) => early(level, fields, message),
+    strictManifest: flags.strict,
     ...(memoryBudget !== undefined ? { memoryBudgetBytes: parseBudgetBytes(memoryBudget) } : {}),
     ...(listingBudget !== undefined ? { listingBudgetMs: parseBudgetSeconds(listingBudget) * 1000 } : {}),
   };
@@ -228,7 +231,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
  * capped), then the export-root checks through the same descriptor. A workdir that does not exist
  * has no manifest, as for serve.
  */
-async function workdirManifest(workdir: string): Promise<Manifest> {
+async function workdirManifest(workdir: string, check: KeyCheck): Promise<Manifest> {
   const requested = resolve(workdir);
   const shown = join(requested, DEFAULT_MANIFEST_NAME);
   if (!existsSync(requested)) {
@@ -238,7 +241,7 @@ async function workdirManifest(workdir: string): Promise<Manifest> {
   const resolver = native.chooseResolver();
   const fd = await native.openDirectory(real);
   try {
-    const manifest = await readManifestBeneath(fd, resolver, shown);
+    const manifest = await readManifestBeneath(fd, resolver, shown, check);
     await checkExportRoots(manifest, real, fd, resolver);
     return manifest;
   } finally {
@@ -246,17 +249,19 @@ async function workdirManifest(workdir: string): Promise<Manifest> {
   }
 }
 
-async function explainScopeCommand(flags: { manifest?: string; workdir?: string; json?: boolean; containment?: string }): Promise<void> {
+async function explainScopeCommand(flags: { manifest?: string; workdir?: string; json?: boolean; containment?: string; strict?: boolean }): Promise<void> {
   checkResolverChoice();
   if (flags.manifest === undefined && flags.workdir === undefined) {
     throw new UsageError('explain-scope needs --workdir DIR (reads DIR/murmur.yaml) or --manifest FILE');
   }
   const containment = parseContainment(flags.containment);
+  // On stderr, so that --json stays one line of JSON on stdout.
+  const check: KeyCheck = { strict: flags.strict, warn: (_fields, message) => process.stderr.write(`warning: ${message}\n`) };
   let manifest: Manifest;
   if (flags.manifest === undefined) {
-    manifest = await workdirManifest(flags.workdir!);
+    manifest = await workdirManifest(flags.workdir!, check);
   } else {
-    manifest = loadManifest(flags.manifest);
+    manifest = loadManifest(flags.manifest, check);
     // The same root checks a launch makes (E-CAP-007), against the workdir the manifest sits in
     // unless told otherwise; nothing is created, and a workdir that does not exist yet passes.
     await checkExportRootsAt(manifest, flags.workdir ?? dirname(resolve(flags.manifest)));
@@ -380,6 +385,7 @@ Run '${PROGRAM} <command> --help' for a command's options.`,
     .option('--listing-budget <duration>', 'how long one listing may run, e.g. 30s (default 30s)')
     .option('--operator-listen <addr>', 'serve the operator plane on its own listener, HOST:PORT or unix:PATH (a unix socket outside the workdir, created 0600, is recommended); the main listener then serves only the peer plane and the card')
     .addOption(new Option('--control <channel>', 'the control channel: stdio speaks MCP').choices(['stdio', 'none']).default('none'))
+    .option('--strict', 'a manifest key this server does not read is an error (E-MAN-003), not a warning')
     .option('--no-access-log', 'no info line per request on stderr (it is then logged at debug)')
     .option('--no-landlock', 'serve without confining the process with Landlock (also RESOURCE_PLANE_LANDLOCK=off)')
     .addHelpText(
@@ -406,6 +412,7 @@ ${ENVIRONMENT}`,
     .option('--workdir <dir>', 'the workdir a launch would use: its murmur.yaml is read as serve reads it, and the export roots are checked against it')
     .option('--manifest <file>', 'the manifest to explain instead of <workdir>/murmur.yaml (the workdir then defaults to the manifest\'s directory)')
     .option('--json', 'print the effective grants as one line of JSON (session_start.effective_grants)')
+    .option('--strict', 'a manifest key this server does not read is an error, not a warning')
     .addOption(new Option('--containment <class>', 'the containment class to assume').choices(['advisory', 'scoped', 'sealed']).default('advisory'))
     .addHelpText(
       'after',

@@ -9,6 +9,7 @@
 // the host's hooks (an auth check, a logger) do run on the planes' routes.
 import { METHODS } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import createError from '@fastify/error';
 import fp from 'fastify-plugin';
 import { Refusal, renderHttp } from '../codes.js';
 import { openSession, type SessionOptions } from '../session/open-session.js';
@@ -70,13 +71,43 @@ declare module 'fastify' {
   }
 }
 
+/**
+ * A mistake in the options, thrown at `register` (so `app.ready()` rejects): a TypeError with a
+ * stable `code`, in the shape @fastify/error gives Fastify's own errors.
+ */
+export const PlanesOptionsError = createError<[string]>('ERR_RESOURCE_PLANES_OPTIONS', 'capsule-resource-plane: %s', 500, TypeError);
+
 function invalid(message: string): Error {
-  return new TypeError(`capsule-resource-plane: ${message}`);
+  return new PlanesOptionsError(message);
+}
+
+/** The options the plugin reads, and those Fastify's register passes along with them. */
+const KNOWN_OPTIONS: readonly string[] = ['session', 'open', 'planes', 'metrics', 'prefix', 'admission', 'reuseBuffers', 'logLevel', 'logSerializers'];
+
+/** An option name nothing reads (a typo like `prefx`) would otherwise be silently ignored. */
+function unknownOption(opts: object): string | null {
+  for (const key of Object.keys(opts)) {
+    if (KNOWN_OPTIONS.includes(key)) continue;
+    const near = KNOWN_OPTIONS.filter((k) => k.toLowerCase() === key.toLowerCase() || closeTo(key, k));
+    return `unknown option \`${key}\`${near.length > 0 ? ` (did you mean \`${near[0]}\`?)` : ''}; the options are ${KNOWN_OPTIONS.slice(0, 7).map((k) => `\`${k}\``).join(', ')}`;
+  }
+  return null;
+}
+
+/** One edit apart (a letter dropped, added, changed or two swapped): enough for an option typo. */
+function closeTo(a: string, b: string): boolean {
+  if (Math.abs(a.length - b.length) > 1) return false;
+  let i = 0;
+  while (i < a.length && a[i] === b[i]) i++;
+  const [x, y] = [a.slice(i), b.slice(i)];
+  return x.slice(1) === y.slice(1) || x.slice(1) === y || x === y.slice(1) || (x[0] === y[1] && x[1] === y[0] && x.slice(2) === y.slice(2));
 }
 
 /** Checks the options at `register`, so a mistake is an error there, not a 500 on every request. */
 function validate(opts: PlanesOptions): void {
   if (opts === null || typeof opts !== 'object') throw invalid('options must be an object with `session` or `open`');
+  const unknown = unknownOption(opts);
+  if (unknown !== null) throw invalid(unknown);
   if ((opts.session === undefined) === (opts.open === undefined)) {
     throw invalid('pass exactly one of `session` (a Session from openSession, which you close) or `open` (session options; the plugin opens and closes it)');
   }

@@ -377,3 +377,83 @@ export function parseManifest(text: string, source?: string): Manifest {
 
   return deepFreeze({ name, version, files, peerFiles, peerFetchAllow, networkAllow, afterTask });
 }
+
+// ── Keys this server does not read ───────────────────────────────────────────────────────────────
+
+/** A key the manifest holds that this server does not read, and the known key it is likely meant as. */
+export interface UnknownKey {
+  /** Dotted, as in a diagnostic: `exports.file`. */
+  key: string;
+  suggestion: string | null;
+}
+
+/**
+ * The keys this server reads. In the blocks it owns (`exports` and below, the two allow-list
+ * blocks) every other key is reported; elsewhere the manifest belongs to the runtime, so only a
+ * key within two edits of a known one is (`exprots`, `capabilites`): a likely typo, not the
+ * runtime's own.
+ */
+const KNOWN_KEYS: ReadonlyArray<{ path: string; keys: readonly string[]; owned: boolean }> = [
+  { path: '', keys: ['name', 'version', 'exports', 'capabilities', 'lifecycle'], owned: false },
+  { path: 'exports', keys: ['files', 'peer_files'], owned: true },
+  { path: 'exports.files', keys: ['root', 'mode', 'max_bytes'], owned: true },
+  { path: 'exports.peer_files', keys: ['root', 'max_ttl', 'max_bytes'], owned: true },
+  { path: 'capabilities', keys: ['peer_fetch', 'network'], owned: false },
+  { path: 'capabilities.peer_fetch', keys: ['allow'], owned: true },
+  { path: 'capabilities.network', keys: ['allow'], owned: true },
+  { path: 'lifecycle', keys: ['after_task'], owned: false },
+];
+
+/** Levenshtein distance, for suggestions between short keys. */
+function editDistance(a: string, b: string): number {
+  let row = Array.from({ length: b.length + 1 }, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    const next = [i];
+    for (let j = 1; j <= b.length; j++) next[j] = Math.min(row[j]! + 1, next[j - 1]! + 1, row[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    row = next;
+  }
+  return row[b.length]!;
+}
+
+function closest(key: string, known: readonly string[]): string | null {
+  let best: string | null = null;
+  let bestDistance = 3;
+  for (const k of known) {
+    const d = editDistance(key.toLowerCase(), k);
+    if (d < bestDistance) [best, bestDistance] = [k, d];
+  }
+  return best;
+}
+
+/** The keys of a (valid) manifest this server does not read; see KNOWN_KEYS for which are reported. */
+export function unknownKeys(text: string, source?: string): UnknownKey[] {
+  const view = loadDocument(text, source === undefined ? 'murmur.yaml' : `the manifest '${source}'`);
+  const found: UnknownKey[] = [];
+  for (const { path, keys, owned } of KNOWN_KEYS) {
+    const block = path === '' ? view.data : view.get(path.split('.'));
+    if (!isRecord(block)) continue;
+    for (const key of Object.keys(block)) {
+      if (keys.includes(key)) continue;
+      const suggestion = closest(key, keys);
+      if (!owned && suggestion === null) continue;
+      const prefix = path === '' ? '' : `${path}.`;
+      found.push({ key: `${prefix}${key}`, suggestion: suggestion === null ? null : `${prefix}${suggestion}` });
+    }
+  }
+  return found;
+}
+
+/** How a diagnostic names an unknown key. */
+export function describeUnknownKey(k: UnknownKey): string {
+  return `unknown key '${k.key}'${k.suggestion ? ` (did you mean '${k.suggestion}'?)` : ''}`;
+}
+
+/** Under --strict, an unknown key is an E-MAN-003; else the caller warns and goes on. */
+export function strictUnknownKeys(found: readonly UnknownKey[], shown: string): void {
+  if (found.length === 0) return;
+  throw new ManifestError(
+    'E-MAN-003',
+    `${shown}: ${found.map(describeUnknownKey).join(', ')}`,
+    'this server does not read it: fix the key, or drop --strict to have it ignored with a warning',
+  );
+}

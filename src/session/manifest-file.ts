@@ -6,7 +6,7 @@
 // from the manifest itself, and names the file that was given.
 import { closeSync, constants, fstatSync, openSync, readSync, statSync } from 'node:fs';
 import { ManifestError } from '../manifest/diagnostics.js';
-import { parseManifest, type Manifest } from '../manifest/model.js';
+import { describeUnknownKey, parseManifest, strictUnknownKeys, unknownKeys, type Manifest } from '../manifest/model.js';
 import * as native from '../native.js';
 
 /** A manifest is a few KiB; anything near this is not one. */
@@ -28,8 +28,21 @@ export function missingManifest(shown: string): ManifestError {
   return unreadable(shown, 'ENOENT');
 }
 
+/** What is done with the keys of a manifest this server does not read: warned of, or refused (--strict). */
+export interface KeyCheck {
+  strict?: boolean;
+  warn?: (fields: { key: string; suggestion: string | null; manifest: string }, message: string) => void;
+}
+
+function checkKeys(text: string, shown: string, check: KeyCheck | undefined): void {
+  if (check === undefined) return;
+  const found = unknownKeys(text, shown);
+  if (check.strict) strictUnknownKeys(found, shown);
+  for (const k of found) check.warn?.({ key: k.key, suggestion: k.suggestion, manifest: shown }, `${describeUnknownKey(k)} in the manifest: this server ignores it`);
+}
+
 /** `murmur.yaml` beneath the workdir descriptor; `shown` is the path a diagnostic names. */
-export async function readManifestBeneath(workdirFd: number, resolver: native.ResolverKind, shown: string): Promise<Manifest> {
+export async function readManifestBeneath(workdirFd: number, resolver: native.ResolverKind, shown: string, check?: KeyCheck): Promise<Manifest> {
   let bytes: Buffer;
   try {
     // The workdir itself is the root; scoped policy: the first symlink is refused.
@@ -42,11 +55,14 @@ export async function readManifestBeneath(workdirFd: number, resolver: native.Re
     if (code === 'TOO_LARGE') throw unreadable(shown, `it is larger than ${MANIFEST_MAX_BYTES} bytes`);
     throw unreadable(shown, error instanceof native.NativeError ? error.detail || error.code : 'unknown error');
   }
-  return parseManifest(bytes.toString('utf8'), shown);
+  const text = bytes.toString('utf8');
+  const manifest = parseManifest(text, shown);
+  checkKeys(text, shown, check);
+  return manifest;
 }
 
 /** An explicit manifest path: non-blocking, regular files only, capped. */
-export function loadManifest(path: string): Manifest {
+export function loadManifest(path: string, check?: KeyCheck): Manifest {
   let fd: number;
   try {
     // Checked before the open, so a FIFO or a device is never opened; the open never blocks and
@@ -68,7 +84,10 @@ export function loadManifest(path: string): Manifest {
       n += got;
     }
     if (n > MANIFEST_MAX_BYTES) throw unreadable(path, `it is larger than ${MANIFEST_MAX_BYTES} bytes`, GIVEN_HINT);
-    return parseManifest(buf.subarray(0, n).toString('utf8'), path);
+    const text = buf.subarray(0, n).toString('utf8');
+    const manifest = parseManifest(text, path);
+    checkKeys(text, path, check);
+    return manifest;
   } catch (error) {
     if (error instanceof ManifestError) throw error;
     throw unreadable(path, (error as NodeJS.ErrnoException).code ?? 'unknown error', GIVEN_HINT);

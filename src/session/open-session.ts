@@ -38,6 +38,10 @@ export interface SessionOptions {
   confinement?: Confinement;
   /** The clock handles are minted and verified against (Unix ms); default Date.now (tests inject one). */
   now?: () => number;
+  /** A manifest key this server does not read is an error (E-MAN-003) instead of a warning. */
+  strictManifest?: boolean;
+  /** Told what opening did that an operator should hear of: an unknown manifest key, a workdir created. */
+  notice?: (level: 'info' | 'warn', fields: Record<string, unknown>, message: string) => void;
 }
 
 /** A launch that passed every check and holds the workdir descriptor, before its session exists. */
@@ -80,7 +84,8 @@ export async function prepareSession(opts: SessionOptions, settleOnly = false): 
   const requested = resolve(opts.workdir);
   const resolver = opts.resolver ?? native.chooseResolver();
   const defaultManifest = join(requested, DEFAULT_MANIFEST_NAME);
-  let manifest = opts.manifest ?? (opts.manifestPath !== undefined ? loadManifest(opts.manifestPath) : null);
+  const keyCheck = { strict: opts.strictManifest, warn: (fields: Record<string, unknown>, message: string) => opts.notice?.('warn', fields, message) };
+  let manifest = opts.manifest ?? (opts.manifestPath !== undefined ? loadManifest(opts.manifestPath, keyCheck) : null);
   // A workdir that does not exist yet has no roots to escape (nor a manifest); it is created only
   // after every check passed, so a refused launch leaves nothing behind.
   // The record stays out of the capsule's reach; refused before the workdir or the trace exists.
@@ -89,11 +94,12 @@ export async function prepareSession(opts: SessionOptions, settleOnly = false): 
   const existed = existsSync(requested);
   if (!existed && manifest === null) throw missingManifest(defaultManifest);
   const firstMade = existed ? undefined : mkdirSync(requested, { recursive: true, mode: 0o755 });
+  if (!existed) opts.notice?.('info', { workdir: requested }, 'created the workdir, which did not exist (it is removed again if the launch goes no further)');
   const workdir = realpathSync(requested);
   const workdirFd = await native.openDirectory(workdir);
   try {
     // The default manifest is read beneath the descriptor the session will hold, like a served file.
-    manifest ??= await readManifestBeneath(workdirFd, resolver, defaultManifest);
+    manifest ??= await readManifestBeneath(workdirFd, resolver, defaultManifest, keyCheck);
     if (existed) await checkExportRoots(manifest, workdir, workdirFd, resolver);
   } catch (error) {
     native.closeFd(workdirFd);

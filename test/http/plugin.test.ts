@@ -253,11 +253,16 @@ describe('a plugin Fastify users recognise', () => {
       [{ session, prefix: 'cap' }, /`prefix` must be a path/],
       [{ session, prefix: '/cap/' }, /`prefix` must be a path/],
       [{ session, open: {} }, /exactly one of/],
+      [{ session, prefx: '/cap' }, /unknown option `prefx` \(did you mean `prefix`\?\)/],
+      [{ session, sesion: 1 }, /unknown option `sesion` \(did you mean `session`\?\)/],
+      [{ session, cache: true }, /unknown option `cache`; the options are `session`, `open`/],
     ];
     for (const [options, why] of cases) {
       const app = Fastify();
       app.register(resourcePlanes, options as never);
       await expect(app.ready(), JSON.stringify(options)).rejects.toThrow(why);
+      // The shape @fastify/error gives: a TypeError with a stable code.
+      await expect(app.ready()).rejects.toMatchObject({ name: 'FastifyError', code: 'ERR_RESOURCE_PLANES_OPTIONS' });
       await app.close().catch(() => undefined);
     }
     await session.close();
