@@ -57,7 +57,7 @@ Fd open_regular_beneath(int dirfd, const std::string& rel, SymlinkPolicy policy,
 }
 
 Fd open_export_file(const ExportRequest& req, OpenFor purpose, FileStat* stat, Failure* failure) {
-  Fd root_fd = open_root(req.workdir_fd, req.root, O_PATH, req.resolver, failure);
+  Fd root_fd = open_root(req.workdir_fd(), req.root, O_PATH, req.resolver, failure);
   if (!root_fd.valid()) return Fd();
   return open_regular_beneath(root_fd.get(), req.rel, req.policy, req.resolver, purpose, stat, failure);
 }

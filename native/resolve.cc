@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "stat_call.h"
+#include "workdir.h"
 
 namespace rp {
 
@@ -280,6 +281,7 @@ Fd open_directory(const std::string& path, Failure* failure) {
 
 Fd open_root(int workdir_fd, const std::string& root, int flags, Resolver resolver,
              Failure* failure) {
+  if (workdir_missing(workdir_fd, failure)) return Fd();
   std::string rel = root;
   while (rel.size() > 1 && rel.back() == '/') rel.pop_back();
   Fd fd = open_beneath(workdir_fd, rel, flags | O_DIRECTORY, SymlinkPolicy::Follow, resolver,

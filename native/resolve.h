@@ -39,6 +39,7 @@ Fd open_directory(const std::string& path, Failure* failure);
 // Opens the declared export root beneath the workdir descriptor, as a directory. The root may
 // itself be (or pass through) a symlink that stays inside the workdir, so symlinks are followed
 // here whatever the containment class: the class only governs what lies beneath the root.
+// `workdir_fd` is -1 when the operation holds no workdir (workdir.h): IoError, EBADF.
 Fd open_root(int workdir_fd, const std::string& root, int flags, Resolver resolver,
              Failure* failure);
 
