@@ -169,7 +169,7 @@ class OpenDirectoryWorker final : public PromiseWorker {
  public:
   OpenDirectoryWorker(Napi::Env env, std::string path)
       : PromiseWorker(env, "resource-plane:open-directory"), path_(std::move(path)) {}
-  void Execute() override { fd_ = open_directory(path_, &failure_); }
+  void Execute() override { fd_ = open_directory_following_links(path_, &failure_); }
   Napi::Value Result(Napi::Env env) override {
     return Napi::Number::New(env, fd_.release());  // JS owns it now and closes it with closeFd
   }

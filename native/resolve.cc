@@ -269,7 +269,7 @@ Fd open_beneath(int dirfd, const std::string& rel, int flags, SymlinkPolicy poli
   return open_with_walk(dirfd, rel, flags, policy, failure);
 }
 
-Fd open_directory(const std::string& path, Failure* failure) {
+Fd open_directory_following_links(const std::string& path, Failure* failure) {
   int fd = retry_eintr([&] { return open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
   if (fd < 0) {
     int err = errno;

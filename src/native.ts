@@ -292,6 +292,7 @@ export function resolverChoiceProblem(env: NodeJS.ProcessEnv = process.env): str
   return `RESOURCE_PLANE_RESOLVER must be openat2 or walk (got '${forced}')`;
 }
 
+/** A directory by its host path, symlinks followed: for the launcher's paths, never a capsule's. */
 export function openDirectory(path: string): Promise<number> {
   return call(binding.openDirectory(path));
 }
