@@ -61,7 +61,57 @@ class CancelTokenHandle final : public Napi::ObjectWrap<CancelTokenHandle> {
   CancelFlag flag_;
 };
 
+// ── The workdir ─────────────────────────────────────────────────────────────────────────────────
+// `new Workdir(fd)` in JS takes over an open directory descriptor (workdir.h). The handle holds
+// one reference and every operation given it takes another, on this thread, when it is queued.
+// close() drops the handle's: operations given it afterwards fail IO_ERROR (EBADF), those already
+// queued or running keep theirs, and the descriptor closes when the last is done. Dropped without
+// close(), the finalizer lets go the same way.
+
+class WorkdirHandle final : public Napi::ObjectWrap<WorkdirHandle> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Workdir",
+                       {InstanceMethod<&WorkdirHandle::Close>("close"),
+                        InstanceAccessor<&WorkdirHandle::Closed>("closed")});
+  }
+  explicit WorkdirHandle(const Napi::CallbackInfo& info) : Napi::ObjectWrap<WorkdirHandle>(info) {
+    Napi::Env env = info.Env();
+    if (info.Length() != 1 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "new Workdir(fd) takes a descriptor number");
+    double d = info[0].As<Napi::Number>().DoubleValue();
+    if (!(d >= 0) || d > 2147483647.0 || d != static_cast<double>(static_cast<int>(d)))
+      throw Napi::RangeError::New(env, "fd is not a descriptor");
+    int err = 0;
+    ref_ = adopt_workdir(static_cast<int>(d), &err);
+    if (!ref_) {  // not taken over: the caller still owns the descriptor
+      Failure failure;
+      failure.set(Code::IoError, err);
+      throw to_error(env, failure);
+    }
+  }
+  // A new reference for an operation; null once closed.
+  WorkdirRef ref() const { return ref_; }
+
+ private:
+  Napi::Value Close(const Napi::CallbackInfo& info) {
+    ref_.reset();
+    return info.Env().Undefined();
+  }
+  Napi::Value Closed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), !ref_); }
+
+  WorkdirRef ref_;
+};
+
 }  // namespace
+
+WorkdirRef workdir_field(const Napi::Object& o) {
+  Napi::Value v = field(o, "workdirFd");
+  AddonData* data = o.Env().GetInstanceData<AddonData>();
+  if (v.IsObject() && v.As<Napi::Object>().InstanceOf(data->workdir_ctor.Value()))
+    return WorkdirHandle::Unwrap(v.As<Napi::Object>())->ref();
+  if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), "workdirFd must be a Workdir or a descriptor number");
+  return duplicate_workdir(fd_field(o, "workdirFd"));
+}
 
 // ── Options of the export operations ────────────────────────────────────────────────────────────
 
@@ -94,11 +144,12 @@ static void budget_field(const Napi::Object& o, StopSignal* stop) {
   stop->set_budget(static_cast<uint64_t>(d));
 }
 
-// The one input of read/stat/list: {workdirFd, root, relpath?, maxBytes?, refuseSymlinks, resolver}.
+// The one input of read/stat/list: {workdirFd, root, relpath?, maxBytes?, refuseSymlinks, resolver},
+// workdirFd being a Workdir or a descriptor number (workdir_field).
 ExportRequest request_from(const Napi::Object& o, Wants wants) {
   // (cancel and timeBudgetMs are read by the operations that honour them: Read and List.)
   ExportRequest req;
-  req.workdir_fd = fd_field(o, "workdirFd");
+  req.workdir = workdir_field(o);
   req.root = string_field(o, "root");
   if (wants != Wants::Root) req.rel = string_field(o, "relpath");
   if (wants == Wants::FileWithCeiling) {
@@ -118,7 +169,7 @@ class OpenDirectoryWorker final : public PromiseWorker {
  public:
   OpenDirectoryWorker(Napi::Env env, std::string path)
       : PromiseWorker(env, "resource-plane:open-directory"), path_(std::move(path)) {}
-  void Execute() override { fd_ = open_directory(path_, &failure_); }
+  void Execute() override { fd_ = open_directory_following_links(path_, &failure_); }
   Napi::Value Result(Napi::Env env) override {
     return Napi::Number::New(env, fd_.release());  // JS owns it now and closes it with closeFd
   }
@@ -209,7 +260,7 @@ class CheckRootWorker final : public PromiseWorker {
   CheckRootWorker(Napi::Env env, ExportRequest req)
       : PromiseWorker(env, "resource-plane:check-root"), req_(std::move(req)) {}
   void Execute() override {
-    Fd fd = open_root(req_.workdir_fd, req_.root, O_PATH, req_.resolver, &failure_);
+    Fd fd = open_root(req_.workdir_fd(), req_.root, O_PATH, req_.resolver, &failure_);
     if (!fd.valid() && failure_.code == Code::NotFound) {
       failure_ = Failure();
       exists_ = false;
@@ -273,9 +324,13 @@ class ListWorker final : public PromiseWorker {
 }  // namespace
 
 void InitExportBindings(Napi::Env env, Napi::Object exports) {
+  AddonData* data = env.GetInstanceData<AddonData>();
   Napi::Function cancel = CancelTokenHandle::Define(env);
-  env.GetInstanceData<AddonData>()->cancel_ctor = Napi::Persistent(cancel);
+  data->cancel_ctor = Napi::Persistent(cancel);
   exports.Set("CancelToken", cancel);
+  Napi::Function workdir = WorkdirHandle::Define(env);
+  data->workdir_ctor = Napi::Persistent(workdir);
+  exports.Set("Workdir", workdir);
 }
 
 Napi::Value OpenDirectory(const Napi::CallbackInfo& info) {
@@ -293,7 +348,6 @@ Napi::Value Read(const Napi::CallbackInfo& info) {
   ExportRequest req = request_from(o, Wants::FileWithCeiling);
   req.stop.operation = "read";
   req.stop.cancel = cancel_field(o);
-  hold_workdir(&req);
   Napi::Value into = field(o, "into");
   Napi::Object held;
   if (!into.IsUndefined()) {
@@ -336,7 +390,6 @@ Napi::Value ReadSmall(const Napi::CallbackInfo& info) {
 // stat({workdirFd, root, relpath, refuseSymlinks, resolver})
 Napi::Value Stat(const Napi::CallbackInfo& info) {
   ExportRequest req = request_from(options_arg(info), Wants::File);
-  hold_workdir(&req);
   return queue<StatWorker>(info.Env(), std::move(req));
 }
 
@@ -348,7 +401,6 @@ Napi::Value List(const Napi::CallbackInfo& info) {
   req.stop.operation = "listing";
   req.stop.cancel = cancel_field(o);
   budget_field(o, &req.stop);
-  hold_workdir(&req);
   Napi::Value render = field(o, "render");
   if (render.IsUndefined()) return queue<ListWorker>(info.Env(), std::move(req), false, std::string(), std::string());
   if (!render.IsObject()) throw Napi::TypeError::New(info.Env(), "render must be {head, tail}");
@@ -361,10 +413,9 @@ Napi::Value List(const Napi::CallbackInfo& info) {
 Napi::Value CheckRoot(const Napi::CallbackInfo& info) {
   Napi::Object o = options_arg(info);
   ExportRequest req;
-  req.workdir_fd = fd_field(o, "workdirFd");
+  req.workdir = workdir_field(o);
   req.root = string_field(o, "root");
   req.resolver = resolver_field(o);
-  hold_workdir(&req);
   return queue<CheckRootWorker>(info.Env(), std::move(req));
 }
 

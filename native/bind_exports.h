@@ -1,5 +1,6 @@
 // The export operations as JS calls them: openDirectory, read, readSmall, stat, list, checkRoot,
-// closeFd, probeOpenat2, the digest cache's counters and capacity, and the CancelToken class that
+// closeFd, probeOpenat2, the digest cache's counters and capacity, the Workdir class (the counted
+// owner of a workdir descriptor, workdir.h) they resolve beneath, and the CancelToken class that
 // read and list honour. Each asynchronous operation is one AsyncWorker class with its own async
 // resource name ("resource-plane:read", ...); its Execute() calls the syscall side (resolve.cc,
 // read.cc, list.cc, digest_cache.cc) on the libuv pool and never touches JS.
@@ -19,11 +20,15 @@ enum class Wants { Root, File, FileWithCeiling };
 // The one input of read/stat/list/openStream: {workdirFd, root, relpath?, maxBytes?,
 // budgetBytes?, refuseSymlinks, resolver}, each field by name and type.
 ExportRequest request_from(const Napi::Object& o, Wants wants);
+// `workdirFd`: a Workdir (a new reference to it; null once it is closed), or a descriptor number
+// the caller keeps (a duplicate of its own, held for the operation). Read on the JS thread.
+WorkdirRef workdir_field(const Napi::Object& o);
 // `cancel`: absent, or a CancelToken made by this addon.
 CancelFlag cancel_field(const Napi::Object& o);
 std::string hex(const unsigned char* bytes, size_t n);
 
-// Defines CancelToken on `exports` (and records it in the AddonData); after InitAddonData.
+// Defines CancelToken and Workdir on `exports` (and records them in the AddonData); after
+// InitAddonData.
 void InitExportBindings(Napi::Env env, Napi::Object exports);
 
 Napi::Value OpenDirectory(const Napi::CallbackInfo& info);

@@ -5,7 +5,8 @@
 #include <utility>
 
 #include "bind_common.h"
-#include "fd.h"
+#include "bind_exports.h"
+#include "workdir.h"
 #include "write.h"
 
 namespace rp {
@@ -55,10 +56,10 @@ class LandingHandle final : public Napi::ObjectWrap<LandingHandle> {
 
 class LandingOpenWorker final : public PromiseWorker {
  public:
-  // The workdir is held as a duplicate of its own (fd.h, duplicate): see hold_workdir in request.h.
-  LandingOpenWorker(Napi::Env env, int workdir_fd, std::string inbox)
-      : PromiseWorker(env, "resource-plane:landing-open"), workdir_(duplicate(workdir_fd)), inbox_(std::move(inbox)) {}
-  void Execute() override { landing_ = Landing::open(workdir_.get(), inbox_, &failure_); }
+  // `workdir`: the reference taken when the call was made (workdir.h), held until the open is done.
+  LandingOpenWorker(Napi::Env env, WorkdirRef workdir, std::string inbox)
+      : PromiseWorker(env, "resource-plane:landing-open"), workdir_(std::move(workdir)), inbox_(std::move(inbox)) {}
+  void Execute() override { landing_ = Landing::open(workdir_fd(workdir_), inbox_, &failure_); }
   Napi::Value Result(Napi::Env env) override {
     AddonData* data = env.GetInstanceData<AddonData>();
     // The handle's constructor moves the Landing out of landing_; if it throws, landing_ still
@@ -67,7 +68,7 @@ class LandingOpenWorker final : public PromiseWorker {
   }
 
  private:
-  Fd workdir_;
+  WorkdirRef workdir_;
   std::string inbox_;
   Landing landing_;
 };
@@ -167,10 +168,11 @@ void InitLandingBinding(Napi::Env env) {
   env.GetInstanceData<AddonData>()->landing_ctor = Napi::Persistent(LandingHandle::Define(env));
 }
 
-// landingOpen({workdirFd, inbox}) -> LandingHandle
+// landingOpen({workdirFd, inbox}) -> LandingHandle; workdirFd a Workdir or a number (workdir_field).
 Napi::Value LandingOpen(const Napi::CallbackInfo& info) {
   Napi::Object o = options_arg(info);
-  return queue<LandingOpenWorker>(info.Env(), fd_field(o, "workdirFd"), string_field(o, "inbox"));
+  std::string inbox = string_field(o, "inbox");
+  return queue<LandingOpenWorker>(info.Env(), workdir_field(o), std::move(inbox));
 }
 
 }  // namespace rp

@@ -164,7 +164,6 @@ Napi::Value OpenStream(const Napi::CallbackInfo& info) {
   ExportRequest req = request_from(o, Wants::FileWithCeiling);
   req.stop.operation = "read";
   req.stop.cancel = cancel_field(o);
-  hold_workdir(&req);
   return queue<StreamOpenWorker>(info.Env(), std::move(req));
 }
 

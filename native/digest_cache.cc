@@ -1,5 +1,6 @@
-// The digest cache (see digest_cache.h): the LRU, the filesystem allowlist, the racy rule, and
-// whole_file_digest, which a listing calls per file. Depends on sha256 and lease, never on read.
+// The digest cache (see digest_cache.h): the LRU, the filesystem allowlist, the racy rule, the
+// DigestSession that applies them, and whole_file_digest, which a listing calls per file. Depends
+// on sha256 and lease, never on read.
 #include "digest_cache.h"
 
 #include <sys/vfs.h>
@@ -128,44 +129,62 @@ bool settled_before(const struct timespec& ctime, const struct timespec& start) 
   return c + kRacyMarginNs < s;
 }
 
-int64_t whole_file_digest(int fd, struct stat* st, unsigned char out[32], const StopSignal& stop,
-                          Failure* failure, bool* hit) {
+bool DigestSession::begin(int fd, Failure* failure) {
   DigestCache& cache = digest_cache();
-  if (hit) *hit = false;
+  begun_ = true;
   if (!times_follow_mapped_writes(fd)) {
     cache.count_fs_uncached();
-    cache.count_hash();
-    return hash_whole_fd(fd, out, stop, failure);
+    return true;
   }
-  struct timespec hash_start;
-  clock_gettime(CLOCK_REALTIME, &hash_start);
-  ReadLease lease(fd);
-  if (lease.held()) {
-    // Under the lease no writer exists and none can appear, so this fstat describes the bytes.
-    struct stat under;
-    if (stat_fd(fd, &under) != 0) {
-      failure->set(Code::IoError, errno);
-      return -1;
-    }
-    *st = under;
-    if (cache.lookup(file_key(*st), out)) {
-      if (hit) *hit = true;
-      return static_cast<int64_t>(st->st_size);
-    }
-  } else {
+  clock_gettime(CLOCK_REALTIME, &start_);
+  lease_.reset(new ReadLease(fd));
+  if (!lease_->held()) {
     cache.count_lease_refused();
+    return true;
+  }
+  // Under the lease no writer exists and none can appear, so this fstat describes the bytes.
+  if (stat_fd(fd, &under_) != 0) {
+    failure->set(Code::IoError, errno);
+    return false;
+  }
+  hit_ = cache.lookup(file_key(under_), cached_);
+  return true;
+}
+
+void DigestSession::count_hash() {
+  if (begun_) digest_cache().count_hash();
+}
+
+void DigestSession::finish(const unsigned char digest[32], int64_t hashed) {
+  if (!begun_) return;
+  DigestCache& cache = digest_cache();
+  // A last look before deciding: a writer waiting right now also means nothing is stored.
+  const bool unwritten = held() && intact();
+  if (lease_ && lease_->broken()) cache.count_lease_broken();
+  if (hashed < 0 || !unwritten) return;
+  if (!settled_before(under_.st_ctim, start_)) cache.count_racy();
+  else if (hashed == static_cast<int64_t>(under_.st_size)) cache.store(file_key(under_), digest);
+}
+
+int64_t DigestSession::whole_file(int fd, unsigned char out[32], const StopSignal& stop, Failure* failure) {
+  if (hit_) {
+    std::memcpy(out, cached_, 32);
+    return static_cast<int64_t>(under_.st_size);
   }
   // Hashed with the lease still held (when granted): hash_whole_fd polls it every chunk and lets
   // go as soon as a writer waits, and then nothing is stored.
-  cache.count_hash();
-  int64_t hashed = hash_whole_fd(fd, out, stop, failure, lease.held() ? &lease : nullptr);
-  // A last look before deciding: a writer waiting right now also means nothing is stored.
-  const bool unwritten = lease.held() && lease.intact();
-  if (lease.broken()) cache.count_lease_broken();
-  if (hashed < 0 || !unwritten) return hashed;
-  if (!settled_before(st->st_ctim, hash_start)) cache.count_racy();
-  else if (hashed == static_cast<int64_t>(st->st_size)) cache.store(file_key(*st), out);
+  count_hash();
+  int64_t hashed = hash_whole_fd(fd, out, stop, failure, lease());
+  finish(out, hashed);
   return hashed;
+}
+
+int64_t whole_file_digest(int fd, struct stat* st, unsigned char out[32], const StopSignal& stop,
+                          Failure* failure) {
+  DigestSession session;
+  if (!session.begin(fd, failure)) return -1;
+  if (session.held()) *st = session.under();
+  return session.whole_file(fd, out, stop, failure);
 }
 
 }  // namespace rp

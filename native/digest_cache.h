@@ -1,7 +1,8 @@
 // The digest cache: whole-file SHA-256 digests that a listing or a large read (read.h) may reuse
 // instead of hashing again, so a repeat listing of an unchanged tree costs an open, fstat, fstatfs
 // and fcntl per file rather than reading every byte. Owns the LRU, the rules that make a cached
-// digest trustworthy (below) and whole_file_digest; read.cc and list.cc use it, never the reverse.
+// digest trustworthy (below), and the one place they are applied: DigestSession, which read.cc,
+// stream.cc and list.cc (through whole_file_digest) all go through, never the reverse.
 //
 // Key: (st_dev, st_ino, st_size, mtime ns, ctime ns), what fstat says identifies one version of
 // one file. Stat data alone can lie (a write through an already dirty shared mapping changes the
@@ -41,13 +42,17 @@
 
 #include <sys/stat.h>
 
+#include <time.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 
 #include "codes.h"
+#include "lease.h"
 #include "stop.h"
 
 namespace rp {
@@ -119,12 +124,64 @@ bool times_follow_mapped_writes(int fd);
 // (CLOCK_REALTIME): the racy rule above.
 bool settled_before(const struct timespec& ctime, const struct timespec& start);
 
+// One file's way through the cache: the rules above, written once. begin() takes the read lease
+// (on an allowlisted filesystem only), fstat's the file under it and looks that version up. The
+// caller then either uses the cached digest, for as long as intact() says the lease holds, or
+// hashes; finish() then decides whether the digest may be stored. The lease is held from begin()
+// until the session ends (or keep_lease() hands it on), so it covers the check and the last byte.
+// The caller's descriptor must outlive the session.
+class DigestSession {
+ public:
+  DigestSession() = default;
+  DigestSession(const DigestSession&) = delete;
+  DigestSession& operator=(const DigestSession&) = delete;
+
+  // Off the allowlist: counts fs_uncached, takes no lease. Else takes the lease (a refusal is
+  // counted), and under it fstat's and looks up. False, with IoError set, only if that fstat fails.
+  bool begin(int fd, Failure* failure);
+
+  // The lease is held now (granted by begin(), not let go since). No system call.
+  bool held() const { return lease_ && lease_->held(); }
+  // The fstat taken under the lease: the version a cached digest is of. Set only if held() at begin().
+  const struct stat& under() const { return under_; }
+  // A digest cached for exactly that version (found only under the lease).
+  bool hit() const { return hit_; }
+  const unsigned char* cached() const { return cached_; }
+  // held() and no writer waits for it: one F_GETLEASE; a waiting writer makes it let go at once.
+  bool intact() { return lease_ && lease_->intact(); }
+  // The held lease, for a hash loop to poll (hash_whole_fd); null when none is held.
+  ReadLease* lease() { return held() ? lease_.get() : nullptr; }
+  // Hands the lease on (a stream sent under the cached digest keeps it until its last byte).
+  std::unique_ptr<ReadLease> keep_lease() { return std::move(lease_); }
+
+  // Counts one file hashed whole. Nothing, for a session never begun.
+  void count_hash();
+  // After the caller hashed `hashed` bytes into `digest` (-1: the hash failed): counts a lease a
+  // writer broke, and stores the digest only if the lease held from begin() to now, the file's
+  // ctime had settled before begin() (else counted racy), and exactly as many bytes were hashed as
+  // the fstat under the lease said. Nothing, for a session never begun.
+  void finish(const unsigned char digest[32], int64_t hashed);
+
+  // The whole file's digest (`fd` open O_RDONLY, at offset 0): the cached one on a hit, else
+  // hashed (counted, polling the lease) and offered to finish(). Returns the bytes it covers, or
+  // -1 with `failure` set (Cancelled, TimeBudget, IoError). After begin().
+  int64_t whole_file(int fd, unsigned char out[32], const StopSignal& stop, Failure* failure);
+
+ private:
+  bool begun_ = false;
+  std::unique_ptr<ReadLease> lease_;
+  struct timespec start_ = {};  // CLOCK_REALTIME before the lease: the racy rule's reference
+  struct stat under_ = {};
+  unsigned char cached_[32] = {};
+  bool hit_ = false;
+};
+
 // The digest of the whole regular file behind `fd` (open O_RDONLY), from the cache or by hashing,
-// by the rules above (on a filesystem off the allowlist: always by hashing). `st` is the caller's fstat of `fd`; it is replaced by the fstat taken under
-// the lease when there is one, so size and mtime describe the bytes the digest is of. Returns the
-// byte count the digest covers, or -1 with `failure` set (Cancelled, TimeBudget, IoError).
-// `hit`, when given, says whether the digest came from the cache.
+// through one DigestSession (on a filesystem off the allowlist: always by hashing). `st` is the
+// caller's fstat of `fd`; it is replaced by the fstat taken under the lease when there is one, so
+// size and mtime describe the bytes the digest is of. Returns the byte count the digest covers,
+// or -1 with `failure` set (Cancelled, TimeBudget, IoError).
 int64_t whole_file_digest(int fd, struct stat* st, unsigned char out[32], const StopSignal& stop,
-                          Failure* failure, bool* hit = nullptr);
+                          Failure* failure);
 
 }  // namespace rp

@@ -40,11 +40,6 @@ class Fd {
   int fd_ = -1;
 };
 
-// A descriptor of its own for `fd` (F_DUPFD_CLOEXEC), invalid if that fails. An operation queued for
-// the pool holds one of the workdir: the session closing its descriptor meanwhile cannot let the
-// number come back as another directory under the operation (Go os.Root's reference count).
-inline Fd duplicate(int fd) { return Fd(fcntl(fd, F_DUPFD_CLOEXEC, 0)); }
-
 // Retries a syscall wrapper while it fails with EINTR.
 template <typename F>
 auto retry_eintr(F&& f) -> decltype(f()) {

@@ -304,7 +304,7 @@ struct Walker {
 
 ListResult list_export_root(const ExportRequest& req) {
   ListResult result;
-  Fd root_fd = open_root(req.workdir_fd, req.root, O_RDONLY, req.resolver, &result.failure);
+  Fd root_fd = open_root(req.workdir_fd(), req.root, O_RDONLY, req.resolver, &result.failure);
   if (!root_fd.valid()) {
     // A root that does not exist yet lists as empty; only an escape or an I/O fault is an error.
     if (result.failure.code == Code::NotFound) {

@@ -24,7 +24,7 @@ struct ListResult {
   std::vector<ListEntry> entries;  // sorted by path in byte (= UTF-8 code point) order
 };
 
-// Lists `req.root` (opened beneath `req.workdir_fd`) under `req.policy` and `req.resolver`;
+// Lists `req.root` (opened beneath `req.workdir`) under `req.policy` and `req.resolver`;
 // `req.rel` and `req.max_bytes` are not used: the whole tree is walked and every file hashed whole.
 // `req.stop` is asked before every entry and every hashed chunk: once it says stop, the listing
 // ends with Cancelled or TimeBudget and no entries (never a silently partial list).

@@ -3,15 +3,12 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <memory>
 
 #include "digest_cache.h"
-#include "lease.h"
 #include "sha256.h"
 #include "stat_call.h"
 #include "time_ms.h"
@@ -57,7 +54,7 @@ Fd open_regular_beneath(int dirfd, const std::string& rel, SymlinkPolicy policy,
 }
 
 Fd open_export_file(const ExportRequest& req, OpenFor purpose, FileStat* stat, Failure* failure) {
-  Fd root_fd = open_root(req.workdir_fd, req.root, O_PATH, req.resolver, failure);
+  Fd root_fd = open_root(req.workdir_fd(), req.root, O_PATH, req.resolver, failure);
   if (!root_fd.valid()) return Fd();
   return open_regular_beneath(root_fd.get(), req.rel, req.policy, req.resolver, purpose, stat, failure);
 }
@@ -79,30 +76,10 @@ ReadResult read_export_file(const ExportRequest& req) {
     result.failure.set(Code::OverBudget);
     return result;
   }
-  // A large file: under a read lease, a digest cached for exactly this version may stand in for
-  // hashing (see read.h). The key is taken from an fstat under the lease, when nobody can write.
-  DigestCache& cache = digest_cache();
-  struct timespec hash_start = {};
-  std::unique_ptr<ReadLease> lease;
-  struct stat under = {};
-  unsigned char cached[32];
-  bool hit = false;
-  // Off the allowlist (tmpfs, overlayfs, unknown) a mapped write can change the bytes and no
-  // time: no lease is taken, nothing is looked up or stored, the bytes read are hashed.
-  const bool cacheable = st.size >= kCachedReadMinBytes && times_follow_mapped_writes(fd.get());
-  if (st.size >= kCachedReadMinBytes && !cacheable) cache.count_fs_uncached();
-  if (cacheable) {
-    clock_gettime(CLOCK_REALTIME, &hash_start);
-    lease.reset(new ReadLease(fd.get()));
-    if (!lease->held()) {
-      cache.count_lease_refused();
-    } else if (stat_fd(fd.get(), &under) != 0) {
-      result.failure.set(Code::IoError, errno);
-      return result;
-    } else {
-      hit = cache.lookup(file_key(under), cached);
-    }
-  }
+  // A large file goes through the digest cache (digest_cache.h): under a read lease, a digest
+  // cached for exactly this version may stand in for hashing (see read.h). A small one does not.
+  DigestSession digests;
+  if (st.size >= kCachedReadMinBytes && !digests.begin(fd.get(), &result.failure)) return result;
   // Start at the fstat size plus one byte to notice growth; grow up to the ceiling + 1, which is
   // the most that is ever read: one byte past the ceiling proves the file grew past it. With a
   // memory budget the ceiling is what the caller can hold: a file that grows after the fstat is
@@ -125,21 +102,19 @@ ReadResult read_export_file(const ExportRequest& req) {
     result.failure.set(Code::IoError, ENOMEM);
     return result;
   }
-  bool hashing = !hit;  // hashed as read, unless a cached digest may stand in
+  bool hashing = !digests.hit();  // hashed as read, unless a cached digest may stand in
   auto hash = [&](const unsigned char* p, size_t n) {
     if (sha.update(p, n)) return true;
     result.failure.set(Code::IoError, EIO);
     result.failure.detail = "sha-256 failed";
     return false;
   };
-  // Whether a lease is held and no writer waits for it (one F_GETLEASE; a waiting writer makes it
-  // let go at once). Polled between chunks while a cached digest stands in, so a writer is let
+  // While a cached digest stands in, the lease is polled between chunks, so a writer is let
   // through within one chunk; once it gives way, that digest no longer vouches for anything: the
   // bytes already read are hashed and the rest as they come.
-  auto lease_intact = [&]() { return lease && lease->intact(); };
   for (;;) {
     if (req.stop.should_stop(&result.failure)) return result;
-    if (!hashing && !lease_intact()) {
+    if (!hashing && !digests.intact()) {
       hashing = true;
       if (!hash(buf.data(), buf.size())) return result;
     }
@@ -176,12 +151,12 @@ ReadResult read_export_file(const ExportRequest& req) {
   }
   // The cached digest is used only if the lease held until after the last byte was read, and the
   // bytes are exactly as many as the version it was cached for.
-  if (!hashing && (!lease_intact() || buf.size() != static_cast<uint64_t>(under.st_size))) {
+  if (!hashing && (!digests.intact() || buf.size() != static_cast<uint64_t>(digests.under().st_size))) {
     hashing = true;
     if (!hash(buf.data(), buf.size())) return result;
   }
   if (!hashing) {
-    std::memcpy(result.sha256, cached, 32);
+    std::memcpy(result.sha256, digests.cached(), 32);
     result.digest_cached = true;
   } else {
     if (!sha.finish(result.sha256)) {
@@ -189,20 +164,11 @@ ReadResult read_export_file(const ExportRequest& req) {
       result.failure.detail = "sha-256 failed";
       return result;
     }
-    if (!cacheable && st.size >= kCachedReadMinBytes) cache.count_hash();
-    if (lease) {
-      cache.count_hash();
-      // Stored only when no writer could have touched the bytes hashed, by the racy rule.
-      if (!lease_intact()) {
-        if (lease->broken()) cache.count_lease_broken();
-      } else if (!settled_before(under.st_ctim, hash_start)) {
-        cache.count_racy();
-      } else if (buf.size() == static_cast<uint64_t>(under.st_size)) {
-        cache.store(file_key(under), result.sha256);
-      }
-    }
+    // Counted and offered to the cache only now, once the whole file was read and hashed.
+    digests.count_hash();
+    digests.finish(result.sha256, static_cast<int64_t>(buf.size()));
   }
-  result.mtime_ms = lease && lease->held() ? epoch_ms(under.st_mtim) : st.mtime_ms;
+  result.mtime_ms = digests.held() ? epoch_ms(digests.under().st_mtim) : st.mtime_ms;
   return result;
 }
 

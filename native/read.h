@@ -43,8 +43,8 @@ enum class OpenFor { Probe, Reading };
 Fd open_regular_beneath(int dirfd, const std::string& rel, SymlinkPolicy policy, Resolver resolver,
                         OpenFor purpose, FileStat* stat, Failure* failure);
 
-// open_regular_beneath of `req.rel` against `req.root`, itself opened beneath `req.workdir_fd`
-// on every call.
+// open_regular_beneath of `req.rel` against `req.root`, itself opened beneath `req.workdir` on
+// every call.
 Fd open_export_file(const ExportRequest& req, OpenFor purpose, FileStat* stat, Failure* failure);
 
 // open_export_file, then at most read_limit(read_ceiling(req)) bytes read from that one descriptor, in chunks,

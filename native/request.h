@@ -1,23 +1,25 @@
-// What every export operation (read, stat, list) is asked to do, as one value: which workdir, which
-// declared root beneath it, which file beneath that, under which symlink policy and resolver, and
-// within which byte ceiling. bind_exports.cc fills it from a named-options object; the syscall files
-// take it whole, so adding a field never reorders a parameter list.
+// What every export operation (read, stat, list) is asked to do, as one value: which workdir (a
+// counted reference, held for the whole operation: workdir.h), which declared root beneath it,
+// which file beneath that, under which symlink policy and resolver, and within which byte ceiling.
+// bind_exports.cc fills it from a named-options object; the syscall files take it whole, so adding
+// a field never reorders a parameter list.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "fd.h"
 #include "resolve.h"
 #include "stop.h"
+#include "workdir.h"
 
 namespace rp {
 
 struct ExportRequest {
-  int workdir_fd = -1;
-  // Set by hold_workdir for an operation that runs on the pool: workdir_fd is then this duplicate.
-  Fd workdir_held;
-  std::string root;      // the declared root, verbatim; opened beneath workdir_fd on every call
+  // Taken on the JS thread when the operation is queued; null (the operation fails) when there was
+  // none to take. Its descriptor stays open, and its number taken, until the request is gone.
+  WorkdirRef workdir;
+  int workdir_fd() const { return rp::workdir_fd(workdir); }
+  std::string root;      // the declared root, verbatim; opened beneath the workdir on every call
   std::string rel;       // lowered relpath beneath the root (read, stat); unused by list
   SymlinkPolicy policy = SymlinkPolicy::Follow;
   Resolver resolver = Resolver::Openat2;
@@ -31,12 +33,5 @@ struct ExportRequest {
   size_t into_capacity = 0;
   StopSignal stop;         // cancel token and deadline, asked between chunks (read, list)
 };
-
-// Makes `req` use a duplicate of its workdir descriptor, owned by the request, for as long as the
-// operation runs (see duplicate() in fd.h). A failed dup leaves -1: the operation fails EBADF.
-inline void hold_workdir(ExportRequest* req) {
-  req->workdir_held = duplicate(req->workdir_fd);
-  req->workdir_fd = req->workdir_held.valid() ? req->workdir_held.get() : -1;
-}
 
 }  // namespace rp

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "stat_call.h"
+#include "workdir.h"
 
 namespace rp {
 
@@ -268,7 +269,7 @@ Fd open_beneath(int dirfd, const std::string& rel, int flags, SymlinkPolicy poli
   return open_with_walk(dirfd, rel, flags, policy, failure);
 }
 
-Fd open_directory(const std::string& path, Failure* failure) {
+Fd open_directory_following_links(const std::string& path, Failure* failure) {
   int fd = retry_eintr([&] { return open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
   if (fd < 0) {
     int err = errno;
@@ -280,6 +281,7 @@ Fd open_directory(const std::string& path, Failure* failure) {
 
 Fd open_root(int workdir_fd, const std::string& root, int flags, Resolver resolver,
              Failure* failure) {
+  if (workdir_missing(workdir_fd, failure)) return Fd();
   std::string rel = root;
   while (rel.size() > 1 && rel.back() == '/') rel.pop_back();
   Fd fd = open_beneath(workdir_fd, rel, flags | O_DIRECTORY, SymlinkPolicy::Follow, resolver,

@@ -32,13 +32,13 @@ bool openat2_available();
 Fd open_beneath(int dirfd, const std::string& rel, int flags, SymlinkPolicy policy,
                 Resolver resolver, Failure* failure);
 
-// Opens the workdir (a host path the launcher chose) as the directory every resolution is anchored
-// to. Symlinks in the host path are the launcher's business and are followed.
-Fd open_directory(const std::string& path, Failure* failure);
+// The workdir by its host path, links followed: that path is the launcher's choice, not the capsule's.
+Fd open_directory_following_links(const std::string& path, Failure* failure);
 
 // Opens the declared export root beneath the workdir descriptor, as a directory. The root may
 // itself be (or pass through) a symlink that stays inside the workdir, so symlinks are followed
 // here whatever the containment class: the class only governs what lies beneath the root.
+// `workdir_fd` is -1 when the operation holds no workdir (workdir.h): IoError, EBADF.
 Fd open_root(int workdir_fd, const std::string& root, int flags, Resolver resolver,
              Failure* failure);
 

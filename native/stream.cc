@@ -114,21 +114,22 @@ StreamOpening open_export_stream(const ExportRequest& req) {
     out.failure.set(Code::IoError, errno);
     return out;
   }
-  // A digest cached for exactly this version, looked up under a read lease that the stream keeps.
-  if (times_follow_mapped_writes(fd.get())) {
-    std::unique_ptr<ReadLease> lease(new ReadLease(fd.get()));
-    struct stat under;
-    if (lease->held() && stat_fd(fd.get(), &under) == 0 && static_cast<uint64_t>(under.st_size) <= req.max_bytes &&
-        digest_cache().lookup(file_key(under), out.sha256)) {
-      out.size = static_cast<uint64_t>(under.st_size);
-      out.mtime_ms = epoch_ms(under.st_mtim);
-      out.digest_cached = true;
-      out.lease = std::move(lease);
-      out.fd = std::move(fd);
-      return out;
-    }
+  // One pass through the digest cache (digest_cache.h): a digest cached for exactly this version,
+  // found under a read lease that the stream then keeps, or a hashing pass under that lease.
+  DigestSession digests;
+  if (!digests.begin(fd.get(), &out.failure)) return out;
+  if (digests.held()) st = digests.under();
+  if (digests.hit() && static_cast<uint64_t>(st.st_size) <= req.max_bytes) {
+    std::memcpy(out.sha256, digests.cached(), 32);
+    out.size = static_cast<uint64_t>(st.st_size);
+    out.mtime_ms = epoch_ms(st.st_mtim);
+    out.digest_cached = true;
+    out.lease = digests.keep_lease();
+    out.fd = std::move(fd);
+    return out;
   }
-  int64_t covered = whole_file_digest(fd.get(), &st, out.sha256, req.stop, &out.failure, &out.digest_cached);
+  int64_t covered = digests.whole_file(fd.get(), out.sha256, req.stop, &out.failure);
+  out.digest_cached = digests.hit();
   if (covered < 0) return out;
   // The promise is what was hashed: a file that grew past max_bytes meanwhile is refused now, one
   // that changed after the digest fails its verification while it is sent.

@@ -79,9 +79,9 @@ struct StreamOpening {
 };
 
 // open_export_file of req (the same resolution and checks as a read), max_bytes refused by fstat
-// before a byte is read and again by what was hashed, then the digest of the whole file: a digest
-// cached for exactly this version, found under a read lease that is then kept, or else a hashing
-// pass (whole_file_digest, asking req.stop between chunks).
+// before a byte is read and again by what was hashed, then the digest of the whole file through
+// one DigestSession: a digest cached for exactly this version, found under a read lease that is
+// then kept, or else a hashing pass under that lease (asking req.stop between chunks).
 StreamOpening open_export_stream(const ExportRequest& req);
 
 }  // namespace rp

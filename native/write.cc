@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "stat_call.h"
+#include "workdir.h"
 
 namespace rp {
 
@@ -68,6 +69,7 @@ Landing Landing::open(int workdir_fd, const std::string& inbox, Failure* failure
     failure->detail = "the inbox must be one path component";
     return out;
   }
+  if (workdir_missing(workdir_fd, failure)) return out;
   if (mkdirat(workdir_fd, inbox.c_str(), 0755) != 0 && errno != EEXIST) {
     failure->set(Code::IoError, errno);
     return out;

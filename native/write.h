@@ -27,7 +27,8 @@ class Landing {
   ~Landing();
 
   // Creates `inbox` (one component) beneath the workdir if missing, refuses it if it is a symlink
-  // or not a directory (UnsafeInbox), and creates an exclusive temporary file inside it.
+  // or not a directory (UnsafeInbox), and creates an exclusive temporary file inside it. A
+  // `workdir_fd` of -1 (the caller holds no workdir: workdir.h) is IoError, EBADF.
   static Landing open(int workdir_fd, const std::string& inbox, Failure* failure);
 
   // Appends all `length` bytes to the temporary file (short writes and EINTR are retried).

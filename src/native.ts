@@ -174,7 +174,7 @@ export class NativeError extends Error {
 
 /** The one input of read, stat and list, passed by name (native/bind_exports.cc reads each field). */
 interface ExportCall {
-  workdirFd: number;
+  workdirFd: WorkdirRef;
   root: string;
   refuseSymlinks: boolean;
   resolver: ResolverKind;
@@ -220,6 +220,7 @@ interface Binding {
   digestCacheStats(): DigestCacheStats;
   setDigestCacheCapacity(entries: number): void;
   CancelToken: new () => CancelToken;
+  Workdir: new (fd: number) => Workdir;
   probeOpenat2(): boolean;
   openDirectory(path: string): Promise<number>;
   closeFd(fd: number): void;
@@ -231,8 +232,8 @@ interface Binding {
   limits: Limits;
   list(call: ExportCall & { cancel?: CancelToken; timeBudgetMs?: number }): Promise<ListResult>;
   list(call: ExportCall & { cancel?: CancelToken; timeBudgetMs?: number; render: { head: string; tail: string } }): Promise<RenderedListing>;
-  checkRoot(call: { workdirFd: number; root: string; resolver: ResolverKind }): Promise<boolean>;
-  landingOpen(call: { workdirFd: number; inbox: string }): Promise<LandingHandle>;
+  checkRoot(call: { workdirFd: WorkdirRef; root: string; resolver: ResolverKind }): Promise<boolean>;
+  landingOpen(call: { workdirFd: WorkdirRef; inbox: string }): Promise<LandingHandle>;
   landlockCodes: string[];
   landlockAbi(): LandlockStatus & { abi: number };
   landlockRestrictSelf(plan: LandlockPlan): LandlockApplied;
@@ -291,12 +292,41 @@ export function resolverChoiceProblem(env: NodeJS.ProcessEnv = process.env): str
   return `RESOURCE_PLANE_RESOLVER must be openat2 or walk (got '${forced}')`;
 }
 
+/** A directory by its host path, symlinks followed: for the launcher's paths, never a capsule's. */
 export function openDirectory(path: string): Promise<number> {
   return call(binding.openDirectory(path));
 }
 
 export function closeFd(fd: number): void {
   binding.closeFd(fd);
+}
+
+/**
+ * A workdir as the addon owns it (native/workdir.h): one counted owner of its directory
+ * descriptor. Every operation given it takes a reference when it is called and keeps it until it
+ * settles. close() gives up this object's reference: operations called afterwards reject with
+ * IO_ERROR (EBADF), those already called run on, and the descriptor closes when the last is done,
+ * so none of them can ever find its number reused by another open.
+ */
+export interface Workdir {
+  close(): void;
+  readonly closed: boolean;
+}
+
+/**
+ * What an operation resolves beneath: a Workdir, or a directory descriptor number the caller keeps
+ * (the addon holds a duplicate of it for the operation, so it may be closed once the call returns).
+ */
+export type WorkdirRef = Workdir | number;
+
+/** Takes over `fd`, an open directory (openDirectory's): from here only the Workdir closes it. */
+export function adoptWorkdir(fd: number): Workdir {
+  try {
+    return new binding.Workdir(fd);
+  } catch (raw) {
+    if (raw instanceof TypeError || raw instanceof RangeError) throw raw;
+    throw nativeError(raw);
+  }
 }
 
 /** A new cancel token; with `signal`, it is cancelled when the signal aborts (or already has). */
@@ -307,7 +337,7 @@ export function cancelToken(signal?: AbortSignal): CancelToken {
   return token;
 }
 
-export function readFile(workdirFd: number, root: string, relpath: string, maxBytes: number, opts: ReadOptions): Promise<ReadResult> {
+export function readFile(workdirFd: WorkdirRef, root: string, relpath: string, maxBytes: number, opts: ReadOptions): Promise<ReadResult> {
   return call(binding.read({
     workdirFd, root, relpath, maxBytes, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel,
     ...(opts.budgetBytes !== undefined ? { budgetBytes: opts.budgetBytes } : {}),
@@ -320,7 +350,7 @@ export function readFile(workdirFd: number, root: string, relpath: string, maxBy
  * resolution, checks and hash as readFile. A file larger than `smallBytes` by its fstat is not
  * read; its size is returned instead, for the caller to reserve memory and readFile it.
  */
-export function readSmall(workdirFd: number, root: string, relpath: string, maxBytes: number, smallBytes: number, opts: ResolveOptions): ReadResult | { size: number } {
+export function readSmall(workdirFd: WorkdirRef, root: string, relpath: string, maxBytes: number, smallBytes: number, opts: ResolveOptions): ReadResult | { size: number } {
   try {
     return binding.readSmall({ workdirFd, root, relpath, maxBytes, smallBytes, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver });
   } catch (raw) {
@@ -334,7 +364,7 @@ export function readSmall(workdirFd: number, root: string, relpath: string, maxB
  * fstat before a byte is read, then its digest (from the digest cache where sound, else a hashing
  * pass over the same descriptor) before anything is sent.
  */
-export function openStream(workdirFd: number, root: string, relpath: string, maxBytes: number, opts: ResolveOptions & { cancel?: CancelToken }): Promise<StreamOpened> {
+export function openStream(workdirFd: WorkdirRef, root: string, relpath: string, maxBytes: number, opts: ResolveOptions & { cancel?: CancelToken }): Promise<StreamOpened> {
   return call(binding.openStream({ workdirFd, root, relpath, maxBytes, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel }));
 }
 
@@ -351,11 +381,11 @@ export function releasePages(buffer: Buffer): number {
   return binding.releasePages(buffer);
 }
 
-export function statFile(workdirFd: number, root: string, relpath: string, opts: ResolveOptions): Promise<StatResult> {
+export function statFile(workdirFd: WorkdirRef, root: string, relpath: string, opts: ResolveOptions): Promise<StatResult> {
   return call(binding.stat({ workdirFd, root, relpath, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver }));
 }
 
-export function listRoot(workdirFd: number, root: string, opts: ListOptions): Promise<ListResult> {
+export function listRoot(workdirFd: WorkdirRef, root: string, opts: ListOptions): Promise<ListResult> {
   return call(binding.list({
     workdirFd, root, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel, timeBudgetMs: opts.timeBudgetMs,
   }));
@@ -366,14 +396,14 @@ export function listRoot(workdirFd: number, root: string, opts: ListOptions): Pr
  * ({"path","size_bytes","mtime_ms","sha256"}, exactly as JSON.stringify writes them) + `tail`: no JS
  * object per entry, so a listing of a huge tree costs its body and nothing else in JS.
  */
-export function listRendered(workdirFd: number, root: string, opts: ListOptions, render: { head: string; tail: string }): Promise<RenderedListing> {
+export function listRendered(workdirFd: WorkdirRef, root: string, opts: ListOptions, render: { head: string; tail: string }): Promise<RenderedListing> {
   return call(binding.list({
     workdirFd, root, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel, timeBudgetMs: opts.timeBudgetMs, render,
   }));
 }
 
 /** Resolves only the export root, as every request does: false if it does not exist (yet). */
-export function checkRoot(workdirFd: number, root: string, resolver: ResolverKind): Promise<boolean> {
+export function checkRoot(workdirFd: WorkdirRef, root: string, resolver: ResolverKind): Promise<boolean> {
   return call(binding.checkRoot({ workdirFd, root, resolver }));
 }
 
@@ -395,7 +425,7 @@ export class Landing {
   }
 
   /** Creates the inbox if missing and an exclusive temporary file inside it. */
-  static async open(workdirFd: number, inbox: string): Promise<Landing> {
+  static async open(workdirFd: WorkdirRef, inbox: string): Promise<Landing> {
     return new Landing(await call(binding.landingOpen({ workdirFd, inbox })));
   }
 

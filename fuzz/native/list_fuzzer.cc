@@ -168,8 +168,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     bool have_first = false;
     for (auto resolver : {rp::Resolver::Walk, rp::Resolver::Openat2}) {
       if (resolver == rp::Resolver::Openat2 && !fuzzfix::world().openat2) continue;
+      static const rp::WorkdirRef workdir = rp::duplicate_workdir(g_workdir);
       rp::ExportRequest req;
-      req.workdir_fd = g_workdir;
+      req.workdir = workdir;
       req.root = "out/";
       req.policy = policy;
       req.resolver = resolver;

@@ -27,8 +27,10 @@ constexpr uint64_t kCeilings[] = {0, 6, 4999, 1 << 20};
 const char* const kRoots[] = {"out", "out/", "./out", "out//"};
 
 rp::ReadResult read_with(const std::string& rel, uint8_t flags, rp::Resolver resolver) {
+  // The workdir as a session holds it: one counted owner, the world's descriptor duplicated once.
+  static const rp::WorkdirRef workdir = rp::duplicate_workdir(fuzzfix::world().workdir_fd);
   rp::ExportRequest req;
-  req.workdir_fd = fuzzfix::world().workdir_fd;
+  req.workdir = workdir;
   req.root = kRoots[(flags >> 4) & 3];
   req.rel = rel;
   req.policy = (flags & 1) ? rp::SymlinkPolicy::Refuse : rp::SymlinkPolicy::Follow;

@@ -30,10 +30,10 @@ export interface ExportViewOptions {
   /** The listing time budget; default DEFAULT_LISTING_BUDGET_MS. */
   listingBudgetMs?: number;
   /**
-   * The workdir descriptor, asked for on every call rather than captured: once the session closes
-   * the number may be reused by an unrelated open, so a stale view must fail, not follow it.
+   * The workdir, asked for on every call rather than captured: once the session is closed a stale
+   * view must fail, not follow whatever the getter held.
    */
-  workdirFd: () => number;
+  workdirFd: () => native.WorkdirRef;
   /** The declared root, verbatim (e.g. `out/`); resolved beneath the workdir on every call. */
   root: string;
   maxBytes: number;

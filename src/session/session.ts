@@ -1,4 +1,4 @@
-// One session's state: the manifest's grants, the workdir descriptor held from launch, the instance
+// One session's state: the manifest's grants, the workdir (held from launch), the instance
 // key, the generation counter, the trace and the capsule's identity (session id, advertised URL),
 // all fixed when it is constructed. Nothing here reads files, checks a launch or knows HTTP:
 // src/launch/ validates and builds a Session.
@@ -23,7 +23,7 @@ export interface SessionInit {
   manifest: Manifest;
   /** The workdir's real path. */
   workdir: string;
-  /** A directory descriptor of `workdir`; the session owns it from here on. */
+  /** A directory descriptor of `workdir`; the constructed session owns it (its native.Workdir). */
   workdirFd: number;
   sessionId: string;
   containment: Containment;
@@ -60,7 +60,8 @@ export class Session {
   readonly refusals: RefusalLimiter;
   /** The clock handles are minted and verified against (Unix ms): Date.now unless injected. */
   readonly now: () => number;
-  private workdirFd: number;
+  /** The workdir's one owner (native/workdir.h): its descriptor outlives every operation using it. */
+  private readonly workdirRoot: native.Workdir;
   /** Aborted when the session starts stopping: listings in flight are cancelled. */
   private readonly stopping = new AbortController();
   private generationCount = 0;
@@ -70,7 +71,6 @@ export class Session {
   constructor(init: SessionInit) {
     this.manifest = init.manifest;
     this.workdir = init.workdir;
-    this.workdirFd = init.workdirFd;
     this.sessionId = init.sessionId;
     this.containment = init.containment;
     this.resolver = init.resolver;
@@ -90,12 +90,14 @@ export class Session {
     );
     // The key exists only when something can be minted, and only in locked memory.
     this.key = peerFiles ? InstanceKey.generate() : null;
+    // Last: a constructor that throws before this leaves the descriptor to the caller, as before.
+    this.workdirRoot = native.adoptWorkdir(init.workdirFd);
   }
 
-  /** The workdir descriptor; throws once the session is closed (the number may be reused). */
-  get workdirDescriptor(): number {
+  /** The workdir, for the addon's operations; throws once the session is closed. */
+  get workdirDescriptor(): native.Workdir {
     if (this.closed) throw new Refusal('io_error', 'the session is closed');
-    return this.workdirFd;
+    return this.workdirRoot;
   }
 
   /** Aborts when the session starts stopping. */
@@ -142,7 +144,7 @@ export class Session {
     await this.refusals.close();
     await this.trace.end(reason);
     this.memory.clear();
-    native.closeFd(this.workdirFd);
-    this.workdirFd = -1;
+    // Operations still running keep the descriptor (and its number) until they are done.
+    this.workdirRoot.close();
   }
 }

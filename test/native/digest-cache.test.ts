@@ -164,6 +164,8 @@ beforeAll(async () => {
   writeFileSync(join(ext.dir, 'open', 'w'), 'written by nobody yet');
   fdWriter = new Writer('fd', join(ext.dir, 'open', 'w'));
   expect(await fdWriter.next()).toBe('ready');
+  mkdirSync(join(ext.dir, 'streamed'));
+  writeFileSync(join(ext.dir, 'streamed', 'big'), Buffer.alloc(300 * 1024, 's'));
   mkdirSync(join(ext.dir, 'huge'));
   execFileSync('truncate', ['-s', '1T', join(ext.dir, 'huge', 'sparse')]);
   // Every file above is now older than the racy-entry margin by the time it is listed.
@@ -227,6 +229,31 @@ describe('the digest cache', () => {
     const after = await listing(ext, 'open');
     expect(after.get('w')!.sha256).toBe(sha(readFileSync(path)));
     expect(readFileSync(path, 'utf8')).toBe('Written by nobody yet');
+  });
+
+  it.runIf(LEASES)('takes a streamed body through it once: hashed under the lease and stored, then sent from it under the lease', async () => {
+    const s0 = native.digestCacheStats();
+    const first = await native.openStream(ext.fd, 'streamed', 'big', 1 << 20, opts());
+    first.stream.close();
+    const s1 = native.digestCacheStats();
+    const second = await native.openStream(ext.fd, 'streamed', 'big', 1 << 20, opts());
+    second.stream.close();
+    const s2 = native.digestCacheStats();
+    expect(delta(s0, s1)).toMatchObject({ hashes: 1, stores: 1, hits: 0, leaseRefused: 0, leaseBroken: 0, racy: 0 });
+    expect(first).toMatchObject({ digestCached: false, size: 300 * 1024, sha256: sha(Buffer.alloc(300 * 1024, 's')) });
+    expect(first.stream.leased).toBe(false);
+    expect(delta(s1, s2)).toMatchObject({ hashes: 0, stores: 0, hits: 1, leaseRefused: 0 });
+    expect(second).toMatchObject({ digestCached: true, size: first.size, sha256: first.sha256, mtimeMs: first.mtimeMs });
+    expect(second.stream.leased).toBe(true);
+  });
+
+  it('counts a streamed body whose lease is refused once, and hashes it', async () => {
+    const path = join(ext.dir, 'open', 'w');
+    const s0 = native.digestCacheStats();
+    const opened = await native.openStream(ext.fd, 'open', 'w', 1 << 20, opts());
+    opened.stream.close();
+    expect(delta(s0, native.digestCacheStats())).toMatchObject({ hashes: 1, stores: 0, hits: 0, leaseRefused: 1 });
+    expect(opened).toMatchObject({ digestCached: false, sha256: sha(readFileSync(path)) });
   });
 
   it.runIf(LEASES)('is bounded: an LRU of at most its capacity', async () => {
