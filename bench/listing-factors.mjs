@@ -23,7 +23,7 @@ import { atExit, fetchOnce, firstJsonLine, sleep, stop, track } from './children
 import { ensureTool } from './tools.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
-const CLI = join(HERE, '..', 'dist', 'cli.js');
+const CLI = join(HERE, '..', 'dist', 'cli', 'main.js');
 const ROUNDS = Number(process.argv[2] ?? 2);
 const FILES = 10_000;
 const say = (m) => process.stderr.write(`listing-factors: ${m}\n`);

@@ -20,7 +20,7 @@ import { atExit, fetchOnce, firstJsonLine, sleep, stop, track } from './children
 import { ensureTool, findOnPath } from './tools.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
-const CLI = join(HERE, '..', 'dist', 'cli.js');
+const CLI = join(HERE, '..', 'dist', 'cli', 'main.js');
 const SECONDS = Number(process.env.PROFILE_SECONDS ?? 6);
 const say = (m) => process.stderr.write(`profile: ${m}\n`);
 

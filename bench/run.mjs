@@ -45,7 +45,7 @@ import { renderReport, summarise } from './report.mjs';
 import { autocannonLoad, ensureTool, startNginx, toolVersion, wrkCycle, wrkLoad } from './tools.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
-const CLI = join(HERE, '..', 'dist', 'cli.js');
+const CLI = join(HERE, '..', 'dist', 'cli', 'main.js');
 
 // ---- options ----
 const argv = process.argv.slice(2);

@@ -24,7 +24,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
-const CLI = join(HERE, '..', 'dist', 'cli.js');
+const CLI = join(HERE, '..', 'dist', 'cli', 'main.js');
 const num = (name, dflt) => {
   const v = Number(process.env[name] ?? dflt);
   if (!Number.isInteger(v) || v < 0 || v > 100_000) throw new Error(`${name} must be a whole number`);

@@ -31,7 +31,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
-const CLI = join(HERE, '..', 'dist', 'cli.js');
+const CLI = join(HERE, '..', 'dist', 'cli', 'main.js');
 const { SERVER_REFUSAL_BURST, SERVER_REFUSALS_PER_SECOND } = await import(join(HERE, '..', 'dist', 'trace', 'refusal-limit.js'));
 const num = (name, dflt) => {
   const v = Number(process.env[name] ?? dflt);

@@ -270,6 +270,32 @@ async function explainScopeCommand(flags: { manifest?: string; workdir?: string;
   else process.stdout.write(renderExplainScope(manifest, containment));
 }
 
+// ── records ─────────────────────────────────────────────────────────────────────────────────────
+
+async function recordsCommand(flags: { json?: boolean; prune?: string; dryRun?: boolean }): Promise<void> {
+  const { listSessions, pruneSessions } = await import('./records.js');
+  const { recordsDirectory } = await import('../session/records.js');
+  const when = (ms: number | null) => (ms === null ? '-' : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z'));
+  const row = (s: import('./records.js').RecordedSession) =>
+    flags.json
+      ? JSON.stringify({ session_id: s.sessionId, workdir_digest: s.workdir, start_ms: s.startMs, end_ms: s.endMs, end_reason: s.endReason, bytes: s.bytes, live: s.live, dir: s.dir })
+      : `${s.sessionId.padEnd(36)}  ${when(s.startMs).padEnd(20)}  ${(s.live ? 'live' : when(s.endMs)).padEnd(20)}  ${humanBytes(s.bytes).padStart(9)}`;
+  if (flags.prune === undefined) {
+    if (flags.dryRun) throw new UsageError('--dry-run goes with --prune');
+    const sessions = listSessions();
+    if (!flags.json) process.stdout.write(`${'SESSION'.padEnd(36)}  ${'START'.padEnd(20)}  ${'END'.padEnd(20)}  ${'SIZE'.padStart(9)}\n`);
+    for (const s of sessions) process.stdout.write(`${row(s)}\n`);
+    if (!flags.json && sessions.length === 0) process.stderr.write(`no sessions under ${recordsDirectory()}\n`);
+    return;
+  }
+  const seconds = parseDuration(flags.prune);
+  if (seconds === null) throw new UsageError(`--prune must be a duration like 30d, 12h or 90m (got '${flags.prune}')`);
+  const { removed, kept } = pruneSessions(seconds * 1000, { dryRun: flags.dryRun === true });
+  const verb = flags.dryRun ? 'would remove' : 'removed';
+  for (const s of removed) process.stdout.write(flags.json ? `${JSON.stringify({ [verb.replace(' ', '_')]: s.sessionId, dir: s.dir, bytes: s.bytes })}\n` : `${verb} ${s.sessionId} (ended ${when(s.endMs)}, ${humanBytes(s.bytes)})\n`);
+  for (const { session, why } of kept) process.stderr.write(`kept ${session.sessionId}: ${why}\n`);
+}
+
 // ── get's progress bar ──────────────────────────────────────────────────────────────────────────
 
 function humanBytes(n: number): string {
@@ -441,6 +467,32 @@ Examples:
       await runDemo().catch((error) => fail(error, 'demo'));
     });
   shortErrors(demo, 'demo');
+
+  const records = cmd
+    .command('records')
+    .description('list the sessions in the records directory (id, start, end, size), or prune the ended ones')
+    .option('--json', 'one JSON line per session')
+    .option('--prune <duration>', 'remove the sessions that ended longer ago than this, e.g. 30d (never a live one, never one without session_end)')
+    .option('--dry-run', 'with --prune: print what would be removed, remove nothing')
+    .addHelpText(
+      'after',
+      `
+The records directory is RESOURCE_PLANE_RECORDS_DIR, else ~/.murmur/records. A trace is
+append-only: a session is removed whole, and only once it ended (session_end written) and no
+process has its trace open.
+
+Examples:
+  ${PROGRAM} records
+  ${PROGRAM} records --prune 30d --dry-run`,
+    )
+    .action(async (flags: { json?: boolean; prune?: string; dryRun?: boolean }) => {
+      try {
+        await recordsCommand(flags);
+      } catch (error) {
+        fail(error, 'records');
+      }
+    });
+  shortErrors(records, 'records');
 
   const ls = cmd
     .command('ls')

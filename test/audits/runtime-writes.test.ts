@@ -45,6 +45,8 @@ const EXEMPT: Exemption[] = [
   { file: 'src/http/listener.ts', call: 'unlinkSync', match: 'unlinkSync(listener.unlinkOnClose)', reason: 'an inherited unix operator socket this launch created is removed when the server stops (libuv did not bind it, so does not)' },
   { file: 'native/sockets.cc', call: 'unlink', match: 'unlink(path.c_str())', reason: 'a unix socket just bound whose listen failed is removed' },
   { file: 'src/session/open-session.ts', call: 'rmdirSync', match: 'rmdirSync(at)', reason: 'a launch that goes no further removes the empty directories it created itself (the workdir, the trace\'s), and nothing else' },
+  { file: 'src/cli/records.ts', call: 'rmSync', match: 'rmSync(s.dir, { recursive: true })', reason: '`records --prune` removes an ended session\'s directory in the records directory (outside every workdir), never a live one' },
+  { file: 'src/cli/records.ts', call: 'rmdirSync', match: "rmdirSync(join(s.dir, '..'))", reason: '`records --prune` removes a workdir\'s digest directory in the records directory once its last session is gone (rmdir: only when empty)' },
   { file: 'src/cli/demo.ts', call: 'mkdtempSync', match: 'mkdtempSync(join(tmpdir()', reason: 'the demo makes a scratch directory in the system temp dir to hold its example workdirs' },
   { file: 'src/cli/demo.ts', call: 'cpSync', match: 'cpSync(join(examples, name)', reason: 'the demo copies an example capsule to become a workdir before any session starts' },
   { file: 'src/cli/demo.ts', call: 'rmSync', match: 'rmSync(scratch, { recursive: true, force: true })', reason: 'the demo removes the scratch directory it made in the system temp dir, on every way out' },

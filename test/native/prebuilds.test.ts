@@ -214,7 +214,7 @@ describe('the linux-arm64 prebuild under qemu-user', () => {
 
   it('runs the demo: a file handed between two capsules, verified, scratch removed', async (ctx) => {
     if (!armNode) return ctx.skip('no qemu, arm64 libraries or arm64 node (see the warning above)');
-    const child = spawn(QEMU, ['-L', SYSROOT, armNode, join(ROOT, 'dist', 'cli.js'), 'demo'], { cwd: ROOT, env: env(), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(QEMU, ['-L', SYSROOT, armNode, join(ROOT, 'dist', 'cli', 'main.js'), 'demo'], { cwd: ROOT, env: env(), stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     try {
       await new Promise<void>((resolve, reject) => {
