@@ -7,10 +7,7 @@
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { describe, expect, it } from 'vitest';
-import { z } from 'zod';
 import { callTool, launch as launchInProcess, parseManifest } from '../../src/index.js';
 import type { Confinement } from '../../src/session/confinement.js';
 import { HANDOFF_ENV } from '../../src/launch/confine-apply.js';
@@ -18,6 +15,7 @@ import { UNCHECKED_CONNECT_ENV, UNCHECKED_READ_ENV } from '../../src/testing/pro
 import { landlockAbi } from '../../src/native.js';
 import { defer, reap } from '../helpers/cleanup.js';
 import { CLI, startServe, type Served } from '../helpers/cli.js';
+import { startMcpServe } from '../helpers/mcp.js';
 import { rawGet, readTrace } from '../helpers/http.js';
 import { scratch } from '../helpers/tree.js';
 
@@ -69,12 +67,6 @@ function threadFlags(pid: number): string[] {
   return flags;
 }
 
-const LISTENING = 'notifications/resource_plane/listening';
-const ListeningSchema = z.object({
-  method: z.literal(LISTENING),
-  params: z.object({ url: z.string(), advertised_url: z.string(), session_id: z.string(), trace: z.string() }),
-});
-
 describe.skipIf(ABI === 0)('a confined serve', () => {
   it('fails every unchecked read outside the workdir with EACCES, from every thread, and still serves, traces and lands', async () => {
     // The peer that hands a file over: in this process (a library launch, unconfined).
@@ -94,22 +86,8 @@ describe.skipIf(ABI === 0)('a confined serve', () => {
     const trace = join(scratch(), 'trace.jsonl');
     const secret = secretOutside();
     const strayPort = await strayListener();
-    const transport = new StdioClientTransport({
-      command: process.execPath,
-      args: [CLI, 'serve', '--workdir', workdir, '--control', 'stdio', '--trace', trace],
-      env: { ...process.env, [UNCHECKED_READ_ENV]: secret, [UNCHECKED_CONNECT_ENV]: `127.0.0.1:${strayPort}` } as Record<string, string>,
-      stderr: 'pipe',
-    });
-    let stderr = '';
-    transport.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
-    const client = new Client({ name: 'test-runtime', version: '1.0.0' });
-    const listening = new Promise<z.infer<typeof ListeningSchema>['params']>((resolve) => {
-      client.setNotificationHandler(ListeningSchema, (n) => resolve(n.params));
-    });
-    await client.connect(transport);
-    defer(() => client.close());
-    const ready = await listening;
-    const pid = transport.pid!;
+    const mcp = await startMcpServe(['--workdir', workdir, '--trace', trace], { env: { [UNCHECKED_READ_ENV]: secret, [UNCHECKED_CONNECT_ENV]: `127.0.0.1:${strayPort}` } });
+    const { client, ready, pid } = mcp;
 
     // The ruleset it recorded before serving anything.
     const start = readTrace(trace)[0]!;
@@ -126,7 +104,7 @@ describe.skipIf(ABI === 0)('a confined serve', () => {
 
     // From inside: the main thread, libuv's pool through fs and through the addon's workers, and a
     // worker thread all meet EACCES; so does a connect to a port the allow list does not name.
-    const hook = hookLine(stderr);
+    const hook = hookLine(mcp.stderr());
     expect(hook.main_thread).toBe('EACCES');
     expect(hook.fs_pool).toEqual(Array(16).fill('EACCES'));
     expect(hook.native_pool).toEqual(Array(16).fill('EACCES'));

@@ -7,18 +7,15 @@ import { spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
 import { describe, expect, it } from 'vitest';
-import { z } from 'zod';
 import { defer, reap } from '../helpers/cleanup.js';
 import { CLI } from '../helpers/cli.js';
+import { startMcpServe } from '../helpers/mcp.js';
 import { scratch } from '../helpers/tree.js';
 
 const PACKAGE = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { name: string; version: string };
-const LISTENING = 'notifications/resource_plane/listening';
-const ListeningSchema = z.object({ method: z.literal(LISTENING), params: z.object({ url: z.string(), advertised_url: z.string(), trace: z.string() }) });
 
 interface Capsule {
   client: Client;
@@ -30,19 +27,7 @@ interface Capsule {
 async function launch(manifest: string, tree: string[] = []): Promise<Capsule> {
   const workdir = scratch(tree);
   writeFileSync(join(workdir, 'murmur.yaml'), manifest);
-  const traceDir = scratch();
-  const transport = new StdioClientTransport({
-    command: process.execPath,
-    args: [CLI, 'serve', '--workdir', workdir, '--control', 'stdio', '--trace', join(traceDir, 'trace.jsonl')],
-    stderr: 'pipe',
-  });
-  const client = new Client({ name: 'test-host', version: '1.0.0' });
-  const listening = new Promise<z.infer<typeof ListeningSchema>['params']>((resolve) => {
-    client.setNotificationHandler(ListeningSchema, (n) => resolve(n.params));
-  });
-  await client.connect(transport);
-  defer(() => client.close());
-  const ready = await listening;
+  const { client, ready } = await startMcpServe(['--workdir', workdir, '--trace', join(scratch(), 'trace.jsonl')], { clientName: 'test-host' });
   return { client, advertised: ready.advertised_url, trace: ready.trace, workdir };
 }
 
