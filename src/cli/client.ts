@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
 import { Client } from 'undici';
+import { parseEtag } from '../wire.js';
 
 export class ClientError extends Error {
   constructor(message: string) {
@@ -262,7 +263,6 @@ export interface GetOptions {
   maxBytes?: number;
 }
 
-const ETAG = /^"sha256:([0-9a-f]{64})"$/;
 /** How much of the stdout spool is read back at once. */
 const COPY_CHUNK = 1024 * 1024;
 
@@ -389,8 +389,8 @@ export async function get(url: string, relpath: string, opts: GetOptions = {}): 
   try {
     if (res.statusCode !== 200) throw refusal(res.statusCode, await readCapped(res.body, ERROR_BODY_MAX_BYTES));
     const etag = res.headers.etag;
-    const expected = typeof etag === 'string' ? ETAG.exec(etag)?.[1] : undefined;
-    if (expected === undefined) {
+    const expected = parseEtag(etag);
+    if (expected === null) {
       throw new ClientError(`etag mismatch: the server said ${printable(String(etag))}, which names no sha256 digest; nothing was saved`);
     }
     const maxBytes = opts.maxBytes ?? GET_MAX_BYTES;

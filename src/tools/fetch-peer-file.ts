@@ -16,7 +16,7 @@ import { handleId, redactHandles } from '../redact.js';
 import { PEER_INBOX_DIR } from '../manifest/scope.js';
 import { peerFileFetch } from '../trace/events.js';
 import type { Session } from '../session/session.js';
-import { CAPSULE_EXTENSION_URI, HEADER, PEER_PREFIX } from '../wire.js';
+import { CAPSULE_EXTENSION_URI, HEADER, parseEtag, PEER_PREFIX } from '../wire.js';
 import { fetchCard } from './peer-card.js';
 import { assertLimits, getStream, PeerHttpError, type PeerResponse } from './peer-http.js';
 
@@ -51,7 +51,6 @@ export const FETCH_CONNECT_TIMEOUT_MS = 5_000;
 export const FETCH_TOTAL_TIMEOUT_MS = 60_000;
 /** A refusal body is one short JSON object; a larger one is not read, only its status counts. */
 const ERROR_BODY_MAX_BYTES = 16 * 1024;
-const ETAG = /^"sha256:([0-9a-f]{64})"$/;
 
 /**
  * The peer's refusal code from its JSON body when it is one a peer plane can answer with, else
@@ -194,8 +193,8 @@ export async function fetchPeerFile(
       return await refuse(code, `the peer refused the redeem: ${code} (HTTP ${response.status})`);
     }
     // Both refusable from the headers alone, before a byte of the body is read or written.
-    const etag = ETAG.exec(response.header('etag') ?? '');
-    if (etag === null) {
+    const expected = parseEtag(response.header('etag'));
+    if (expected === null) {
       return await refuse('etag_mismatch', `the peer's etag is not "sha256:<hex>", so the bytes cannot be checked; nothing was stored`);
     }
     if (response.contentLength !== null && response.contentLength > maxBytes) {
@@ -230,7 +229,7 @@ export async function fetchPeerFile(
       return await refuse(refusal.code, refusal.detail ?? refusal.code);
     }
     const sha256 = hash.digest('hex');
-    if (sha256 !== etag[1]) {
+    if (sha256 !== expected) {
       return await refuse('etag_mismatch', "the body's sha256 does not match the peer's etag; nothing was stored");
     }
 

@@ -1,0 +1,135 @@
+// The rules the two HTTP clients share, each checked on both through real sockets so that neither
+// can drift from the other or from what the planes write: `get` (src/cli/client.ts) and
+// fetch-peer-file (src/tools/fetch-peer-file.ts) accept exactly the etags the planes write and
+// refuse every other spelling alike.
+import { createHash, randomBytes } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
+import { createServer, type Socket } from 'node:net';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ClientError, get } from '../../src/cli/client.js';
+import { Refusal } from '../../src/codes.js';
+import { fetchPeerFile } from '../../src/tools/fetch-peer-file.js';
+import { formatEtag, parseEtag } from '../../src/wire.js';
+import { capsule, offlineCapsule } from '../helpers/capsule.js';
+import { listenLoopback } from '../helpers/loopback.js';
+import { scratch } from '../helpers/tree.js';
+
+const ISSUER = 'ses_rules';
+const FETCHER = `name: gamma
+version: "1"
+capabilities:
+  peer_fetch:
+    allow: ["127.0.0.1"]
+`;
+
+const sha = (bytes: Buffer | string) => createHash('sha256').update(bytes).digest('hex');
+
+/** A handle naming ISSUER, whose MAC is noise: the server here never verifies it. */
+function handle(): string {
+  const payload = Buffer.from(JSON.stringify({ v: 1, iss: ISSUER, p: 'report.md', exp: Date.now() + 60_000, n: '0'.repeat(32) }));
+  return `mh1.${payload.toString('base64url')}.${randomBytes(32).toString('base64url')}`;
+}
+
+/**
+ * One server both clients talk to: the agent card (naming ISSUER, so fetch-peer-file sends its
+ * handle) for the card path, and `answer` written raw to the socket for any other request.
+ */
+async function server(answer: string | Buffer): Promise<{ url: string; address: string }> {
+  const srv = createServer((socket: Socket) => {
+    let head = '';
+    socket.on('error', () => undefined);
+    socket.on('data', (chunk) => {
+      if (head.includes('\r\n\r\n')) return;
+      head += chunk.toString('latin1');
+      if (!head.includes('\r\n\r\n')) return;
+      if (head.startsWith('GET /.well-known/agent-card.json ')) {
+        const port = (srv.address() as { port: number }).port;
+        const card = JSON.stringify({
+          name: 'peer',
+          supportedInterfaces: [{ url: `http://127.0.0.1:${port}`, protocolBinding: 'JSONRPC', protocolVersion: '0.3' }],
+          capabilities: { extensions: [{ uri: 'urn:murmur:capsule:v1', params: { planes: ['peer_files'], sessionId: ISSUER } }] },
+        });
+        socket.end(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(card)}\r\nconnection: close\r\n\r\n${card}`);
+        return;
+      }
+      socket.end(answer);
+    });
+  });
+  const lb = await listenLoopback(srv);
+  return { url: `http://${lb.address}`, address: lb.address };
+}
+
+/** A 200 with `headers` (raw lines) and `body`, framed by content-length. */
+function ok(headers: string[], body: Buffer | string): Buffer {
+  const bytes = Buffer.from(body);
+  return Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\n${[...headers, `content-length: ${bytes.length}`].join('\r\n')}\r\nconnection: close\r\n\r\n`), bytes]);
+}
+
+type Outcome = { saved: Buffer } | { error: string; code?: string };
+
+/** What each client makes of one answer: the bytes it saved, or its refusal's words (nothing saved). */
+async function bothClients(answer: Buffer): Promise<{ get: Outcome; fetch: Outcome }> {
+  const { url, address } = await server(answer);
+  const dir = scratch();
+  const got = await get(url, 'report.md', { output: join(dir, 'report.md') }).then(
+    (r): Outcome => ({ saved: readFileSync(r.savedTo!) }),
+    (error: unknown): Outcome => {
+      if (!(error instanceof ClientError)) throw error;
+      expect(readdirSync(dir)).toEqual([]);
+      return { error: error.message };
+    },
+  );
+  const gamma = await offlineCapsule({ yaml: FETCHER, advertise: 'http://localhost:4242' });
+  const fetched = await fetchPeerFile(gamma.session, { peer: address, handle: handle() }).then(
+    (r): Outcome => ({ saved: readFileSync(join(gamma.workdir, r.path)) }),
+    (error: unknown): Outcome => {
+      if (!(error instanceof Refusal)) throw error;
+      expect(readdirSync(gamma.workdir).filter((n) => n !== 'peer-in')).toEqual([]);
+      if (readdirSync(gamma.workdir).includes('peer-in')) expect(readdirSync(join(gamma.workdir, 'peer-in'))).toEqual([]);
+      return { error: error.message, code: error.code };
+    },
+  );
+  return { get: got, fetch: fetched };
+}
+
+describe('one etag format', () => {
+  const BODY = 'the report';
+
+  it('is what the planes write: a served file parses back to the SHA-256 of its bytes', async () => {
+    const c = await capsule({ yaml: 'name: a\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n', tree: [`out/report.md: ${BODY}`] });
+    const res = await fetch(`${c.url}/resources/files/report.md`);
+    expect(Buffer.from(await res.arrayBuffer()).toString()).toBe(BODY);
+    expect(res.headers.get('etag')).toBe(formatEtag(sha(BODY)));
+    expect(parseEtag(res.headers.get('etag'))).toBe(sha(BODY));
+  });
+
+  it.each([
+    ['absent', null],
+    ['unquoted', `sha256:${sha(BODY)}`],
+    ['uppercase hex', `"sha256:${sha(BODY).toUpperCase()}"`],
+    ['weak', `W/"sha256:${sha(BODY)}"`],
+    ['another algorithm', `"sha512:${sha(BODY)}"`],
+    ['truncated', `"sha256:${sha(BODY).slice(0, 63)}"`],
+    ['one hex too many', `"sha256:${sha(BODY)}0"`],
+    ['a list', `"sha256:${sha(BODY)}", "sha256:${sha(BODY)}"`],
+  ])('an etag that is %s is refused by both clients before a byte is saved', async (_label, etag) => {
+    expect(parseEtag(etag)).toBeNull();
+    const r = await bothClients(ok(etag === null ? [] : [`etag: ${etag}`], BODY));
+    expect(r.get).toEqual({ error: expect.stringMatching(/^etag mismatch: the server said .*, which names no sha256 digest; nothing was saved$/) });
+    expect(r.fetch).toEqual({ code: 'etag_mismatch', error: `the peer's etag is not "sha256:<hex>", so the bytes cannot be checked; nothing was stored` });
+  });
+
+  it('an etag repeated across two headers is refused by both clients', async () => {
+    const etag = formatEtag(sha(BODY));
+    const r = await bothClients(ok([`etag: ${etag}`, `etag: ${etag}`], BODY));
+    expect(r.get).toEqual({ error: expect.stringMatching(/^etag mismatch: .*which names no sha256 digest; nothing was saved$/) });
+    expect(r.fetch).toMatchObject({ code: 'etag_mismatch' });
+  });
+
+  it('the planes\' own etag is accepted by both clients, and the bytes saved', async () => {
+    const r = await bothClients(ok([`etag: ${formatEtag(sha(BODY))}`], BODY));
+    expect(r.get).toEqual({ saved: Buffer.from(BODY) });
+    expect(r.fetch).toEqual({ saved: Buffer.from(BODY) });
+  });
+});
