@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
 import { Client } from 'undici';
+import { ERROR_BODY_MAX_BYTES } from '../response-body.js';
 import { parseEtag } from '../wire.js';
 
 export class ClientError extends Error {
@@ -24,8 +25,6 @@ export class ClientError extends Error {
 
 const TIMEOUTS = { headersTimeout: 30_000, bodyTimeout: 60_000 };
 
-/** A refusal body is one short JSON object; past this only the status is reported. */
-const ERROR_BODY_MAX_BYTES = 64 * 1024;
 /** The listing body `ls` reads at most, unless --max-bytes says otherwise (about 300,000 entries). */
 export const LIST_MAX_BYTES = 64 * 1024 * 1024;
 /** The file `get` saves at most, unless --max-bytes says otherwise. */

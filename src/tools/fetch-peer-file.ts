@@ -12,6 +12,7 @@ import { ownAudience, sessionIdFromCard } from '../handle/audience.js';
 import { checkShape, decodePayloadUnverified } from '../handle/token.js';
 import { destinationMatches, targetFromPeer, type Target } from '../manifest/destinations.js';
 import * as native from '../native.js';
+import { ERROR_BODY_MAX_BYTES } from '../response-body.js';
 import { handleId, redactHandles } from '../redact.js';
 import { PEER_INBOX_DIR } from '../manifest/scope.js';
 import { peerFileFetch } from '../trace/events.js';
@@ -49,8 +50,6 @@ export interface FetchPeerFileOptions {
 export const DEFAULT_FETCH_MAX_BYTES = 10 * 1024 * 1024;
 export const FETCH_CONNECT_TIMEOUT_MS = 5_000;
 export const FETCH_TOTAL_TIMEOUT_MS = 60_000;
-/** A refusal body is one short JSON object; a larger one is not read, only its status counts. */
-const ERROR_BODY_MAX_BYTES = 16 * 1024;
 
 /**
  * The peer's refusal code from its JSON body when it is one a peer plane can answer with, else

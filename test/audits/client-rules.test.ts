@@ -1,14 +1,15 @@
 // The rules the two HTTP clients share, each checked on both through real sockets so that neither
 // can drift from the other or from what the planes write: `get` (src/cli/client.ts) and
 // fetch-peer-file (src/tools/fetch-peer-file.ts) accept exactly the etags the planes write and
-// refuse every other spelling alike.
+// refuse every other spelling alike, and read a refusal body up to the same cap.
 import { createHash, randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { createServer, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ClientError, get } from '../../src/cli/client.js';
+import { ClientError, get, list } from '../../src/cli/client.js';
 import { Refusal } from '../../src/codes.js';
+import { ERROR_BODY_MAX_BYTES } from '../../src/response-body.js';
 import { fetchPeerFile } from '../../src/tools/fetch-peer-file.js';
 import { formatEtag, parseEtag } from '../../src/wire.js';
 import { capsule, offlineCapsule } from '../helpers/capsule.js';
@@ -132,4 +133,33 @@ describe('one etag format', () => {
     expect(r.get).toEqual({ saved: Buffer.from(BODY) });
     expect(r.fetch).toEqual({ saved: Buffer.from(BODY) });
   });
+});
+
+describe('one cap on a refusal body', () => {
+  /** A refusal body of exactly `size` bytes: a plane's code and a padded message. */
+  function refusalBody(size: number): string {
+    const bare = JSON.stringify({ error: 'handle_not_valid', message: '' });
+    const body = JSON.stringify({ error: 'handle_not_valid', message: 'm'.repeat(size - bare.length) });
+    expect(Buffer.byteLength(body)).toBe(size);
+    return body;
+  }
+  const framed = (body: string) => `HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
+  const closeFramed = (body: string) => `HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${body}`;
+
+  it.each([['framed by its content-length', framed], ['framed by the connection closing', closeFramed]])(
+    'both clients read one of exactly the cap, and only the status of one a byte longer (%s)',
+    async (_label, frame) => {
+      const atCap = await bothClients(Buffer.from(frame(refusalBody(ERROR_BODY_MAX_BYTES))));
+      expect(atCap.get).toEqual({ error: expect.stringMatching(/^403 handle_not_valid: m+$/) });
+      expect(atCap.fetch).toMatchObject({ code: 'handle_not_valid' });
+      const over = await bothClients(Buffer.from(frame(refusalBody(ERROR_BODY_MAX_BYTES + 1))));
+      expect(over.get).toEqual({ error: 'the server answered 403' });
+      expect(over.fetch).toMatchObject({ code: 'http_403' });
+      // ls reads its refusals the same way.
+      const { url: atUrl } = await server(frame(refusalBody(ERROR_BODY_MAX_BYTES)));
+      await expect(list(atUrl)).rejects.toThrow(/^403 handle_not_valid: m+$/);
+      const { url: overUrl } = await server(frame(refusalBody(ERROR_BODY_MAX_BYTES + 1)));
+      await expect(list(overUrl)).rejects.toThrow(/^the server answered 403$/);
+    },
+  );
 });
