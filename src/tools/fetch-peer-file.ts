@@ -6,13 +6,12 @@
 // refused) while it is hashed, and is renamed into place only when the peer's etag names exactly
 // those bytes. Every attempt lands in the trace as `peer_file_fetch`. The token itself goes only
 // into the request line: never into a result, a refusal, or the record.
-import { createHash } from 'node:crypto';
 import { isPeerPlaneCode, Refusal, type PeerStatusCode, type PlaneCode } from '../codes.js';
 import { ownAudience, sessionIdFromCard } from '../handle/audience.js';
 import { checkShape, decodePayloadUnverified } from '../handle/token.js';
 import { destinationMatches, targetFromPeer, type Target } from '../manifest/destinations.js';
 import * as native from '../native.js';
-import { ERROR_BODY_MAX_BYTES } from '../response-body.js';
+import { BodyFailure, ERROR_BODY_MAX_BYTES, readVerifiedBody, type VerifiedBody } from '../response-body.js';
 import { handleId, redactHandles } from '../redact.js';
 import { PEER_INBOX_DIR } from '../manifest/scope.js';
 import { peerFileFetch } from '../trace/events.js';
@@ -73,12 +72,33 @@ function generationOf(response: PeerResponse): number | null {
   return value !== null && /^[0-9]{1,15}$/.test(value) ? Number(value) : null;
 }
 
+function tooLarge(maxBytes: number): Refusal {
+  return new Refusal('too_large', `the peer's file exceeds the fetch limit of ${maxBytes} bytes; nothing was stored`);
+}
+
 function transportRefusal(error: unknown, peer: string, maxBytes: number): Refusal {
-  if (error instanceof PeerHttpError && error.kind === 'too_large') {
-    return new Refusal('too_large', `the peer's file exceeds the fetch limit of ${maxBytes} bytes; nothing was stored`);
-  }
+  if (error instanceof PeerHttpError && error.kind === 'too_large') return tooLarge(maxBytes);
   const why = error instanceof PeerHttpError ? error.message : 'the request failed';
   return new Refusal('peer_unreachable', `the peer '${peer}' could not be fetched from: ${why}`);
+}
+
+/** A body the verified reader did not accept, as the refusal the agent reads. */
+function bodyRefusal(error: unknown, peer: string, maxBytes: number): Refusal {
+  if (!(error instanceof BodyFailure)) return transportRefusal(error, peer, maxBytes);
+  switch (error.kind) {
+    case 'mismatch':
+      return new Refusal('etag_mismatch', "the body's sha256 does not match the peer's etag; nothing was stored");
+    case 'sink': {
+      const cause = error.cause;
+      return new Refusal('io_error', `the fetched file could not be written (${cause instanceof native.NativeError ? cause.detail || cause.code : 'write failed'})`);
+    }
+    case 'too_large':
+      return tooLarge(maxBytes);
+    default:
+      // `stream`: the transport's own failure (a cut connection, a timeout, the cap passed
+      // mid-stream). No content-length is held to here (undici frames by it), so never `short`.
+      return transportRefusal(error.cause, peer, maxBytes);
+  }
 }
 
 /**
@@ -197,7 +217,8 @@ export async function fetchPeerFile(
       return await refuse('etag_mismatch', `the peer's etag is not "sha256:<hex>", so the bytes cannot be checked; nothing was stored`);
     }
     if (response.contentLength !== null && response.contentLength > maxBytes) {
-      return await refuse('too_large', `the peer's file exceeds the fetch limit of ${maxBytes} bytes; nothing was stored`);
+      const refusal = tooLarge(maxBytes);
+      return await refuse(refusal.code, refusal.detail!);
     }
 
     const stored = storedPathFor(handleId(handle), decodePayloadUnverified(handle)?.p ?? null);
@@ -211,26 +232,15 @@ export async function fetchPeerFile(
         : `the inbox '${PEER_INBOX_DIR}' could not be written: ${error instanceof native.NativeError ? error.detail || error.code : 'internal error'}`);
     }
 
-    const hash = createHash('sha256');
-    let bytes = 0;
+    let body: VerifiedBody;
     try {
-      for await (const chunk of response.chunks(maxBytes)) {
-        hash.update(chunk);
-        bytes += chunk.length;
-        try {
-          await landing.write(chunk);
-        } catch (error) {
-          throw new Refusal('io_error', `the fetched file could not be written (${error instanceof native.NativeError ? error.detail || error.code : 'write failed'})`);
-        }
-      }
+      const sink = landing.write.bind(landing);
+      body = await readVerifiedBody(response.chunks(maxBytes), { sha256: expected, maxBytes, sink });
     } catch (error) {
-      const refusal = error instanceof Refusal ? error : transportRefusal(error, peerText, maxBytes);
+      const refusal = bodyRefusal(error, peerText, maxBytes);
       return await refuse(refusal.code, refusal.detail ?? refusal.code);
     }
-    const sha256 = hash.digest('hex');
-    if (sha256 !== expected) {
-      return await refuse('etag_mismatch', "the body's sha256 does not match the peer's etag; nothing was stored");
-    }
+    const { bytes, sha256 } = body;
 
     try {
       // Commit fsyncs the file, renames it over the final name (never through a link there) and

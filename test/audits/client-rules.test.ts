@@ -1,7 +1,8 @@
 // The rules the two HTTP clients share, each checked on both through real sockets so that neither
 // can drift from the other or from what the planes write: `get` (src/cli/client.ts) and
 // fetch-peer-file (src/tools/fetch-peer-file.ts) accept exactly the etags the planes write and
-// refuse every other spelling alike, and read a refusal body up to the same cap.
+// refuse every other spelling alike, take a body only when the etag names exactly the bytes that
+// arrived (one reader, src/response-body.ts), and read a refusal body up to the same cap.
 import { createHash, randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { createServer, type Socket } from 'node:net';
@@ -9,7 +10,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ClientError, get, list } from '../../src/cli/client.js';
 import { Refusal } from '../../src/codes.js';
-import { ERROR_BODY_MAX_BYTES } from '../../src/response-body.js';
+import { BodyFailure, ERROR_BODY_MAX_BYTES, readVerifiedBody } from '../../src/response-body.js';
 import { fetchPeerFile } from '../../src/tools/fetch-peer-file.js';
 import { formatEtag, parseEtag } from '../../src/wire.js';
 import { capsule, offlineCapsule } from '../helpers/capsule.js';
@@ -70,10 +71,10 @@ function ok(headers: string[], body: Buffer | string): Buffer {
 type Outcome = { saved: Buffer } | { error: string; code?: string };
 
 /** What each client makes of one answer: the bytes it saved, or its refusal's words (nothing saved). */
-async function bothClients(answer: Buffer): Promise<{ get: Outcome; fetch: Outcome }> {
+async function bothClients(answer: Buffer, maxBytes?: number): Promise<{ get: Outcome; fetch: Outcome }> {
   const { url, address } = await server(answer);
   const dir = scratch();
-  const got = await get(url, 'report.md', { output: join(dir, 'report.md') }).then(
+  const got = await get(url, 'report.md', { output: join(dir, 'report.md'), maxBytes }).then(
     (r): Outcome => ({ saved: readFileSync(r.savedTo!) }),
     (error: unknown): Outcome => {
       if (!(error instanceof ClientError)) throw error;
@@ -82,7 +83,7 @@ async function bothClients(answer: Buffer): Promise<{ get: Outcome; fetch: Outco
     },
   );
   const gamma = await offlineCapsule({ yaml: FETCHER, advertise: 'http://localhost:4242' });
-  const fetched = await fetchPeerFile(gamma.session, { peer: address, handle: handle() }).then(
+  const fetched = await fetchPeerFile(gamma.session, { peer: address, handle: handle() }, { maxBytes }).then(
     (r): Outcome => ({ saved: readFileSync(join(gamma.workdir, r.path)) }),
     (error: unknown): Outcome => {
       if (!(error instanceof Refusal)) throw error;
@@ -162,4 +163,77 @@ describe('one cap on a refusal body', () => {
       await expect(list(overUrl)).rejects.toThrow(/^the server answered 403$/);
     },
   );
+});
+
+describe('one verified-body reader', () => {
+  const BODY = Buffer.from('the report, all of it');
+
+  it('both clients save a body whose etag names exactly its bytes, up to exactly the cap', async () => {
+    const r = await bothClients(ok([`etag: ${formatEtag(sha(BODY))}`], BODY), BODY.length);
+    expect(r).toEqual({ get: { saved: BODY }, fetch: { saved: BODY } });
+  });
+
+  it('both clients refuse a body whose etag names other bytes, after reading it, and save nothing', async () => {
+    const r = await bothClients(ok([`etag: ${formatEtag(sha('other bytes'))}`], BODY));
+    expect(r.get).toEqual({ error: `etag mismatch: the server said ${formatEtag(sha('other bytes'))} but the bytes hash to sha256:${sha(BODY)}; nothing was saved` });
+    expect(r.fetch).toEqual({ code: 'etag_mismatch', error: "the body's sha256 does not match the peer's etag; nothing was stored" });
+  });
+
+  it('both clients refuse a body one byte past the cap, framed by the connection closing, and save nothing', async () => {
+    const answer = Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\netag: ${formatEtag(sha(BODY))}\r\nconnection: close\r\n\r\n`), BODY]);
+    const r = await bothClients(answer, BODY.length - 1);
+    expect(r.get).toEqual({ error: `the file is larger than the ${BODY.length - 1} bytes get saves; pass --max-bytes to raise it; nothing was saved` });
+    expect(r.fetch).toEqual({ code: 'too_large', error: `the peer's file exceeds the fetch limit of ${BODY.length - 1} bytes; nothing was stored` });
+  });
+
+  it('both clients refuse a body cut off before its content-length, and save nothing', async () => {
+    const answer = `HTTP/1.1 200 OK\r\netag: ${formatEtag(sha(BODY))}\r\ncontent-length: ${BODY.length + 10}\r\n\r\n${BODY.toString()}`;
+    const r = await bothClients(Buffer.from(answer));
+    expect(r.get).toEqual({ error: expect.stringMatching(/^the download from http:\/\/127\.0\.0\.1:\d+ broke off: .*; nothing was saved$/) });
+    expect(r.fetch).toMatchObject({ code: 'peer_unreachable' });
+  });
+
+  // The reader itself, on the rules both clients rely on.
+  const chunks = async function* (...parts: string[]) {
+    for (const p of parts) yield Buffer.from(p);
+  };
+  const collect = () => {
+    const written: Buffer[] = [];
+    return { written, sink: async (c: Buffer) => void written.push(c) };
+  };
+  const failure = (p: Promise<unknown>) => p.then(() => { throw new Error('expected a BodyFailure'); }, (e: unknown) => {
+    expect(e).toBeInstanceOf(BodyFailure);
+    return e as BodyFailure;
+  });
+
+  it('resolves with the bytes and their SHA-256 only when the etag names them', async () => {
+    const { written, sink } = collect();
+    expect(await readVerifiedBody(chunks('ab', 'cd'), { sha256: sha('abcd'), maxBytes: 4, length: 4, sink })).toEqual({ bytes: 4, sha256: sha('abcd') });
+    expect(Buffer.concat(written).toString()).toBe('abcd');
+    const m = await failure(readVerifiedBody(chunks('ab', 'cd'), { sha256: sha('abce'), maxBytes: 4, sink: collect().sink }));
+    expect([m.kind, m.bytes, m.sha256]).toEqual(['mismatch', 4, sha('abcd')]);
+  });
+
+  it('never hashes or writes the chunk that would pass the cap or the content-length', async () => {
+    for (const [opts, kind] of [[{ maxBytes: 3 }, 'too_large'], [{ maxBytes: 10, length: 3 }, 'over_length']] as const) {
+      const { written, sink } = collect();
+      const f = await failure(readVerifiedBody(chunks('ab', 'cd'), { sha256: sha('abcd'), ...opts, sink }));
+      expect([f.kind, f.bytes, Buffer.concat(written).toString()]).toEqual([kind, 2, 'ab']);
+    }
+    const short = await failure(readVerifiedBody(chunks('ab'), { sha256: sha('ab'), maxBytes: 10, length: 3, sink: collect().sink }));
+    expect([short.kind, short.bytes]).toEqual(['short', 2]);
+  });
+
+  it('reports a failing sink or stream with what it threw', async () => {
+    const disk = new Error('ENOSPC');
+    const s = await failure(readVerifiedBody(chunks('ab'), { sha256: sha('ab'), maxBytes: 10, sink: async () => { throw disk; } }));
+    expect([s.kind, s.cause]).toEqual(['sink', disk]);
+    const cut = new Error('other side closed');
+    const broken = async function* () {
+      yield Buffer.from('ab');
+      throw cut;
+    };
+    const b = await failure(readVerifiedBody(broken(), { sha256: sha('ab'), maxBytes: 10, sink: collect().sink }));
+    expect([b.kind, b.bytes, b.cause]).toEqual(['stream', 2, cut]);
+  });
 });
