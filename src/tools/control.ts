@@ -10,10 +10,10 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { CallToolRequestSchema, ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { Refusal, renderTool } from '../codes.js';
-import { redactHandles } from '../redact.js';
+import { renderTool } from '../codes.js';
 import type { Session } from '../session/session.js';
 import { callTool, parseToolArguments, toolSpecs, type ToolSpec } from './index.js';
+import { asToolRefusal, shown } from './refusal.js';
 import { packageIdentity } from '../version.js';
 
 export const TASK_COMPLETED = 'notifications/task_completed';
@@ -26,7 +26,7 @@ const TaskCompletedSchema = z.object({ method: z.literal(TASK_COMPLETED), params
 
 /** A refusal as a tool result: `isError`, the body `{"error","message"}` with a catalogued code. */
 function refusalResult(error: unknown): CallToolResult {
-  const refusal = renderTool(error instanceof Refusal ? error : new Refusal('io_error', 'the tool failed unexpectedly'));
+  const refusal = renderTool(asToolRefusal(error));
   return { isError: true, content: [{ type: 'text', text: JSON.stringify({ error: refusal.code, message: refusal.message }) }] };
 }
 
@@ -59,8 +59,8 @@ function guardToolCalls(session: Session, specs: ToolSpec[], sdkHandler: CallHan
     const name = request.params.name;
     const spec = specs.find((s) => s.name === name);
     if (!spec) {
-      const shown = redactHandles(name);
-      throw new McpError(ErrorCode.InvalidParams, `Unknown tool: '${shown.length > NAME_SHOWN_MAX ? `${shown.slice(0, NAME_SHOWN_MAX)}…` : shown}'`);
+      const quoted = shown(name);
+      throw new McpError(ErrorCode.InvalidParams, `Unknown tool: '${quoted.length > NAME_SHOWN_MAX ? `${quoted.slice(0, NAME_SHOWN_MAX)}…` : quoted}'`);
     }
     if (!spec.declared) return runTool(session, spec, request.params.arguments);
     try {

@@ -12,13 +12,14 @@ import { checkShape, decodePayloadUnverified } from '../handle/token.js';
 import { destinationMatches, targetFromPeer, type Target } from '../manifest/destinations.js';
 import * as native from '../native.js';
 import { BodyFailure, ERROR_BODY_MAX_BYTES, readVerifiedBody, type VerifiedBody } from '../response-body.js';
-import { handleId, redactHandles } from '../redact.js';
+import { handleId } from '../redact.js';
 import { PEER_INBOX_DIR } from '../manifest/scope.js';
 import { peerFileFetch } from '../trace/events.js';
 import type { Session } from '../session/session.js';
 import { CAPSULE_EXTENSION_URI, HEADER, parseEtag, PEER_PREFIX } from '../wire.js';
 import { fetchCard } from './peer-card.js';
 import { assertLimits, getStream, PeerHttpError, type PeerResponse } from './peer-http.js';
+import { toolRefusal } from './refusal.js';
 
 export interface FetchPeerFileInput {
   /** The peer capsule: `host:port` (spoken over http) or an http(s) URL. */
@@ -115,7 +116,6 @@ export async function fetchPeerFile(
   assertLimits({ maxBytes, connectTimeoutMs: opts.connectTimeoutMs, totalTimeoutMs: opts.totalTimeoutMs });
   const peer: unknown = input?.peer;
   const handle: unknown = input?.handle;
-  const peerText = typeof peer === 'string' ? redactHandles(peer) : '';
   const hid = typeof handle === 'string' ? handleId(handle) : null;
 
   const record = async (fields: { stored_path: string | null; bytes: number | null; sha256: string | null; outcome: string; reason: string | null }) => {
@@ -136,8 +136,8 @@ export async function fetchPeerFile(
     }
   };
   const refuse = async (code: Refusal['code'], message: string): Promise<never> => {
-    // Belt and braces: no message is built from the token, but none may ever carry one either.
-    const error = new Refusal(code, redactHandles(message));
+    // No message is built from the token, but one quoting the caller's `peer` may carry one.
+    const error = toolRefusal(new Refusal(code, message));
     await record({ stored_path: null, bytes: null, sha256: null, outcome: error.code, reason: error.detail });
     throw error;
   };
@@ -155,7 +155,7 @@ export async function fetchPeerFile(
     return refuse('peer_not_allowed', (error as Error).message);
   }
   if (!destinationMatches(allow, target)) {
-    return refuse('peer_not_allowed', `capabilities.peer_fetch.allow does not include the peer '${peerText}'`);
+    return refuse('peer_not_allowed', `capabilities.peer_fetch.allow does not include the peer '${peer}'`);
   }
   // A token travels as one path segment. Anything not shaped like one could carry `/`, `?` or `..`
   // into the request line and address something else on the peer, so it is refused here.
@@ -180,11 +180,11 @@ export async function fetchPeerFile(
     card = await fetchCard(target, { connectTimeoutMs: opts.connectTimeoutMs, totalTimeoutMs: opts.totalTimeoutMs, ca: opts.ca });
   } catch (error) {
     const why = error instanceof PeerHttpError ? error.message : 'the request failed';
-    return refuse('peer_unreachable', `the agent card of '${peerText}' could not be fetched, so the handle was not sent: ${why}`);
+    return refuse('peer_unreachable', `the agent card of '${peer}' could not be fetched, so the handle was not sent: ${why}`);
   }
   const cardSession = sessionIdFromCard(card, CAPSULE_EXTENSION_URI);
   if (iss === null || cardSession !== iss) {
-    return refuse('issuer_mismatch', `the agent card of '${peerText}' does not name the session that issued the handle, so the handle was not sent`);
+    return refuse('issuer_mismatch', `the agent card of '${peer}' does not name the session that issued the handle, so the handle was not sent`);
   }
 
   // ── The redeem ──
@@ -198,7 +198,7 @@ export async function fetchPeerFile(
       ...(opts.ca !== undefined ? { ca: opts.ca } : {}),
     });
   } catch (error) {
-    const refusal = transportRefusal(error, peerText, maxBytes);
+    const refusal = transportRefusal(error, peer, maxBytes);
     return refuse(refusal.code, refusal.detail ?? refusal.code);
   }
 
@@ -237,7 +237,7 @@ export async function fetchPeerFile(
       const sink = landing.write.bind(landing);
       body = await readVerifiedBody(response.chunks(maxBytes), { sha256: expected, maxBytes, sink });
     } catch (error) {
-      const refusal = bodyRefusal(error, peerText, maxBytes);
+      const refusal = bodyRefusal(error, peer, maxBytes);
       return await refuse(refusal.code, refusal.detail ?? refusal.code);
     }
     const { bytes, sha256 } = body;

@@ -4,8 +4,7 @@
 // the one source of truth for both the definitions a host reads and the validation every call
 // passes; the work itself is in share-file.ts and fetch-peer-file.ts beside this file.
 import { z } from 'zod';
-import { Refusal, renderTool } from '../codes.js';
-import { redactHandles } from '../redact.js';
+import { Refusal } from '../codes.js';
 import type { Session, ToolName } from '../session/session.js';
 import { fetchPeerFile } from './fetch-peer-file.js';
 import {
@@ -17,6 +16,7 @@ import {
   type FetchPeerFileArguments,
   type ShareFileArguments,
 } from './schemas.js';
+import { asToolRefusal, toolRefusal } from './refusal.js';
 import { shareFile, type ShareFileInput, type ShareFileResult } from './share-file.js';
 import type { FetchPeerFileInput, FetchPeerFileResult } from './fetch-peer-file.js';
 
@@ -137,8 +137,7 @@ function clause(issue: z.core.$ZodIssue): string {
 
 /**
  * The sentence an agent reads for arguments that do not match the schema: every violation, so one
- * retry can fix them all. The caller passes it through the redaction boundary (an argument name
- * can be a pasted token).
+ * retry can fix them all. It quotes argument names, which toolRefusal redacts (one can be a pasted token).
  */
 function violation(error: z.ZodError): string {
   const clauses = error.issues.map(clause);
@@ -151,7 +150,7 @@ function violation(error: z.ZodError): string {
  */
 export function parseToolArguments(spec: Pick<ToolSpec, 'input'>, args: unknown): Record<string, unknown> {
   const parsed = spec.input.safeParse(args ?? {}, { reportInput: true });
-  if (!parsed.success) throw new Refusal('invalid_argument', redactHandles(violation(parsed.error)));
+  if (!parsed.success) throw toolRefusal(new Refusal('invalid_argument', violation(parsed.error)));
   return parsed.data;
 }
 
@@ -161,22 +160,19 @@ export function parseToolArguments(spec: Pick<ToolSpec, 'input'>, args: unknown)
  * type errors. Refusals are not results: the promise rejects with a Refusal whose detail is the
  * sentence for the agent (arguments that fail the schema at run time are `invalid_argument`; an
  * unknown tool name is `unknown_tool`, and over MCP it never gets here: it is a JSON-RPC error).
- * Every refusal message passes the redaction boundary here, whoever built it: messages quote caller
- * text (a peer, a path, an argument name), and a token pasted into any of them must not come back out.
+ * Every refusal is worded (and redacted) once, by toolRefusal (src/tools/refusal.ts), where it is made.
  */
 export async function callTool<N extends ToolName>(session: Session, name: N, args: ToolArguments<N>): Promise<ToolResult<N>> {
   try {
     return (await runTool(session, name, args)) as ToolResult<N>;
   } catch (error) {
-    // Anything but a Refusal is unexpected, and its text (a host path, a URL) is not passed on.
-    const refusal = error instanceof Refusal ? error : new Refusal('io_error', 'the tool failed unexpectedly');
-    throw new Refusal(refusal.code, redactHandles(renderTool(refusal).message));
+    throw asToolRefusal(error);
   }
 }
 
 async function runTool(session: Session, name: string, args: unknown): Promise<ShareFileResult | FetchPeerFileResult> {
   const spec = isToolName(name) ? toolSpecs(session).find((s) => s.name === name) : undefined;
-  if (!spec) throw new Refusal('unknown_tool', `no tool named '${name}' exists here`);
+  if (!spec) throw toolRefusal(new Refusal('unknown_tool', `no tool named '${name}' exists here`));
   // Validated before anything else, declared or not: a malformed call costs no file, socket or
   // trace line. An undeclared tool's well-formed call is refused by the tool itself, traced.
   const input = parseToolArguments(spec, args);

@@ -5,16 +5,17 @@
 // lifetime may only narrow the declared ceiling. Every attempt, minted or refused, lands in the
 // trace as `peer_handle_mint` before the caller hears the outcome. Refusals are a Refusal
 // (src/codes.ts) whose detail is the sentence the agent reads.
-import { Refusal, renderTool, type Code } from '../codes.js';
+import { Refusal, type Code } from '../codes.js';
 import { audienceFromCard } from '../handle/audience.js';
 import { mintToken, PAYLOAD_VERSION, randomNonceHex } from '../handle/token.js';
 import { destinationMatches, targetFromPeer, type Target } from '../manifest/destinations.js';
 import { parseDuration } from '../manifest/grammars.js';
-import { handleId, redactHandles } from '../redact.js';
+import { handleId } from '../redact.js';
 import { peerHandleMint } from '../trace/events.js';
 import type { Session } from '../session/session.js';
 import { fetchCard } from './peer-card.js';
 import { assertLimits, PeerHttpError } from './peer-http.js';
+import { toolRefusal } from './refusal.js';
 
 /**
  * A tool refusal: a stable `code` (the trace's `outcome`) and a sentence for the agent. Messages
@@ -95,8 +96,8 @@ export async function shareFile(session: Session, input: ShareFileInput, opts: S
     }
   };
   const refuse = async (raw: Refusal): Promise<never> => {
-    // Messages quote the caller's `peer` and `path`; a token pasted there must not come back out.
-    const error = new Refusal(raw.code, redactHandles(renderTool(raw).message));
+    // Worded (and redacted: messages quote the caller's `peer` and `path`) before it is traced.
+    const error = toolRefusal(raw);
     await record({ handle_id: null, path: requestedPath, expires_at_ms: null, outcome: error.code, reason: error.detail });
     throw error;
   };
