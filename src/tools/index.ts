@@ -100,13 +100,22 @@ export function toolSpecs(session: Session): ToolSpec[] {
   ];
 }
 
-/** The declared tools' definitions as JSON Schema (draft-07, as the MCP SDK renders them). */
+/** A tool's input and output schemas as JSON Schema draft-07, as the MCP SDK renders them (`$schema` included). */
+export function toolJsonSchemas(spec: Pick<ToolSpec, 'input' | 'output'>): { input: Record<string, unknown>; output: Record<string, unknown> } {
+  return {
+    input: z.toJSONSchema(spec.input, { target: 'draft-7', io: 'input' }),
+    output: z.toJSONSchema(spec.output, { target: 'draft-7', io: 'output' }),
+  };
+}
+
+/** The declared tools' definitions as JSON Schema (draft-07, as the MCP SDK renders them, without `$schema`). */
 export function toolDefinitions(session: Session): ToolDefinition[] {
   return toolSpecs(session)
     .filter((spec) => spec.declared)
     .map((spec) => {
-      const { $schema: _in, ...inputSchema } = z.toJSONSchema(spec.input, { target: 'draft-7', io: 'input' });
-      const { $schema: _out, ...outputSchema } = z.toJSONSchema(spec.output, { target: 'draft-7', io: 'output' });
+      const schemas = toolJsonSchemas(spec);
+      const { $schema: _in, ...inputSchema } = schemas.input;
+      const { $schema: _out, ...outputSchema } = schemas.output;
       return {
         name: spec.name,
         title: spec.title,
@@ -148,7 +157,7 @@ function violation(error: z.ZodError): string {
  * Checks a call's arguments against the tool's input schema. Throws `invalid_argument` (its
  * message redacted) when they do not match; absent arguments are an empty object, as in MCP.
  */
-export function parseToolArguments(spec: Pick<ToolSpec, 'input'>, args: unknown): Record<string, unknown> {
+function parseToolArguments(spec: Pick<ToolSpec, 'input'>, args: unknown): Record<string, unknown> {
   const parsed = spec.input.safeParse(args ?? {}, { reportInput: true });
   if (!parsed.success) throw toolRefusal(new Refusal('invalid_argument', violation(parsed.error)));
   return parsed.data;

@@ -2,16 +2,21 @@
 // own client over a spawned `serve --control stdio`: serverInfo from package.json, each tool's
 // title, annotations and input/output schemas, structured results that validate against the
 // listed outputSchema, bad arguments refused `invalid_argument`, and an unknown tool as JSON-RPC
-// error -32602 on the wire.
+// error -32602 on the wire. The list is the one the SDK's own registerTool renders from the same
+// contracts (control.ts answers tools/list itself, so an SDK upgrade that changed it shows here).
 import { spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { toolSpecs } from '../../src/tools/index.js';
+import { offlineCapsule } from '../helpers/capsule.js';
 import { defer, reap } from '../helpers/cleanup.js';
 import { CLI } from '../helpers/cli.js';
 import { scratch } from '../helpers/tree.js';
@@ -84,6 +89,31 @@ describe('what a host reads', () => {
     expect(fetchTool.annotations).toEqual({ readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true });
     expect(fetchTool.inputSchema).toMatchObject({ type: 'object', required: ['peer', 'handle'], additionalProperties: false });
     expect(fetchTool.outputSchema?.required).toEqual(['path', 'bytes', 'sha256', 'peer', 'generation']);
+  });
+});
+
+describe('the list a host reads is the SDK\'s own rendering', () => {
+  it.each([['both tools', BOTH], ['fetch only', FETCH_ONLY]])('%s: tools/list equals what registerTool lists for the same contracts', async (_label, manifest) => {
+    const c = await launch(`name: a\n${manifest}`);
+    const served = (await c.client.listTools()).tools;
+    // A reference server that registers the same specs the way the SDK's high-level API does.
+    const offline = await offlineCapsule({ yaml: `name: a\n${manifest}`, advertise: 'http://localhost:4242' });
+    const reference = new McpServer({ name: 'reference', version: '0' });
+    for (const spec of toolSpecs(offline.session)) {
+      const tool = reference.registerTool(
+        spec.name,
+        { title: spec.title, description: spec.description, inputSchema: spec.input, outputSchema: spec.output, annotations: spec.annotations },
+        async () => ({ content: [] }),
+      );
+      if (!spec.declared) tool.disable();
+    }
+    const [serverSide, clientSide] = InMemoryTransport.createLinkedPair();
+    await reference.connect(serverSide);
+    const client = new Client({ name: 'test-host', version: '1.0.0' });
+    await client.connect(clientSide);
+    defer(() => client.close());
+    expect(served).toEqual((await client.listTools()).tools);
+    expect(served.length).toBeGreaterThan(0);
   });
 });
 
