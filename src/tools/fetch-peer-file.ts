@@ -103,9 +103,10 @@ function bodyRefusal(error: unknown, peer: string, maxBytes: number): Refusal {
 }
 
 /**
- * Redeems `input.handle` at `input.peer` and lands the bytes. Resolves once the file is in place
- * and its `peer_file_fetch` event is written; throws a Refusal otherwise, having left no temporary
- * file behind and closed every descriptor it was handed.
+ * Redeems `input.handle` at `input.peer` and lands the bytes. `input` is typed: callTool has
+ * checked it against the schema, a direct caller's compiler against the type. Resolves once the
+ * file is in place and its `peer_file_fetch` event is written; throws a Refusal otherwise, having
+ * left no temporary file behind and closed every descriptor it was handed.
  */
 export async function fetchPeerFile(
   session: Session,
@@ -114,15 +115,14 @@ export async function fetchPeerFile(
 ): Promise<FetchPeerFileResult> {
   const maxBytes = opts.maxBytes ?? DEFAULT_FETCH_MAX_BYTES;
   assertLimits({ maxBytes, connectTimeoutMs: opts.connectTimeoutMs, totalTimeoutMs: opts.totalTimeoutMs });
-  const peer: unknown = input?.peer;
-  const handle: unknown = input?.handle;
-  const hid = typeof handle === 'string' ? handleId(handle) : null;
+  const { peer, handle } = input;
+  const hid = handleId(handle);
 
   const record = async (fields: { stored_path: string | null; bytes: number | null; sha256: string | null; outcome: string; reason: string | null }) => {
     try {
       await session.trace.record(
         peerFileFetch({
-          peer: typeof peer === 'string' ? peer : null,
+          peer,
           handleId: hid,
           storedPath: fields.stored_path,
           bytes: fields.bytes,
@@ -147,7 +147,6 @@ export async function fetchPeerFile(
   if (allow === null) {
     return refuse('peer_not_allowed', 'this capsule declares no capabilities.peer_fetch block, so it fetches from no peer');
   }
-  if (typeof peer !== 'string') return refuse('peer_not_allowed', "'peer' must be a string: host:port or an http(s) URL");
   let target: Target;
   try {
     target = targetFromPeer(peer);
@@ -159,7 +158,7 @@ export async function fetchPeerFile(
   }
   // A token travels as one path segment. Anything not shaped like one could carry `/`, `?` or `..`
   // into the request line and address something else on the peer, so it is refused here.
-  if (typeof handle !== 'string' || !checkShape(handle)) {
+  if (!checkShape(handle)) {
     return refuse('malformed_handle', 'the handle is not a well-formed mh1 token');
   }
 

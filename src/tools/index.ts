@@ -7,15 +7,7 @@ import { z } from 'zod';
 import { Refusal } from '../codes.js';
 import type { Session, ToolName } from '../session/session.js';
 import { fetchPeerFile } from './fetch-peer-file.js';
-import {
-  fetchPeerFileInput,
-  fetchPeerFileOutput,
-  shareFileInput,
-  shareFileOutput,
-  TOOL_PRESENTATION,
-  type FetchPeerFileArguments,
-  type ShareFileArguments,
-} from './schemas.js';
+import { fetchPeerFileInput, fetchPeerFileOutput, shareFileInput, shareFileOutput, TOOL_PRESENTATION } from './schemas.js';
 import { asToolRefusal, toolRefusal } from './refusal.js';
 import { shareFile, type ShareFileInput, type ShareFileResult } from './share-file.js';
 import type { FetchPeerFileInput, FetchPeerFileResult } from './fetch-peer-file.js';
@@ -48,12 +40,15 @@ export function isToolName(name: unknown): name is ToolName {
   return typeof name === 'string' && (TOOL_NAMES as readonly string[]).includes(name);
 }
 
-/** One tool's contract: zod schemas for its input and output, and what a host is told about it. */
-export interface ToolSpec {
-  name: ToolName;
+/**
+ * One tool's contract: zod schemas for its input and output, and what a host is told about it.
+ * `input` parses to exactly what the tool function takes, so a validated call needs no cast.
+ */
+export interface ToolSpec<N extends ToolName = ToolName> {
+  name: N;
   title: string;
   description: string;
-  input: z.ZodObject;
+  input: z.ZodType<ToolSignatures[N]['input']>;
   output: z.ZodObject;
   annotations: (typeof TOOL_PRESENTATION)[ToolName]['annotations'];
   /** Whether the manifest declares it: only declared tools are offered. */
@@ -70,8 +65,11 @@ export interface ToolDefinition {
   annotations: ToolSpec['annotations'];
 }
 
+/** Any one tool's contract, told apart by its name. */
+export type AnyToolSpec = { [N in ToolName]: ToolSpec<N> }[ToolName];
+
 /** Every tool's contract for this session, in a fixed order; descriptions name the declared grants. */
-export function toolSpecs(session: Session): ToolSpec[] {
+export function toolSpecs(session: Session): AnyToolSpec[] {
   const peer = session.manifest.peerFiles;
   const declared = session.toolsDeclared();
   return [
@@ -154,10 +152,11 @@ function violation(error: z.ZodError): string {
 }
 
 /**
- * Checks a call's arguments against the tool's input schema. Throws `invalid_argument` (its
- * message redacted) when they do not match; absent arguments are an empty object, as in MCP.
+ * Checks a call's arguments against the tool's input schema: the one validation a call gets, over
+ * MCP or in-process. Throws `invalid_argument` when they do not match; absent arguments are an
+ * empty object, as in MCP.
  */
-function parseToolArguments(spec: Pick<ToolSpec, 'input'>, args: unknown): Record<string, unknown> {
+function parseToolArguments<T>(spec: { input: z.ZodType<T> }, args: unknown): T {
   const parsed = spec.input.safeParse(args ?? {}, { reportInput: true });
   if (!parsed.success) throw toolRefusal(new Refusal('invalid_argument', violation(parsed.error)));
   return parsed.data;
@@ -184,7 +183,6 @@ async function runTool(session: Session, name: string, args: unknown): Promise<S
   if (!spec) throw toolRefusal(new Refusal('unknown_tool', `no tool named '${name}' exists here`));
   // Validated before anything else, declared or not: a malformed call costs no file, socket or
   // trace line. An undeclared tool's well-formed call is refused by the tool itself, traced.
-  const input = parseToolArguments(spec, args);
-  if (spec.name === 'share-file') return { ...(await shareFile(session, input as ShareFileArguments)) };
-  return { ...(await fetchPeerFile(session, input as FetchPeerFileArguments)) };
+  if (spec.name === 'share-file') return { ...(await shareFile(session, parseToolArguments(spec, args))) };
+  return { ...(await fetchPeerFile(session, parseToolArguments(spec, args))) };
 }

@@ -15,9 +15,10 @@ import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { toolSpecs } from '../../src/tools/index.js';
+import { callTool, toolSpecs } from '../../src/tools/index.js';
 import { offlineCapsule } from '../helpers/capsule.js';
 import { defer, reap } from '../helpers/cleanup.js';
+import { refusal } from '../helpers/refusal.js';
 import { CLI } from '../helpers/cli.js';
 import { scratch } from '../helpers/tree.js';
 
@@ -150,11 +151,16 @@ describe('what a host gets back', () => {
       [{ path: 'a', peer: 'b', ttl: 30 }, "argument 'ttl' must be a string"],
       [{ path: 'a', peer: 'b', extra: true }, "unknown argument 'extra'"],
     ];
+    // callTool is the one validator: in-process, the same arguments get the same refusal.
+    const offline = await offlineCapsule({ yaml: `name: a\n${BOTH}`, advertise: 'http://localhost:4242' });
     for (const [args, message] of cases) {
       const r = await c.client.callTool({ name: 'share-file', arguments: args });
       expect(r.isError).toBe(true);
       expect(errorBody(r)).toEqual({ error: 'invalid_argument', message });
+      const inProcess = await refusal(callTool(offline.session, 'share-file', args));
+      expect({ error: inProcess.code, message: inProcess.message }).toEqual({ error: 'invalid_argument', message });
     }
+    expect(readFileSync(offline.tracePath, 'utf8').trim().split('\n').map((l) => JSON.parse(l).event_type)).toEqual(['session_start']);
     // An argument name is caller text: a pasted token never comes back.
     const pasted = await c.client.callTool({ name: 'share-file', arguments: { path: 'a', peer: 'b', [token]: 'x' } });
     expect(errorBody(pasted).error).toBe('invalid_argument');
