@@ -1,6 +1,7 @@
 // The wire's fixed names, shared by the planes that answer them and the tools that call them:
-// routes, header names, the agent-card path, the containment classes, and the one decision of which
-// plane a raw request target names (planeOf). A leaf beside paths.ts, the only module it imports.
+// routes, header names, the agent-card path, the etag format, the containment classes, and the one
+// decision of which plane a raw request target names (planeOf). A leaf beside paths.ts, the only
+// module it imports.
 import { requestPath } from './paths.js';
 
 /** The operator plane: the listing and `/resources/files/<relpath>`. */
@@ -20,6 +21,21 @@ export const HEADER = Object.freeze({
   handleId: 'x-murmur-handle-id',
   mtimeMs: 'x-murmur-mtime-ms',
 });
+
+// A served body's strong etag is its SHA-256, `"sha256:<64 lowercase hex>"`. The planes write it
+// and both clients (cli get, fetch-peer-file) check bytes against it, so it is spelled only here:
+// a client that read it more loosely than the planes write it would accept bytes nothing vouched for.
+const ETAG = /^"sha256:([0-9a-f]{64})"$/;
+
+/** The etag of a body whose SHA-256 is `sha256` (64 lowercase hex). */
+export function formatEtag(sha256: string): string {
+  return `"sha256:${sha256}"`;
+}
+
+/** The SHA-256 an etag names; null for anything but a string of exactly the form `formatEtag` writes. */
+export function parseEtag(value: unknown): string | null {
+  return typeof value === 'string' ? (ETAG.exec(value)?.[1] ?? null) : null;
+}
 
 /** What the capsule's sandbox achieved, as the runtime reports it (SPEC section 3). */
 export type Containment = 'advisory' | 'scoped' | 'sealed';

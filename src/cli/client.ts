@@ -1,11 +1,12 @@
 // The operator's client verbs: `resource-plane ls <url>` and `resource-plane get <url> <path>`.
 // `get` streams the body into an exclusive temporary file beside the target while hashing it,
-// verifies the etag against those bytes, and only then moves the file into place: nothing is ever
-// buffered whole, and a refusal, a mismatch, a dropped connection or an interrupt leaves nothing
-// behind. An existing target is refused before anything is downloaded.
+// verifies the etag against those bytes (src/response-body.ts, the reader fetch-peer-file shares),
+// and only then moves the file into place: nothing is ever buffered whole, and a refusal, a
+// mismatch, a dropped connection or an interrupt leaves nothing behind. An existing target is
+// refused before anything is downloaded.
 // The server is not trusted either: every text it supplies reaches the terminal only through
 // `printable`, a listing whose numbers are not numbers is refused, and what is read is capped.
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import { linkSync, lstatSync, renameSync, statSync, unlinkSync } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
@@ -13,6 +14,8 @@ import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
 import { Client } from 'undici';
+import { BodyFailure, ERROR_BODY_MAX_BYTES, readVerifiedBody, type VerifiedBody } from '../response-body.js';
+import { parseEtag } from '../wire.js';
 
 export class ClientError extends Error {
   constructor(message: string) {
@@ -23,8 +26,6 @@ export class ClientError extends Error {
 
 const TIMEOUTS = { headersTimeout: 30_000, bodyTimeout: 60_000 };
 
-/** A refusal body is one short JSON object; past this only the status is reported. */
-const ERROR_BODY_MAX_BYTES = 64 * 1024;
 /** The listing body `ls` reads at most, unless --max-bytes says otherwise (about 300,000 entries). */
 export const LIST_MAX_BYTES = 64 * 1024 * 1024;
 /** The file `get` saves at most, unless --max-bytes says otherwise. */
@@ -262,7 +263,6 @@ export interface GetOptions {
   maxBytes?: number;
 }
 
-const ETAG = /^"sha256:([0-9a-f]{64})"$/;
 /** How much of the stdout spool is read back at once. */
 const COPY_CHUNK = 1024 * 1024;
 
@@ -367,6 +367,32 @@ function place(temp: string, target: string, force: boolean): void {
   }
 }
 
+/** A body `get` did not accept, in its own words: why nothing was saved. */
+function getFailure(
+  failure: BodyFailure,
+  at: { shown: string; etag: unknown; length: number | null; maxBytes: number; aborted: boolean },
+): ClientError {
+  // Whatever stopped a body still arriving, an interrupt the user asked for is what they are told.
+  if (at.aborted && failure.kind !== 'short' && failure.kind !== 'mismatch') return new ClientError('interrupted; nothing was saved');
+  switch (failure.kind) {
+    case 'over_length':
+      return new ClientError(`the server sent more than the ${at.length} bytes of its content-length; nothing was saved`);
+    case 'too_large':
+      return new ClientError(`the file is larger than the ${at.maxBytes} bytes get saves; pass --max-bytes to raise it; nothing was saved`);
+    case 'short':
+      return new ClientError(`the server sent ${failure.bytes} of the ${at.length} bytes of its content-length; nothing was saved`);
+    case 'stream':
+      return new ClientError(`the download from ${at.shown} broke off: ${printable((failure.cause as Error).message)}; nothing was saved`);
+    case 'sink':
+      // writeAll's own ClientError says what the disk refused; anything else broke the download.
+      return failure.cause instanceof ClientError
+        ? failure.cause
+        : new ClientError(`the download from ${at.shown} broke off: ${printable((failure.cause as Error).message)}; nothing was saved`);
+    case 'mismatch':
+      return new ClientError(`etag mismatch: the server said ${printable(String(at.etag))} but the bytes hash to sha256:${failure.sha256}; nothing was saved`);
+  }
+}
+
 /**
  * Downloads one file. The relpath's components are percent-encoded so the server sees exactly the
  * name asked for; the server still judges it. The body streams into a temporary file, created
@@ -389,8 +415,8 @@ export async function get(url: string, relpath: string, opts: GetOptions = {}): 
   try {
     if (res.statusCode !== 200) throw refusal(res.statusCode, await readCapped(res.body, ERROR_BODY_MAX_BYTES));
     const etag = res.headers.etag;
-    const expected = typeof etag === 'string' ? ETAG.exec(etag)?.[1] : undefined;
-    if (expected === undefined) {
+    const expected = parseEtag(etag);
+    if (expected === null) {
       throw new ClientError(`etag mismatch: the server said ${printable(String(etag))}, which names no sha256 digest; nothing was saved`);
     }
     const maxBytes = opts.maxBytes ?? GET_MAX_BYTES;
@@ -398,8 +424,6 @@ export async function get(url: string, relpath: string, opts: GetOptions = {}): 
     if (length !== null && length > maxBytes) {
       throw new ClientError(`the file is ${length} bytes, more than the ${maxBytes} get saves; pass --max-bytes to raise it; nothing was saved`);
     }
-    // Never more than the server announced, nor than the limit when it announced nothing.
-    const ceiling = length ?? maxBytes;
 
     temp = join(target === null ? tmpdir() : dirname(target), `.${target === null ? 'resource-plane-get' : basename(target)}.${randomBytes(6).toString('hex')}.part`);
     try {
@@ -415,36 +439,24 @@ export async function get(url: string, relpath: string, opts: GetOptions = {}): 
       temp = null;
     }
 
-    const hash = createHash('sha256');
-    let received = 0;
     progress = opts.progress ?? null;
     progress?.start(length);
+    const spool = file;
+    let written = 0;
+    const sink = async (chunk: Buffer) => {
+      await writeAll(spool, chunk);
+      written += chunk.length;
+      progress?.update(written);
+    };
+    let body: VerifiedBody;
     try {
-      for await (const chunk of res.body as AsyncIterable<Buffer>) {
-        if (received + chunk.length > ceiling) {
-          throw new ClientError(
-            length !== null
-              ? `the server sent more than the ${length} bytes of its content-length; nothing was saved`
-              : `the file is larger than the ${maxBytes} bytes get saves; pass --max-bytes to raise it; nothing was saved`,
-          );
-        }
-        hash.update(chunk);
-        await writeAll(file, chunk);
-        received += chunk.length;
-        progress?.update(received);
-      }
+      // Never more than the server announced, nor than the limit when it announced nothing.
+      body = await readVerifiedBody(res.body as AsyncIterable<Buffer>, { sha256: expected, maxBytes, length, sink });
     } catch (error) {
-      if (opts.signal?.aborted) throw new ClientError('interrupted; nothing was saved');
-      if (error instanceof ClientError) throw error;
-      throw new ClientError(`the download from ${u.shown} broke off: ${printable((error as Error).message)}; nothing was saved`);
+      if (!(error instanceof BodyFailure)) throw error;
+      throw getFailure(error, { shown: u.shown, etag, length, maxBytes, aborted: opts.signal?.aborted === true });
     }
-    if (length !== null && received !== length) {
-      throw new ClientError(`the server sent ${received} of the ${length} bytes of its content-length; nothing was saved`);
-    }
-    const sha256 = hash.digest('hex');
-    if (sha256 !== expected) {
-      throw new ClientError(`etag mismatch: the server said ${printable(String(etag))} but the bytes hash to sha256:${sha256}; nothing was saved`);
-    }
+    const { bytes: received, sha256 } = body;
 
     if (target === null) {
       await copyOut(file, received, opts.stdout ?? process.stdout);

@@ -202,13 +202,19 @@ export function verifyToken(
 }
 
 /**
- * The payload of a token this process cannot verify (a peer's). Caller-controlled: fit only for
- * a naming hint, never for a decision. Null unless the token is well-shaped and the payload has
- * a handle's fields.
+ * A token this process cannot verify (a peer's), split and decoded in one pass: null unless it is
+ * well-shaped (what `checkShape` accepts); `payload` null unless it has a handle's fields. The
+ * payload is caller-controlled: fit for choosing where the token may go and what to name what it
+ * fetches, never for trusting it.
  */
-export function decodePayloadUnverified(token: string): HandlePayload | null {
+export function readUnverified(token: string): { payload: HandlePayload | null } | null {
   const parts = splitToken(token);
-  return parts === null ? null : parsePayload(parts.payload);
+  return parts === null ? null : { payload: parsePayload(parts.payload) };
+}
+
+/** The payload of a token this process cannot verify, or null (see readUnverified). */
+export function decodePayloadUnverified(token: string): HandlePayload | null {
+  return readUnverified(token)?.payload ?? null;
 }
 
 /** 32 lowercase hex characters of fresh randomness, for a payload's `n`. */

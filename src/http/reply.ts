@@ -4,7 +4,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { FastifyReply } from 'fastify';
 import type { Rendered } from '../codes.js';
-import { HEADER } from '../wire.js';
+import { formatEtag, HEADER } from '../wire.js';
 
 export type HeaderList = Array<[string, string]>;
 
@@ -57,9 +57,9 @@ export function sendError(reply: PlaneReply, error: Rendered, extra: HeaderList 
   reply.send(error.status, headers, error.body);
 }
 
-/** A served file's strong etag: its SHA-256, quoted. */
+/** A served file's strong etag (its format is the wire's: src/wire.ts). */
 export function etagOf(result: { sha256: string }): string {
-  return `"sha256:${result.sha256}"`;
+  return formatEtag(result.sha256);
 }
 
 /** The validator headers of a served file, shared by both planes, in the spec's order. */

@@ -1,19 +1,18 @@
 // The control channel: an MCP server on stdin/stdout through which a capsule runtime drives a
-// session. The tools are registered through the SDK's high-level McpServer from their zod
-// contracts (src/tools/schemas.ts): `tools/list` offers exactly the declared tools with their
-// input and output schemas, titles and annotations; `tools/call` runs them, the SDK checking the
-// arguments and the structured result against those schemas. `notifications/task_completed`
-// advances the generation, and closing stdin ends the session. stdout belongs to the protocol: logs
-// go to stderr, and the bound URL reaches the launcher as the `notifications/resource_plane/listening`
-// notification (and in the initialize instructions).
+// session. `tools/list` offers exactly the declared tools, from their zod contracts
+// (src/tools/schemas.ts), with their input and output schemas, titles and annotations; `tools/call`
+// runs one through callTool (src/tools/index.ts), the one place its arguments are validated.
+// `notifications/task_completed` advances the generation, and closing stdin ends the session.
+// stdout belongs to the protocol: logs go to stderr, and the bound URL reaches the launcher as the
+// `notifications/resource_plane/listening` notification (and in the initialize instructions).
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
-import { CallToolRequestSchema, ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError, type CallToolResult, type Tool } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
-import { Refusal, renderTool } from '../codes.js';
-import { redactHandles } from '../redact.js';
+import { renderTool } from '../codes.js';
 import type { Session } from '../session/session.js';
-import { callTool, parseToolArguments, toolSpecs, type ToolSpec } from './index.js';
+import { callTool, isToolName, toolJsonSchemas, toolSpecs, type ToolSpec } from './index.js';
+import { asToolRefusal, shown } from './refusal.js';
 import { packageIdentity } from '../version.js';
 
 export const TASK_COMPLETED = 'notifications/task_completed';
@@ -26,50 +25,50 @@ const TaskCompletedSchema = z.object({ method: z.literal(TASK_COMPLETED), params
 
 /** A refusal as a tool result: `isError`, the body `{"error","message"}` with a catalogued code. */
 function refusalResult(error: unknown): CallToolResult {
-  const refusal = renderTool(error instanceof Refusal ? error : new Refusal('io_error', 'the tool failed unexpectedly'));
+  const refusal = renderTool(asToolRefusal(error));
   return { isError: true, content: [{ type: 'text', text: JSON.stringify({ error: refusal.code, message: refusal.message }) }] };
 }
 
-/** Runs a tool through the typed API; a result is the output schema's object, as JSON text and structured. */
-async function runTool(session: Session, spec: ToolSpec, args: unknown): Promise<CallToolResult> {
+/**
+ * A declared tool as `tools/list` shows it, entry for entry what the SDK's registerTool listed:
+ * draft-07 schemas with `$schema`, and no task support (a call runs to its result).
+ */
+function listEntry(spec: ToolSpec): Tool {
+  const schemas = toolJsonSchemas(spec);
+  return {
+    name: spec.name,
+    title: spec.title,
+    description: spec.description,
+    inputSchema: schemas.input,
+    annotations: spec.annotations,
+    execution: { taskSupport: 'forbidden' },
+    outputSchema: schemas.output,
+  } as Tool;
+}
+
+/**
+ * Answers one `tools/call`:
+ * - a name that is no tool of ours is JSON-RPC error -32602 (Invalid params), as the MCP tools
+ *   spec lists unknown tools among protocol errors;
+ * - anything else goes to callTool, which validates the arguments (a mismatch is refused
+ *   `invalid_argument`, so a runtime keeps one refusal shape) and runs the tool. A tool that
+ *   exists but that the manifest does not declare is not offered, yet a call to it is refused by
+ *   the tool itself and traced (`no_peer_plane` / `peer_not_allowed`): an agent reaching for a
+ *   grant it lacks is on the record;
+ * - a result is the output schema's object, as JSON text and structured; a refusal is `isError`.
+ */
+async function toolCallResult(session: Session, specs: ToolSpec[], name: string, args: unknown): Promise<CallToolResult> {
+  const spec = isToolName(name) ? specs.find((s) => s.name === name) : undefined;
+  if (!spec) {
+    const quoted = shown(name);
+    throw new McpError(ErrorCode.InvalidParams, `Unknown tool: '${quoted.length > NAME_SHOWN_MAX ? `${quoted.slice(0, NAME_SHOWN_MAX)}…` : quoted}'`);
+  }
   try {
     const result = spec.output.parse(await callTool(session, spec.name, args));
     return { content: [{ type: 'text', text: JSON.stringify(result) }], structuredContent: result };
   } catch (error) {
     return refusalResult(error);
   }
-}
-
-type CallHandler = (request: z.infer<typeof CallToolRequestSchema>, extra: unknown) => Promise<unknown>;
-
-/**
- * What `tools/call` does before the SDK's own handler, which would fold every failure, an unknown
- * tool included, into an `isError` result:
- * - a name that is no tool of ours is JSON-RPC error -32602 (Invalid params), as the MCP tools
- *   spec lists unknown tools among protocol errors;
- * - arguments that do not match the tool's input schema are refused `invalid_argument` (checked with
- *   the same zod schema the SDK then checks again), so a runtime keeps one refusal shape;
- * - a tool that exists but that the manifest does not declare is not offered, yet a call to it is
- *   refused by the tool itself and traced (`no_peer_plane` / `peer_not_allowed`): an agent reaching
- *   for a grant it lacks is on the record;
- * - a declared tool with good arguments goes to the SDK's handler.
- */
-function guardToolCalls(session: Session, specs: ToolSpec[], sdkHandler: CallHandler): CallHandler {
-  return async (request, extra) => {
-    const name = request.params.name;
-    const spec = specs.find((s) => s.name === name);
-    if (!spec) {
-      const shown = redactHandles(name);
-      throw new McpError(ErrorCode.InvalidParams, `Unknown tool: '${shown.length > NAME_SHOWN_MAX ? `${shown.slice(0, NAME_SHOWN_MAX)}…` : shown}'`);
-    }
-    if (!spec.declared) return runTool(session, spec, request.params.arguments);
-    try {
-      parseToolArguments(spec, request.params.arguments);
-    } catch (error) {
-      return refusalResult(error);
-    }
-    return sdkHandler(request, extra);
-  };
 }
 
 /** `launched`: what launch() returned; only its session is used here. */
@@ -86,36 +85,14 @@ export async function runControl(launched: { session: Session }, ready: Record<s
   );
   const specs = toolSpecs(session);
 
-  // The SDK installs its tools/call handler on the first registerTool; it is wrapped as it is
-  // installed (the SDK offers no other way to reach it). If a future SDK installed it some other
-  // way, the check below stops the launch rather than serve without the guard.
+  // The tools are answered by handlers of our own on the SDK's Server (McpServer.server, its
+  // route for custom request handlers), not through registerTool: that one answers an unknown tool
+  // with an isError result where MCP calls for a protocol error, and validates every call's
+  // arguments a second time. The list of tools is fixed for the session.
   const server = mcp.server;
-  const install = server.setRequestHandler.bind(server);
-  let guarded = false;
-  server.setRequestHandler = ((schema: typeof CallToolRequestSchema, handler: CallHandler) => {
-    if (schema === CallToolRequestSchema) {
-      guarded = true;
-      return install(schema, guardToolCalls(session, specs, handler) as Parameters<typeof install>[1]);
-    }
-    return install(schema, handler as Parameters<typeof install>[1]);
-  }) as typeof server.setRequestHandler;
-  try {
-    // Every tool is registered (so the handlers exist even when none is declared); only the
-    // declared ones are enabled, and only enabled tools are listed.
-    for (const spec of specs) {
-      const tool = mcp.registerTool(
-        spec.name,
-        { title: spec.title, description: spec.description, inputSchema: spec.input, outputSchema: spec.output, annotations: spec.annotations },
-        (args: unknown) => runTool(session, spec, args),
-      );
-      if (!spec.declared) tool.disable();
-    }
-  } finally {
-    server.setRequestHandler = install;
-  }
-  if (!guarded) throw new Error('the MCP SDK did not install its tools/call handler where it could be guarded');
-  // The list of tools is fixed for the session.
   server.registerCapabilities({ tools: { listChanged: false } });
+  server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: specs.filter((s) => s.declared).map(listEntry) }));
+  server.setRequestHandler(CallToolRequestSchema, (request) => toolCallResult(session, specs, request.params.name, request.params.arguments));
 
   server.setNotificationHandler(TaskCompletedSchema, async () => {
     session.advanceGeneration();

@@ -4,19 +4,11 @@
 // the one source of truth for both the definitions a host reads and the validation every call
 // passes; the work itself is in share-file.ts and fetch-peer-file.ts beside this file.
 import { z } from 'zod';
-import { Refusal, renderTool } from '../codes.js';
-import { redactHandles } from '../redact.js';
+import { Refusal } from '../codes.js';
 import type { Session, ToolName } from '../session/session.js';
 import { fetchPeerFile } from './fetch-peer-file.js';
-import {
-  fetchPeerFileInput,
-  fetchPeerFileOutput,
-  shareFileInput,
-  shareFileOutput,
-  TOOL_PRESENTATION,
-  type FetchPeerFileArguments,
-  type ShareFileArguments,
-} from './schemas.js';
+import { fetchPeerFileInput, fetchPeerFileOutput, shareFileInput, shareFileOutput, TOOL_PRESENTATION } from './schemas.js';
+import { asToolRefusal, toolRefusal } from './refusal.js';
 import { shareFile, type ShareFileInput, type ShareFileResult } from './share-file.js';
 import type { FetchPeerFileInput, FetchPeerFileResult } from './fetch-peer-file.js';
 
@@ -48,12 +40,15 @@ export function isToolName(name: unknown): name is ToolName {
   return typeof name === 'string' && (TOOL_NAMES as readonly string[]).includes(name);
 }
 
-/** One tool's contract: zod schemas for its input and output, and what a host is told about it. */
-export interface ToolSpec {
-  name: ToolName;
+/**
+ * One tool's contract: zod schemas for its input and output, and what a host is told about it.
+ * `input` parses to exactly what the tool function takes, so a validated call needs no cast.
+ */
+export interface ToolSpec<N extends ToolName = ToolName> {
+  name: N;
   title: string;
   description: string;
-  input: z.ZodObject;
+  input: z.ZodType<ToolSignatures[N]['input']>;
   output: z.ZodObject;
   annotations: (typeof TOOL_PRESENTATION)[ToolName]['annotations'];
   /** Whether the manifest declares it: only declared tools are offered. */
@@ -70,8 +65,11 @@ export interface ToolDefinition {
   annotations: ToolSpec['annotations'];
 }
 
+/** Any one tool's contract, told apart by its name. */
+export type AnyToolSpec = { [N in ToolName]: ToolSpec<N> }[ToolName];
+
 /** Every tool's contract for this session, in a fixed order; descriptions name the declared grants. */
-export function toolSpecs(session: Session): ToolSpec[] {
+export function toolSpecs(session: Session): AnyToolSpec[] {
   const peer = session.manifest.peerFiles;
   const declared = session.toolsDeclared();
   return [
@@ -100,13 +98,22 @@ export function toolSpecs(session: Session): ToolSpec[] {
   ];
 }
 
-/** The declared tools' definitions as JSON Schema (draft-07, as the MCP SDK renders them). */
+/** A tool's input and output schemas as JSON Schema draft-07, as the MCP SDK renders them (`$schema` included). */
+export function toolJsonSchemas(spec: Pick<ToolSpec, 'input' | 'output'>): { input: Record<string, unknown>; output: Record<string, unknown> } {
+  return {
+    input: z.toJSONSchema(spec.input, { target: 'draft-7', io: 'input' }),
+    output: z.toJSONSchema(spec.output, { target: 'draft-7', io: 'output' }),
+  };
+}
+
+/** The declared tools' definitions as JSON Schema (draft-07, as the MCP SDK renders them, without `$schema`). */
 export function toolDefinitions(session: Session): ToolDefinition[] {
   return toolSpecs(session)
     .filter((spec) => spec.declared)
     .map((spec) => {
-      const { $schema: _in, ...inputSchema } = z.toJSONSchema(spec.input, { target: 'draft-7', io: 'input' });
-      const { $schema: _out, ...outputSchema } = z.toJSONSchema(spec.output, { target: 'draft-7', io: 'output' });
+      const schemas = toolJsonSchemas(spec);
+      const { $schema: _in, ...inputSchema } = schemas.input;
+      const { $schema: _out, ...outputSchema } = schemas.output;
       return {
         name: spec.name,
         title: spec.title,
@@ -137,8 +144,7 @@ function clause(issue: z.core.$ZodIssue): string {
 
 /**
  * The sentence an agent reads for arguments that do not match the schema: every violation, so one
- * retry can fix them all. The caller passes it through the redaction boundary (an argument name
- * can be a pasted token).
+ * retry can fix them all. It quotes argument names, which toolRefusal redacts (one can be a pasted token).
  */
 function violation(error: z.ZodError): string {
   const clauses = error.issues.map(clause);
@@ -146,12 +152,13 @@ function violation(error: z.ZodError): string {
 }
 
 /**
- * Checks a call's arguments against the tool's input schema. Throws `invalid_argument` (its
- * message redacted) when they do not match; absent arguments are an empty object, as in MCP.
+ * Checks a call's arguments against the tool's input schema: the one validation a call gets, over
+ * MCP or in-process. Throws `invalid_argument` when they do not match; absent arguments are an
+ * empty object, as in MCP.
  */
-export function parseToolArguments(spec: Pick<ToolSpec, 'input'>, args: unknown): Record<string, unknown> {
+function parseToolArguments<T>(spec: { input: z.ZodType<T> }, args: unknown): T {
   const parsed = spec.input.safeParse(args ?? {}, { reportInput: true });
-  if (!parsed.success) throw new Refusal('invalid_argument', redactHandles(violation(parsed.error)));
+  if (!parsed.success) throw toolRefusal(new Refusal('invalid_argument', violation(parsed.error)));
   return parsed.data;
 }
 
@@ -161,25 +168,21 @@ export function parseToolArguments(spec: Pick<ToolSpec, 'input'>, args: unknown)
  * type errors. Refusals are not results: the promise rejects with a Refusal whose detail is the
  * sentence for the agent (arguments that fail the schema at run time are `invalid_argument`; an
  * unknown tool name is `unknown_tool`, and over MCP it never gets here: it is a JSON-RPC error).
- * Every refusal message passes the redaction boundary here, whoever built it: messages quote caller
- * text (a peer, a path, an argument name), and a token pasted into any of them must not come back out.
+ * Every refusal is worded (and redacted) once, by toolRefusal (src/tools/refusal.ts), where it is made.
  */
 export async function callTool<N extends ToolName>(session: Session, name: N, args: ToolArguments<N>): Promise<ToolResult<N>> {
   try {
     return (await runTool(session, name, args)) as ToolResult<N>;
   } catch (error) {
-    // Anything but a Refusal is unexpected, and its text (a host path, a URL) is not passed on.
-    const refusal = error instanceof Refusal ? error : new Refusal('io_error', 'the tool failed unexpectedly');
-    throw new Refusal(refusal.code, redactHandles(renderTool(refusal).message));
+    throw asToolRefusal(error);
   }
 }
 
 async function runTool(session: Session, name: string, args: unknown): Promise<ShareFileResult | FetchPeerFileResult> {
   const spec = isToolName(name) ? toolSpecs(session).find((s) => s.name === name) : undefined;
-  if (!spec) throw new Refusal('unknown_tool', `no tool named '${name}' exists here`);
+  if (!spec) throw toolRefusal(new Refusal('unknown_tool', `no tool named '${name}' exists here`));
   // Validated before anything else, declared or not: a malformed call costs no file, socket or
   // trace line. An undeclared tool's well-formed call is refused by the tool itself, traced.
-  const input = parseToolArguments(spec, args);
-  if (spec.name === 'share-file') return { ...(await shareFile(session, input as ShareFileArguments)) };
-  return { ...(await fetchPeerFile(session, input as FetchPeerFileArguments)) };
+  if (spec.name === 'share-file') return { ...(await shareFile(session, parseToolArguments(spec, args))) };
+  return { ...(await fetchPeerFile(session, parseToolArguments(spec, args))) };
 }

@@ -41,9 +41,6 @@ export const fetchPeerFileOutput = z.object({
   generation: z.number().int().nullable().describe("the peer's generation when it served the bytes, if it said"),
 });
 
-export type ShareFileArguments = z.infer<ReturnType<typeof shareFileInput>>;
-export type FetchPeerFileArguments = z.infer<ReturnType<typeof fetchPeerFileInput>>;
-
 /** What a host is told about each tool before it calls it. */
 export const TOOL_PRESENTATION: Readonly<Record<ToolName, { title: string; annotations: ToolAnnotations }>> = Object.freeze({
   'share-file': {

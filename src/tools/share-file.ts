@@ -5,16 +5,17 @@
 // lifetime may only narrow the declared ceiling. Every attempt, minted or refused, lands in the
 // trace as `peer_handle_mint` before the caller hears the outcome. Refusals are a Refusal
 // (src/codes.ts) whose detail is the sentence the agent reads.
-import { Refusal, renderTool, type Code } from '../codes.js';
+import { Refusal, type Code } from '../codes.js';
 import { audienceFromCard } from '../handle/audience.js';
 import { mintToken, PAYLOAD_VERSION, randomNonceHex } from '../handle/token.js';
 import { destinationMatches, targetFromPeer, type Target } from '../manifest/destinations.js';
 import { parseDuration } from '../manifest/grammars.js';
-import { handleId, redactHandles } from '../redact.js';
+import { handleId } from '../redact.js';
 import { peerHandleMint } from '../trace/events.js';
 import type { Session } from '../session/session.js';
 import { fetchCard } from './peer-card.js';
 import { assertLimits, PeerHttpError } from './peer-http.js';
+import { toolRefusal } from './refusal.js';
 
 /**
  * A tool refusal: a stable `code` (the trace's `outcome`) and a sentence for the agent. Messages
@@ -68,22 +69,22 @@ function pathRefusal(error: unknown): Refusal {
 }
 
 /**
- * Mints a handle for `input.path`, bound to the audience on `input.peer`'s agent card.
+ * Mints a handle for `input.path`, bound to the audience on `input.peer`'s agent card. `input` is
+ * typed: callTool has checked it against the schema, a direct caller's compiler against the type.
  * Resolves with the handle only after its `peer_handle_mint` event is written; throws a Refusal
  * otherwise (a trace that cannot be written fails the mint as `io_error`).
  */
 export async function shareFile(session: Session, input: ShareFileInput, opts: ShareFileOptions = {}): Promise<ShareFileResult> {
   assertLimits({ connectTimeoutMs: opts.connectTimeoutMs, totalTimeoutMs: opts.totalTimeoutMs });
-  const requestedPath: unknown = input?.path;
   // Empty until the card has been read and yielded one: the trace says which refusals got that far.
   let audience = '';
 
-  const record = async (fields: { handle_id: string | null; path: unknown; expires_at_ms: number | null; outcome: string; reason: string | null }) => {
+  const record = async (fields: { handle_id: string | null; path: string; expires_at_ms: number | null; outcome: string; reason: string | null }) => {
     try {
       await session.trace.record(
         peerHandleMint({
           handleId: fields.handle_id,
-          path: typeof fields.path === 'string' ? fields.path : null,
+          path: fields.path,
           audience,
           expiresAtMs: fields.expires_at_ms,
           outcome: fields.outcome,
@@ -95,9 +96,9 @@ export async function shareFile(session: Session, input: ShareFileInput, opts: S
     }
   };
   const refuse = async (raw: Refusal): Promise<never> => {
-    // Messages quote the caller's `peer` and `path`; a token pasted there must not come back out.
-    const error = new Refusal(raw.code, redactHandles(renderTool(raw).message));
-    await record({ handle_id: null, path: requestedPath, expires_at_ms: null, outcome: error.code, reason: error.detail });
+    // Worded (and redacted: messages quote the caller's `peer` and `path`) before it is traced.
+    const error = toolRefusal(raw);
+    await record({ handle_id: null, path: input.path, expires_at_ms: null, outcome: error.code, reason: error.detail });
     throw error;
   };
 
@@ -108,29 +109,24 @@ export async function shareFile(session: Session, input: ShareFileInput, opts: S
     return refuse(new Refusal('no_peer_plane', 'this capsule declares no exports.peer_files block, so it has no peer plane'));
   }
 
-  // Arguments first: pure checks, so a bad call costs neither a filesystem nor a network access.
-  if (typeof requestedPath !== 'string') {
-    return refuse(new Refusal('invalid_argument', `'path' must be a string naming a file beneath ${ROOT}`));
-  }
+  // Arguments first (typed already: callTool validated them against the schema): pure checks, so
+  // a bad call costs neither a filesystem nor a network access.
   let relpath: string;
   try {
-    relpath = view.lower(requestedPath, 'text');
+    relpath = view.lower(input.path, 'text');
   } catch (error) {
     return refuse(pathRefusal(error));
   }
 
   let requestedTtl: number | null = null;
   if (input.ttl !== undefined) {
-    const parsed = typeof input.ttl === 'string' ? parseDuration(input.ttl) : null;
+    const parsed = parseDuration(input.ttl);
     if (parsed === null) {
       return refuse(new Refusal('invalid_ttl'));
     }
     requestedTtl = parsed;
   }
 
-  if (typeof input.peer !== 'string') {
-    return refuse(new Refusal('invalid_argument', "'peer' must be a string: host:port or an http(s) URL"));
-  }
   let target: Target;
   try {
     target = targetFromPeer(input.peer);

@@ -14,6 +14,7 @@ import {
   MAC_DOMAIN,
   mintToken,
   randomNonceHex,
+  readUnverified,
   sealRaw,
   verifyToken,
 } from '../../src/handle/token.js';
@@ -332,6 +333,19 @@ describe('decodePayloadUnverified', () => {
     expect(decodePayloadUnverified(tamperSegment(token, 2))).toEqual(payload);
     expect(decodePayloadUnverified('report.md')).toBeNull();
     expect(decodePayloadUnverified(sealRaw(key, Buffer.from('not json'), 'a@b'))).toBeNull();
+  });
+
+  it('readUnverified is checkShape and the payload in one pass, never disagreeing with either', () => {
+    const key = newKey();
+    const token = mintToken(key, payloadFor('dir/report.md', 'ses_peer', IN_AN_HOUR), 'a@b');
+    const candidates = [token, tamperSegment(token, 2), `${token}/x`, 'report.md', 'mh1.a.b', sealRaw(key, Buffer.from('not json'), 'a@b'), sealRaw(key, Buffer.from('{"v":2}'), 'a@b')];
+    for (const candidate of candidates) {
+      const read = readUnverified(candidate);
+      expect(read !== null, candidate).toBe(checkShape(candidate));
+      expect(read?.payload ?? null, candidate).toEqual(decodePayloadUnverified(candidate));
+    }
+    expect(readUnverified('mh1.a.b')).toBeNull();
+    expect(readUnverified(sealRaw(key, Buffer.from('not json'), 'a@b'))).toEqual({ payload: null });
   });
 });
 

@@ -5,19 +5,13 @@ import { createHash } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import type { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { describe, expect, it } from 'vitest';
-import { z } from 'zod';
-import { defer, reap } from '../helpers/cleanup.js';
+import { reap } from '../helpers/cleanup.js';
 import { CLI } from '../helpers/cli.js';
+import { LISTENING, startMcpServe } from '../helpers/mcp.js';
 import { childPids, scratch } from '../helpers/tree.js';
-
-const LISTENING = 'notifications/resource_plane/listening';
-const ListeningSchema = z.object({
-  method: z.literal(LISTENING),
-  params: z.object({ url: z.string(), advertised_url: z.string(), session_id: z.string(), trace: z.string() }),
-});
 
 interface Capsule {
   client: Client;
@@ -32,23 +26,9 @@ interface Capsule {
 async function launch(manifest: string, tree: string[] = []): Promise<Capsule> {
   const workdir = scratch(tree);
   writeFileSync(join(workdir, 'murmur.yaml'), manifest);
-  const traceDir = scratch();
-  const trace = join(traceDir, 'trace.jsonl');
-  const transport = new StdioClientTransport({
-    command: process.execPath,
-    args: [CLI, 'serve', '--workdir', workdir, '--control', 'stdio', '--containment', 'sealed', '--trace', trace],
-    stderr: 'pipe',
-  });
-  let err = '';
-  transport.stderr?.on('data', (d: Buffer) => (err += d.toString()));
-  const client = new Client({ name: 'test-runtime', version: '1.0.0' });
-  const listening = new Promise<z.infer<typeof ListeningSchema>['params']>((resolve) => {
-    client.setNotificationHandler(ListeningSchema, (n) => resolve(n.params));
-  });
-  await client.connect(transport);
-  defer(() => client.close());
-  const ready = await listening;
-  return { client, transport, url: ready.url, advertised: ready.advertised_url, trace: ready.trace, workdir, stderr: () => err };
+  const trace = join(scratch(), 'trace.jsonl');
+  const { client, transport, ready, stderr } = await startMcpServe(['--workdir', workdir, '--containment', 'sealed', '--trace', trace]);
+  return { client, transport, url: ready.url, advertised: ready.advertised_url, trace: ready.trace, workdir, stderr };
 }
 
 const HEAD = 'version: "1"\n';

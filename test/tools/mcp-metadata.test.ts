@@ -2,15 +2,22 @@
 // own client over a spawned `serve --control stdio`: serverInfo from package.json, each tool's
 // title, annotations and input/output schemas, structured results that validate against the
 // listed outputSchema, bad arguments refused `invalid_argument`, and an unknown tool as JSON-RPC
-// error -32602 on the wire.
+// error -32602 on the wire. The list is the one the SDK's own registerTool renders from the same
+// contracts (control.ts answers tools/list itself, so an SDK upgrade that changed it shows here).
 import { spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
 import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { callTool, toolSpecs } from '../../src/tools/index.js';
+import { offlineCapsule } from '../helpers/capsule.js';
 import { defer, reap } from '../helpers/cleanup.js';
+import { refusal } from '../helpers/refusal.js';
 import { CLI } from '../helpers/cli.js';
 import { startMcpServe } from '../helpers/mcp.js';
 import { scratch } from '../helpers/tree.js';
@@ -72,6 +79,31 @@ describe('what a host reads', () => {
   });
 });
 
+describe('the list a host reads is the SDK\'s own rendering', () => {
+  it.each([['both tools', BOTH], ['fetch only', FETCH_ONLY]])('%s: tools/list equals what registerTool lists for the same contracts', async (_label, manifest) => {
+    const c = await launch(`name: a\n${manifest}`);
+    const served = (await c.client.listTools()).tools;
+    // A reference server that registers the same specs the way the SDK's high-level API does.
+    const offline = await offlineCapsule({ yaml: `name: a\n${manifest}`, advertise: 'http://localhost:4242' });
+    const reference = new McpServer({ name: 'reference', version: '0' });
+    for (const spec of toolSpecs(offline.session)) {
+      const tool = reference.registerTool(
+        spec.name,
+        { title: spec.title, description: spec.description, inputSchema: spec.input, outputSchema: spec.output, annotations: spec.annotations },
+        async () => ({ content: [] }),
+      );
+      if (!spec.declared) tool.disable();
+    }
+    const [serverSide, clientSide] = InMemoryTransport.createLinkedPair();
+    await reference.connect(serverSide);
+    const client = new Client({ name: 'test-host', version: '1.0.0' });
+    await client.connect(clientSide);
+    defer(() => client.close());
+    expect(served).toEqual((await client.listTools()).tools);
+    expect(served.length).toBeGreaterThan(0);
+  });
+});
+
 describe('what a host gets back', () => {
   it('structured results validate against the listed outputSchema, for both tools', async () => {
     const reporter = await launch(`name: reporter\n${BOTH}`, ['out/report.md: the findings']);
@@ -105,11 +137,16 @@ describe('what a host gets back', () => {
       [{ path: 'a', peer: 'b', ttl: 30 }, "argument 'ttl' must be a string"],
       [{ path: 'a', peer: 'b', extra: true }, "unknown argument 'extra'"],
     ];
+    // callTool is the one validator: in-process, the same arguments get the same refusal.
+    const offline = await offlineCapsule({ yaml: `name: a\n${BOTH}`, advertise: 'http://localhost:4242' });
     for (const [args, message] of cases) {
       const r = await c.client.callTool({ name: 'share-file', arguments: args });
       expect(r.isError).toBe(true);
       expect(errorBody(r)).toEqual({ error: 'invalid_argument', message });
+      const inProcess = await refusal(callTool(offline.session, 'share-file', args));
+      expect({ error: inProcess.code, message: inProcess.message }).toEqual({ error: 'invalid_argument', message });
     }
+    expect(readFileSync(offline.tracePath, 'utf8').trim().split('\n').map((l) => JSON.parse(l).event_type)).toEqual(['session_start']);
     // An argument name is caller text: a pasted token never comes back.
     const pasted = await c.client.callTool({ name: 'share-file', arguments: { path: 'a', peer: 'b', [token]: 'x' } });
     expect(errorBody(pasted).error).toBe('invalid_argument');
