@@ -17,10 +17,33 @@ import { Client } from 'undici';
 import { BodyFailure, ERROR_BODY_MAX_BYTES, readVerifiedBody, type VerifiedBody } from '../response-body.js';
 import { parseEtag } from '../wire.js';
 
+/**
+ * Why a verb failed, as its exit status tells a script (docs/cli.md, *Exit status*): a usage
+ * mistake, a server that cannot be reached (or broke off, or timed out), a refusal from the
+ * server, an answer that fails verification, a file over --max-bytes, or a local file problem.
+ */
+export type ClientFailure = 'usage' | 'unreachable' | 'refused' | 'unverified' | 'too_large' | 'local';
+
+export const EXIT_STATUS: Readonly<Record<ClientFailure, number>> = Object.freeze({
+  usage: 2,
+  unreachable: 3,
+  refused: 4,
+  unverified: 5,
+  too_large: 6,
+  local: 7,
+});
+
 export class ClientError extends Error {
-  constructor(message: string) {
+  constructor(
+    message: string,
+    readonly kind: ClientFailure,
+  ) {
     super(message);
     this.name = 'ClientError';
+  }
+
+  get exitStatus(): number {
+    return EXIT_STATUS[this.kind];
   }
 }
 
@@ -55,24 +78,25 @@ function announcedLength(headers: Record<string, string | string[] | undefined>)
  * closes the connection.
  */
 async function request(origin: Origin, path: string, signal?: AbortSignal) {
+  path = `${origin.prefix}${path}`;
   const client = new Client(origin.origin, { connectTimeout: 10_000, ...(origin.socketPath ? { socketPath: origin.socketPath } : {}) });
   // Destroyed, not closed: a body left unread (a refusal, a bad etag) would hold a graceful close
   // open forever, and with nothing else pending the process would end silently.
   const done = () => client.destroy().catch(() => undefined);
   try {
-    const res = await client.request({ method: 'GET', path, ...TIMEOUTS, ...(signal ? { signal } : {}) });
+    const res = await client.request({ method: 'GET', path, headers: origin.headers, ...TIMEOUTS, ...(signal ? { signal } : {}) });
     return { statusCode: res.statusCode, headers: res.headers, body: res.body as Readable, done };
   } catch (error) {
     await done();
-    if (signal?.aborted) throw new ClientError('interrupted; nothing was saved');
-    throw new ClientError(`cannot reach ${origin.shown}: ${printable((error as Error).message)}`);
+    if (signal?.aborted) throw new ClientError('interrupted; nothing was saved', 'unreachable');
+    throw new ClientError(`cannot reach ${origin.shown}: ${printable((error as Error).message)}`, 'unreachable');
   }
 }
 
 /** A whole (small) response: the listing, up to `maxBytes`, or a refusal. */
 async function getRaw(origin: Origin, path: string, maxBytes: number) {
   const res = await request(origin, path);
-  const tooLarge = () => new ClientError(`the listing is larger than ${maxBytes} bytes, the most ls reads; pass --max-bytes to raise it`);
+  const tooLarge = () => new ClientError(`the listing is larger than ${maxBytes} bytes, the most ls reads; pass --max-bytes to raise it`, 'too_large');
   try {
     if (res.statusCode !== 200) return { statusCode: res.statusCode, headers: res.headers, body: await readCapped(res.body, ERROR_BODY_MAX_BYTES) };
     if ((announcedLength(res.headers) ?? 0) > maxBytes) throw tooLarge();
@@ -82,7 +106,7 @@ async function getRaw(origin: Origin, path: string, maxBytes: number) {
     return { statusCode: res.statusCode, headers: res.headers, body };
   } catch (error) {
     if (error instanceof ClientError) throw error;
-    throw new ClientError(`cannot reach ${origin.shown}: ${printable((error as Error).message)}`);
+    throw new ClientError(`cannot reach ${origin.shown}: ${printable((error as Error).message)}`, 'unreachable');
   } finally {
     await res.done();
   }
@@ -93,32 +117,65 @@ interface Origin {
   origin: string;
   socketPath?: string;
   shown: string;
+  /** The plugin's prefix the base URL named (`/cap`), or ''. */
+  prefix: string;
+  /** Sent with every request (-H); never shown in an error or a log. */
+  headers: Record<string, string>;
+}
+
+/** Headers a client may not set: the request's framing and routing are this client's. */
+const RESERVED_HEADERS = new Set(['host', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'upgrade', 'te', 'trailer', 'expect', 'proxy-connection']);
+
+/**
+ * `-H 'Name: value'` lines as request headers (repeatable; a name given twice keeps both values).
+ * A malformed line is a usage error naming the header's name only: its value may be a credential.
+ */
+export function parseHeaders(lines: readonly string[] = []): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const line of lines) {
+    const colon = line.indexOf(':');
+    const name = colon > 0 ? line.slice(0, colon).trim() : '';
+    if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)) throw new ClientError("-H/--header takes 'Name: value' (a header name, a colon, the value)", 'usage');
+    const value = line.slice(colon + 1).trim();
+    if (/[\r\n\0]/.test(value)) throw new ClientError(`-H/--header '${name}': the value may not hold a line break or NUL`, 'usage');
+    const key = name.toLowerCase();
+    if (RESERVED_HEADERS.has(key)) throw new ClientError(`-H/--header '${name}' is this client's to set, not yours`, 'usage');
+    headers[key] = headers[key] === undefined ? value : `${headers[key]}, ${value}`;
+  }
+  return headers;
 }
 
 /**
- * The capsule's base URL. A URL with a path (`http://host:port/resources/files/x`), a query or a
- * fragment is refused rather than silently cut back to its origin: the verbs name the path
- * themselves, and a path that was typed but not used would read as a listing or a file of it.
+ * The capsule's base URL: an origin, optionally with the path a host app mounted the planes'
+ * plugin under (`http://host:port/cap`, the plugin's `prefix`). A path that names a resource
+ * (`…/resources/files/x`), a query, a fragment or credentials is refused rather than silently cut
+ * back: the verbs name the path themselves, and a path typed but not used would read as a listing
+ * or a file of it.
  */
-function base(url: string, verb: 'ls' | 'get'): Origin {
+function base(url: string, verb: 'ls' | 'get', headers: Record<string, string>): Origin {
   if (url.startsWith('unix:')) {
     const socketPath = url.slice('unix:'.length);
-    if (!socketPath.startsWith('/')) throw new ClientError(`'${url}' needs an absolute socket path (unix:/path)`);
-    return { origin: 'http://localhost', socketPath, shown: url };
+    if (!socketPath.startsWith('/')) throw new ClientError(`'${url}' needs an absolute socket path (unix:/path)`, 'usage');
+    return { origin: 'http://localhost', socketPath, shown: url, prefix: '', headers };
   }
   let u: URL;
   try {
     u = new URL(url);
   } catch {
-    throw new ClientError(`'${url}' is not a URL (expected http://host:port or unix:/path)`);
+    throw new ClientError(`'${printable(url)}' is not a URL (expected http://host:port, http://host:port/prefix or unix:/path)`, 'usage');
   }
-  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new ClientError(`'${url}' is not an http(s) URL`);
-  if (u.pathname !== '/' || u.search !== '' || u.hash !== '' || u.username !== '' || u.password !== '') {
-    const what = u.pathname !== '/' ? `a path ('${u.pathname}')` : u.search !== '' ? 'a query' : u.hash !== '' ? 'a fragment' : 'credentials';
-    const how = verb === 'get' ? `give the capsule's base URL (${u.origin}) and the file as the PATH argument` : `give the capsule's base URL (${u.origin})`;
-    throw new ClientError(`'${printable(url)}' has ${printable(what)}, which ${verb} does not use: ${how}`);
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new ClientError(`'${printable(url)}' is not an http(s) URL`, 'usage');
+  const prefix = u.pathname.replace(/\/+$/, '');
+  const namesResource = /(^|\/)resources(\/|$)/.test(prefix);
+  const badPrefix = prefix !== '' && !/^(\/[^/?#%\\\s]+)+$/.test(prefix);
+  if (namesResource || badPrefix || u.search !== '' || u.hash !== '' || u.username !== '' || u.password !== '') {
+    const what = namesResource || badPrefix ? `a path ('${u.pathname}')` : u.search !== '' ? 'a query' : u.hash !== '' ? 'a fragment' : 'credentials';
+    const how = verb === 'get'
+      ? `give the capsule's base URL (${u.origin}, or ${u.origin}/PREFIX where a host app mounted the planes) and the file as the PATH argument`
+      : `give the capsule's base URL (${u.origin}, or ${u.origin}/PREFIX where a host app mounted the planes)`;
+    throw new ClientError(`'${printable(url)}' has ${printable(what)}, which ${verb} does not use: ${how}`, 'usage');
   }
-  return { origin: u.origin, shown: u.origin };
+  return { origin: u.origin, shown: `${u.origin}${prefix}`, prefix, headers };
 }
 
 /** A refusal from the server, in its own words, every one of them through `printable`. */
@@ -128,12 +185,12 @@ function refusal(status: number, body: Buffer): ClientError {
     const parsed = JSON.parse(text) as { error?: unknown; message?: unknown };
     if (typeof parsed.error === 'string' && parsed.error !== '') {
       const message = typeof parsed.message === 'string' ? parsed.message : '';
-      return new ClientError(`${status} ${printable(parsed.error)}: ${printable(message)}`.trim());
+      return new ClientError(`${status} ${printable(parsed.error)}: ${printable(message)}`.trim(), 'refused');
     }
   } catch {
     // not JSON: fall through
   }
-  return new ClientError(`the server answered ${status}`);
+  return new ClientError(`the server answered ${status}`, 'refused');
 }
 
 interface Listing {
@@ -155,7 +212,7 @@ const isCount = (v: unknown): v is number => Number.isInteger(v) && (v as number
  */
 function checkListing(value: unknown): Listing {
   const refuse = (what: string): never => {
-    throw new ClientError(`${MALFORMED}: ${what}`);
+    throw new ClientError(`${MALFORMED}: ${what}`, 'unverified');
   };
   const o = value as Record<string, unknown>;
   if (o === null || typeof o !== 'object' || Array.isArray(o)) refuse('it is not a JSON object');
@@ -206,15 +263,15 @@ export function shownTime(ms: number): string {
  * The operator plane's listing: a table for a person, or with `json` the listing object as the
  * server sent it, on one line (re-serialised only so that it is exactly one line).
  */
-export async function list(url: string, opts: { json?: boolean; maxBytes?: number } = {}): Promise<string> {
-  const u = base(url, 'ls');
+export async function list(url: string, opts: { json?: boolean; maxBytes?: number; headers?: Record<string, string> } = {}): Promise<string> {
+  const u = base(url, 'ls', opts.headers ?? {});
   const res = await getRaw(u, '/resources/files', opts.maxBytes ?? LIST_MAX_BYTES);
   if (res.statusCode !== 200) throw refusal(res.statusCode, res.body);
   let parsed: unknown;
   try {
     parsed = JSON.parse(res.body.toString('utf8'));
   } catch {
-    throw new ClientError(`${u.shown} answered 200 with a listing that is not JSON`);
+    throw new ClientError(`${u.shown} answered 200 with a listing that is not JSON`, 'unverified');
   }
   const listing = checkListing(parsed);
   if (opts.json) return `${printableJson(JSON.stringify(listing))}\n`;
@@ -255,6 +312,8 @@ export interface GetOptions {
   output?: string;
   /** Replace an existing file. */
   force?: boolean;
+  /** Request headers (-H), e.g. what a host app's auth hook asks for; see parseHeaders. */
+  headers?: Record<string, string>;
   stdout?: NodeJS.WritableStream;
   progress?: Progress | null;
   /** Aborting it stops the download; nothing is left behind. Default GET_MAX_BYTES. */
@@ -273,7 +332,7 @@ async function writeAll(file: FileHandle, chunk: Buffer): Promise<void> {
     try {
       off += (await file.write(chunk, off, chunk.length - off)).bytesWritten;
     } catch (error) {
-      throw new ClientError(`cannot save the download: ${errnoOf(error)}; nothing was saved`);
+      throw new ClientError(`cannot save the download: ${errnoOf(error)}; nothing was saved`, 'local');
     }
   }
 }
@@ -284,7 +343,7 @@ async function copyOut(file: FileHandle, length: number, out: NodeJS.WritableStr
   let pos = 0;
   while (pos < length) {
     const { bytesRead } = await file.read(buf, 0, Math.min(buf.length, length - pos), pos);
-    if (bytesRead === 0) throw new ClientError('the spooled download shrank; stdout is incomplete');
+    if (bytesRead === 0) throw new ClientError('the spooled download shrank; stdout is incomplete', 'local');
     pos += bytesRead;
     // A copy: the buffer is reused for the next read while stdout may still hold this one.
     if (!out.write(Buffer.from(buf.subarray(0, bytesRead)))) await new Promise<void>((r) => out.once('drain', () => r()));
@@ -301,7 +360,7 @@ function isDirectory(path: string): boolean {
   return statSync(path, { throwIfNoEntry: false })?.isDirectory() === true;
 }
 
-const IS_A_DIRECTORY = (target: string) => new ClientError(`'${target}' is a directory, which get never replaces; nothing was saved`);
+const IS_A_DIRECTORY = (target: string) => new ClientError(`'${target}' is a directory, which get never replaces; nothing was saved`, 'local');
 
 /**
  * The file a download is saved as. `-o DIR/` or `-o DIR` naming an existing directory saves into
@@ -317,9 +376,9 @@ function targetFor(relpath: string, output: string | undefined): string {
   } else {
     const name = basename(relpath);
     if (name === '' || name === '.' || name === '..') {
-      throw new ClientError(`'${printable(relpath)}' names no file to save as; pass -o FILE`);
+      throw new ClientError(`'${printable(relpath)}' names no file to save as; pass -o FILE`, 'usage');
     }
-    if (!isDirectory(into)) throw new ClientError(`cannot save into '${printable(output!)}': no such directory`);
+    if (!isDirectory(into)) throw new ClientError(`cannot save into '${printable(output!)}': no such directory`, 'local');
     target = resolve(into, name);
   }
   if (isDirectory(target)) throw IS_A_DIRECTORY(target);
@@ -351,10 +410,10 @@ function place(temp: string, target: string, force: boolean): void {
       return;
     } catch (error) {
       const code = errnoOf(error);
-      if (code === 'EEXIST') throw isDirectory(target) ? IS_A_DIRECTORY(target) : new ClientError(`'${target}' exists; pass --force to replace it`);
+      if (code === 'EEXIST') throw isDirectory(target) ? IS_A_DIRECTORY(target) : new ClientError(`'${target}' exists; pass --force to replace it`, 'local');
       // A filesystem without hard links: the check before the download stands.
       if (code !== 'EPERM' && code !== 'ENOTSUP' && code !== 'EOPNOTSUPP') throw error;
-      if (occupied(target)) throw new ClientError(`'${target}' exists; pass --force to replace it`);
+      if (occupied(target)) throw new ClientError(`'${target}' exists; pass --force to replace it`, 'local');
     }
   }
   try {
@@ -363,7 +422,7 @@ function place(temp: string, target: string, force: boolean): void {
     // A directory that appeared at the target during the download.
     const code = errnoOf(error);
     if (code === 'EISDIR' || code === 'ENOTEMPTY' || code === 'EEXIST') throw IS_A_DIRECTORY(target);
-    throw new ClientError(`cannot save to '${target}': ${code}; nothing was saved`);
+    throw new ClientError(`cannot save to '${target}': ${code}; nothing was saved`, 'local');
   }
 }
 
@@ -373,23 +432,23 @@ function getFailure(
   at: { shown: string; etag: unknown; length: number | null; maxBytes: number; aborted: boolean },
 ): ClientError {
   // Whatever stopped a body still arriving, an interrupt the user asked for is what they are told.
-  if (at.aborted && failure.kind !== 'short' && failure.kind !== 'mismatch') return new ClientError('interrupted; nothing was saved');
+  if (at.aborted && failure.kind !== 'short' && failure.kind !== 'mismatch') return new ClientError('interrupted; nothing was saved', 'unreachable');
   switch (failure.kind) {
     case 'over_length':
-      return new ClientError(`the server sent more than the ${at.length} bytes of its content-length; nothing was saved`);
+      return new ClientError(`the server sent more than the ${at.length} bytes of its content-length; nothing was saved`, 'unverified');
     case 'too_large':
-      return new ClientError(`the file is larger than the ${at.maxBytes} bytes get saves; pass --max-bytes to raise it; nothing was saved`);
+      return new ClientError(`the file is larger than the ${at.maxBytes} bytes get saves; pass --max-bytes to raise it; nothing was saved`, 'too_large');
     case 'short':
-      return new ClientError(`the server sent ${failure.bytes} of the ${at.length} bytes of its content-length; nothing was saved`);
+      return new ClientError(`the server sent ${failure.bytes} of the ${at.length} bytes of its content-length; nothing was saved`, 'unverified');
     case 'stream':
-      return new ClientError(`the download from ${at.shown} broke off: ${printable((failure.cause as Error).message)}; nothing was saved`);
+      return new ClientError(`the download from ${at.shown} broke off: ${printable((failure.cause as Error).message)}; nothing was saved`, 'unreachable');
     case 'sink':
       // writeAll's own ClientError says what the disk refused; anything else broke the download.
       return failure.cause instanceof ClientError
         ? failure.cause
-        : new ClientError(`the download from ${at.shown} broke off: ${printable((failure.cause as Error).message)}; nothing was saved`);
+        : new ClientError(`the download from ${at.shown} broke off: ${printable((failure.cause as Error).message)}; nothing was saved`, 'unreachable');
     case 'mismatch':
-      return new ClientError(`etag mismatch: the server said ${printable(String(at.etag))} but the bytes hash to sha256:${failure.sha256}; nothing was saved`);
+      return new ClientError(`etag mismatch: the server said ${printable(String(at.etag))} but the bytes hash to sha256:${failure.sha256}; nothing was saved`, 'unverified');
   }
 }
 
@@ -401,11 +460,11 @@ function getFailure(
  * only when the etag names exactly those bytes.
  */
 export async function get(url: string, relpath: string, opts: GetOptions = {}): Promise<GetResult> {
-  const u = base(url, 'get');
+  const u = base(url, 'get', opts.headers ?? {});
   const toStdout = opts.output === '-';
   const target = toStdout ? null : targetFor(relpath, opts.output);
   // Before a byte is downloaded.
-  if (target !== null && !opts.force && occupied(target)) throw new ClientError(`'${target}' exists; pass --force to replace it`);
+  if (target !== null && !opts.force && occupied(target)) throw new ClientError(`'${target}' exists; pass --force to replace it`, 'local');
   // Sent as typed (components percent-encoded, dot segments kept): the server is the judge.
   const encoded = relpath.split('/').map(encodeURIComponent).join('/');
   const res = await request(u, `/resources/files/${encoded}`, opts.signal);
@@ -417,12 +476,12 @@ export async function get(url: string, relpath: string, opts: GetOptions = {}): 
     const etag = res.headers.etag;
     const expected = parseEtag(etag);
     if (expected === null) {
-      throw new ClientError(`etag mismatch: the server said ${printable(String(etag))}, which names no sha256 digest; nothing was saved`);
+      throw new ClientError(`etag mismatch: the server said ${printable(String(etag))}, which names no sha256 digest; nothing was saved`, 'unverified');
     }
     const maxBytes = opts.maxBytes ?? GET_MAX_BYTES;
     const length = announcedLength(res.headers);
     if (length !== null && length > maxBytes) {
-      throw new ClientError(`the file is ${length} bytes, more than the ${maxBytes} get saves; pass --max-bytes to raise it; nothing was saved`);
+      throw new ClientError(`the file is ${length} bytes, more than the ${maxBytes} get saves; pass --max-bytes to raise it; nothing was saved`, 'too_large');
     }
 
     temp = join(target === null ? tmpdir() : dirname(target), `.${target === null ? 'resource-plane-get' : basename(target)}.${randomBytes(6).toString('hex')}.part`);
@@ -431,7 +490,7 @@ export async function get(url: string, relpath: string, opts: GetOptions = {}): 
       file = await fs.promises.open(temp, target === null ? 'wx+' : 'wx', target === null ? 0o600 : 0o644);
     } catch (error) {
       temp = null;
-      throw new ClientError(`cannot save to '${target ?? tmpdir()}': ${errnoOf(error)}`);
+      throw new ClientError(`cannot save to '${target ?? tmpdir()}': ${errnoOf(error)}`, 'local');
     }
     if (target === null) {
       // The spool for stdout needs no name: gone even if this process is killed.

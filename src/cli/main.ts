@@ -2,7 +2,8 @@
 // The `resource-plane` command: argv → a session (serve), the grants a launch would have
 // (explain-scope), the two-capsule demo, and small operator client verbs. Diagnostics from the
 // manifest print as `error[CODE]: …` / `  hint: …` and exit 2; a usage mistake prints one line
-// pointing at the command's --help and exits 2; other failures exit 1.
+// pointing at the command's --help and exits 2; ls and get exit by what failed (docs/cli.md,
+// *Exit status*: 3 unreachable, 4 refused, 5 unverified, 6 too large, 7 local); others exit 1.
 import { existsSync, realpathSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -58,8 +59,9 @@ function parseBudgetSeconds(value: string): number {
 /** Prints what went wrong and exits; `command` is the subcommand a usage error points to. */
 function fail(error: unknown, command: string | null = null): never {
   if ((error as Error)?.name === 'ClientError') {
-    process.stderr.write(`error: ${(error as Error).message}\n`);
-    process.exit(1);
+    const e = error as Error & { exitStatus: number; kind: string };
+    process.stderr.write(`error: ${e.message}${e.kind === 'usage' && command ? ` ${helpPointer(command)}` : ''}\n`);
+    process.exit(e.exitStatus);
   }
   if (error instanceof ManifestError) {
     process.stderr.write(`${error.render()}\n`);
@@ -367,6 +369,11 @@ function requiredAfterUnknown(cmd: Command, flags: string, description: string):
 /** The signals after which a command stops; 128 + the number is the exit status of one so stopped. */
 const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
 
+/** Commander's collector for a repeatable option. */
+function collect(value: string, previous: string[]): string[] {
+  return [...previous, value];
+}
+
 export function program(): Command {
   const cmd = new Command(PROGRAM)
     .description('The hardened file server of a capsule: operator plane, peer plane, audit trace.')
@@ -500,6 +507,7 @@ Examples:
     .argument('<url>', 'the capsule URL, e.g. http://127.0.0.1:41234, or unix:/path/to/operator.sock')
     .option('--json', 'print the listing as the server sent it, as one line of JSON')
     .option('--max-bytes <bytes>', 'the largest listing body read, e.g. 256Mi (default 64Mi)')
+    .option('-H, --header <line>', "a request header, 'Name: value' (repeatable; never logged), e.g. what a host app's auth hook asks for", collect, [])
     .addHelpText(
       'after',
       `
@@ -510,9 +518,9 @@ Examples:
   ${PROGRAM} ls http://127.0.0.1:41234
   ${PROGRAM} ls unix:/run/cap/operator.sock --json`,
     )
-    .action(async (url: string, flags: { json?: boolean; maxBytes?: string }) => {
-      const { list } = await import('./client.js');
-      const run = async () => list(url, { json: flags.json === true, maxBytes: parseMaxBytes(flags.maxBytes) });
+    .action(async (url: string, flags: { json?: boolean; maxBytes?: string; header: string[] }) => {
+      const { list, parseHeaders } = await import('./client.js');
+      const run = async () => list(url, { json: flags.json === true, maxBytes: parseMaxBytes(flags.maxBytes), headers: parseHeaders(flags.header) });
       process.stdout.write(await run().catch((error) => fail(error, 'ls')));
     });
   shortErrors(ls, 'ls');
@@ -525,6 +533,7 @@ Examples:
     .option('-o, --output <file>', "where to save it: a file, a directory (ending in '/' or existing) to save into under the file's name, or '-' for stdout (default: its name, here)")
     .option('--force', 'replace an existing file')
     .option('--max-bytes <bytes>', 'the largest file saved, e.g. 4Gi (default 1Gi)')
+    .option('-H, --header <line>', "a request header, 'Name: value' (repeatable; never logged)", collect, [])
     .addHelpText(
       'after',
       `
@@ -539,11 +548,13 @@ Examples:
   ${PROGRAM} get http://127.0.0.1:41234 'sub dir/data.csv' -o data.csv --force
   ${PROGRAM} get unix:/run/cap/operator.sock report.md -o - | less`,
     )
-    .action(async (url: string, path: string, flags: { output?: string; force?: boolean; maxBytes?: string }) => {
-      const { get: download } = await import('./client.js');
+    .action(async (url: string, path: string, flags: { output?: string; force?: boolean; maxBytes?: string; header: string[] }) => {
+      const { get: download, parseHeaders } = await import('./client.js');
       let maxBytes: number | undefined;
+      let headers: Record<string, string> = {};
       try {
         maxBytes = parseMaxBytes(flags.maxBytes);
+        headers = parseHeaders(flags.header);
       } catch (error) {
         fail(error, 'get');
       }
@@ -559,7 +570,7 @@ Examples:
         process.once(signal, handler);
         return [signal, handler] as const;
       });
-      const r = await download(url, path, { output: flags.output, force: flags.force, maxBytes, progress: await terminalProgress(), signal: abort.signal }).catch((error) => {
+      const r = await download(url, path, { output: flags.output, force: flags.force, maxBytes, headers, progress: await terminalProgress(), signal: abort.signal }).catch((error) => {
         if (abort.signal.aborted) {
           process.stderr.write('error: interrupted; nothing was saved\n');
           process.exit(128 + osConstants.signals[stoppedBy]);

@@ -76,7 +76,7 @@ describe('resource-plane ls', () => {
   it('reports an unreachable server and a non-URL clearly', async () => {
     expect((await runCli(['ls', 'http://127.0.0.1:1'])).stderr).toMatch(/^error: cannot reach http:\/\/127\.0\.0\.1:1/);
     const bad = await runCli(['ls', 'not a url']);
-    expect(bad.status).toBe(1);
+    expect(bad.status).toBe(2);
     expect(bad.stderr).toContain("'not a url' is not a URL");
   });
 });
@@ -89,7 +89,7 @@ describe('resource-plane get', () => {
     expect(readFileSync(target, 'utf8')).toBe('the report');
     expect(r.stderr).toContain('etag verified');
     const again = await runCli(['get', server.url, 'report.md', '-o', target]);
-    expect(again.status).toBe(1);
+    expect(again.status).toBe(7);
     expect(again.stderr).toContain('exists; pass --force');
     expect((await runCli(['get', server.url, 'report.md', '-o', target, '--force'])).status).toBe(0);
   });
@@ -113,7 +113,7 @@ describe('resource-plane get', () => {
   ])('states the server refusal for %s and saves nothing', async (path, message) => {
     const target = join(outDir, 'refused.out');
     const r = await runCli(['get', server.url, path, '-o', target]);
-    expect(r.status).toBe(1);
+    expect(r.status).toBe(4);
     expect(r.stderr).toBe(`error: ${message}\n`);
     expect(existsSync(target)).toBe(false);
   });
@@ -121,7 +121,7 @@ describe('resource-plane get', () => {
   it('refuses to save bytes whose hash does not match the etag', async () => {
     const target = join(outDir, 'tampered.out');
     const r = await runCli(['get', liarUrl, 'report.md', '-o', target]);
-    expect(r.status).toBe(1);
+    expect(r.status).toBe(5);
     expect(r.stderr).toMatch(/^error: etag mismatch: .*nothing was saved/);
     expect(existsSync(target)).toBe(false);
     expect(readdirSync(outDir).filter((f) => f.endsWith('.part'))).toEqual([]);

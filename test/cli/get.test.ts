@@ -110,7 +110,7 @@ describe('ls --json', () => {
       res.end(JSON.stringify({ error: 'no_resource_plane', message: 'this capsule declares no exports.files block, so it has no resource plane' }));
     };
     const r = await runCli(['ls', fakeUrl, '--json']);
-    expect(r.status).toBe(1);
+    expect(r.status).toBe(4);
     expect(r.stdout).toBe('');
     expect(r.stderr).toBe('error: 404 no_resource_plane: this capsule declares no exports.files block, so it has no resource plane\n');
   });
@@ -127,7 +127,7 @@ describe('get', () => {
     };
     const before = requests;
     const r = await runCli(['get', fakeUrl, 'report.md', '-o', target]);
-    expect(r.status).toBe(1);
+    expect(r.status).toBe(7);
     expect(r.stderr).toBe(`error: '${target}' exists; pass --force to replace it\n`);
     expect(requests).toBe(before);
     expect(readFileSync(target, 'utf8')).toBe('mine');
@@ -170,7 +170,7 @@ describe('get', () => {
     writeFileSync(target, 'written meanwhile');
     release.resolve();
     const r = await run;
-    expect(r.status).toBe(1);
+    expect(r.status).toBe(7);
     expect(r.stderr).toBe(`error: '${target}' exists; pass --force to replace it\n`);
     expect(readFileSync(target, 'utf8')).toBe('written meanwhile');
     expect(partsIn(d)).toEqual([]);
@@ -184,7 +184,7 @@ describe('get', () => {
       res.write(BODY.subarray(0, HALF), () => setTimeout(() => res.socket?.destroy(), 50));
     };
     const r = await runCli(['get', fakeUrl, 'cut.bin', '-o', target]);
-    expect(r.status).toBe(1);
+    expect(r.status).toBe(3);
     expect(r.stderr).toMatch(/^error: the download from http:\/\/127\.0\.0\.1:\d+ broke off: .*; nothing was saved\n$/);
     expect(readdirSync(d)).toEqual([]);
   });
@@ -230,7 +230,7 @@ describe('get', () => {
       res.end(BODY);
     };
     const r = await runCli(['get', fakeUrl, 'x.bin', '-o', join(d, 'x.bin')]);
-    expect(r.status).toBe(1);
+    expect(r.status).toBe(5);
     expect(r.stderr).toBe('error: etag mismatch: the server said W/"weak", which names no sha256 digest; nothing was saved\n');
     expect(readdirSync(d)).toEqual([]);
   });
@@ -255,7 +255,7 @@ describe('get', () => {
       res.end(BODY);
     };
     const liar = await runCli(['get', fakeUrl, 'x.bin', '-o', '-']);
-    expect(liar.status).toBe(1);
+    expect(liar.status).toBe(5);
     expect(liar.stdout).toBe('');
     expect(liar.stderr).toMatch(/^error: etag mismatch: .*nothing was saved\n$/);
   });
@@ -271,7 +271,7 @@ describe('get -o DIR', () => {
     expect(r.stderr).toMatch(new RegExp(`^saved 1 bytes to ${join(into, 'b.txt').replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\(sha256 [0-9a-f]{64}, etag verified\\)\n$`));
     expect(readFileSync(join(into, 'b.txt'), 'utf8')).toBe('b');
     const again = await runCli(['get', launched.server.url, 'sub/b.txt', '-o', `${into}/`]);
-    expect(again.status).toBe(1);
+    expect(again.status).toBe(7);
     expect(again.stderr).toBe(`error: '${join(into, 'b.txt')}' exists; pass --force to replace it\n`);
     writeFileSync(join(into, 'b.txt'), 'mine');
     const forced = await runCli(['get', launched.server.url, 'sub/b.txt', '-o', `${into}/`, '--force']);
@@ -295,7 +295,7 @@ describe('get -o DIR', () => {
     };
     const before = requests;
     const r = await runCli(['get', fakeUrl, 'x.bin', '-o', join(d, 'absent') + '/']);
-    expect(r.status).toBe(1);
+    expect(r.status).toBe(7);
     expect(r.stderr).toBe(`error: cannot save into '${join(d, 'absent')}/': no such directory\n`);
     expect(requests).toBe(before);
     expect(readdirSync(d)).toEqual([]);
@@ -313,7 +313,7 @@ describe('get -o DIR', () => {
     // `-o DIR/` and `-o DIR` both save into DIR, under the name x.bin, which is the directory.
     for (const output of [`${d}/`, d]) {
       const r = await runCli(['get', fakeUrl, 'x.bin', '-o', output, ...force]);
-      expect(r.status).toBe(1);
+      expect(r.status).toBe(7);
       expect(r.stderr).toBe(`error: '${join(d, 'x.bin')}' is a directory, which get never replaces; nothing was saved\n`);
       expect(r.stderr).not.toContain('EISDIR');
     }
@@ -326,32 +326,33 @@ describe('get -o DIR', () => {
   it('a path that names no file to save as is refused without -o FILE', async () => {
     const d = outDir();
     const r = await runCli(['get', fakeUrl, 'sub/..', '-o', `${d}/`]);
-    expect(r.status).toBe(1);
-    expect(r.stderr).toBe("error: 'sub/..' names no file to save as; pass -o FILE\n");
+    expect(r.status).toBe(2);
+    expect(r.stderr).toBe("error: 'sub/..' names no file to save as; pass -o FILE (see resource-plane get --help)\n");
   });
 });
 
 describe('a URL with a path', () => {
   it.each([
-    [['ls', '/resources/files/x'], "ls does not use: give the capsule's base URL (ORIGIN)"],
-    [['ls', '/resources/files'], "ls does not use: give the capsule's base URL (ORIGIN)"],
-    [['get', '/resources/files/report.md', 'report.md'], "get does not use: give the capsule's base URL (ORIGIN) and the file as the PATH argument"],
+    [['ls', '/resources/files/x'], "ls does not use: give the capsule's base URL (ORIGIN, or ORIGIN/PREFIX where a host app mounted the planes)"],
+    [['ls', '/resources/files'], "ls does not use: give the capsule's base URL (ORIGIN, or ORIGIN/PREFIX where a host app mounted the planes)"],
+    [['ls', '/cap/resources'], "ls does not use: give the capsule's base URL (ORIGIN, or ORIGIN/PREFIX where a host app mounted the planes)"],
+    [['get', '/resources/files/report.md', 'report.md'], "get does not use: give the capsule's base URL (ORIGIN, or ORIGIN/PREFIX where a host app mounted the planes) and the file as the PATH argument"],
   ])('%j is refused with the base URL to use, before any request', async ([verb, path, ...rest], tail) => {
     const d = outDir();
     const before = requests;
     const url = `${fakeUrl}${path}`;
     const r = await runCli([verb!, url, ...rest, ...(verb === 'get' ? ['-o', `${d}/`] : [])]);
-    expect(r.status).toBe(1);
+    expect(r.status).toBe(2);
     expect(r.stdout).toBe('');
-    expect(r.stderr).toBe(`error: '${url}' has a path ('${path}'), which ${tail.replace('ORIGIN', fakeUrl)}\n`);
+    expect(r.stderr).toBe(`error: '${url}' has a path ('${path}'), which ${tail.replaceAll('ORIGIN', fakeUrl)} (see resource-plane ${verb} --help)\n`);
     expect(requests).toBe(before);
     expect(readdirSync(d)).toEqual([]);
   });
 
   it('a query is refused too; a bare trailing slash is the base URL', async () => {
     const q = await runCli(['ls', `${launched.server.url}/?x=1`]);
-    expect(q.status).toBe(1);
-    expect(q.stderr).toBe(`error: '${launched.server.url}/?x=1' has a query, which ls does not use: give the capsule's base URL (${launched.server.url})\n`);
+    expect(q.status).toBe(2);
+    expect(q.stderr).toBe(`error: '${launched.server.url}/?x=1' has a query, which ls does not use: give the capsule's base URL (${launched.server.url}, or ${launched.server.url}/PREFIX where a host app mounted the planes) (see resource-plane ls --help)\n`);
     const ok = await runCli(['ls', `${launched.server.url}/`, '--json']);
     expect(ok.status).toBe(0);
   });

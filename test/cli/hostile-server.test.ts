@@ -67,7 +67,7 @@ describe('server text reaches the terminal only through the printable filter', (
     const url = await hostile(respond('404 Not Found', { 'content-type': 'application/json' }, JSON.stringify({ error: 'not_found\u001b[1A', message: FORGED })));
     const dir = scratch();
     const r = await runCli(verb === 'ls' ? ['ls', url] : ['get', url, 'report.md', '-o', join(dir, 'report.md')]);
-    expect(r.status).toBe(1);
+    expect(r.status).toBe(4);
     expect(r.stderr).not.toMatch(TERMINAL_CONTROL);
     expect(r.stderr).toBe(`error: 404 not_found\\x1b[1A: \\x1b]0;pwned\\x07\\x1b[2K\\x0d\\x1b[32msaved 6 bytes to ./report.md (sha256 ok, etag verified)\\x1b[0m\n`);
     expect(readdirSync(dir)).toEqual([]);
@@ -76,7 +76,7 @@ describe('server text reaches the terminal only through the printable filter', (
   it('a refusal whose code is not a string is reported by its status alone', async () => {
     const url = await hostile(respond('403 Forbidden', { 'content-type': 'application/json' }, JSON.stringify({ error: { x: FORGED }, message: FORGED })));
     const r = await runCli(['ls', url]);
-    expect([r.status, r.stderr]).toEqual([1, 'error: the server answered 403\n']);
+    expect([r.status, r.stderr]).toEqual([4, 'error: the server answered 403\n']);
   });
 
   it.each([
@@ -96,7 +96,7 @@ describe('server text reaches the terminal only through the printable filter', (
     const url = await hostile(json(listingOf(top, entry)));
     for (const args of [['ls', url], ['ls', url, '--json']]) {
       const r = await runCli(args);
-      expect(r.status, args.join(' ')).toBe(1);
+      expect(r.status, args.join(' ')).toBe(5);
       expect(r.stdout).toBe('');
       expect(r.stderr).toMatch(new RegExp(`^error: the server sent a malformed listing: (entries\\[0\\]\\.)?${field} is not `));
       expect(r.stderr).not.toMatch(TERMINAL_CONTROL);
@@ -139,7 +139,7 @@ describe('the client caps what it reads', () => {
     const size = Buffer.byteLength(JSON.stringify(big));
     const url = await hostile(json(big));
     const capped = await runCli(['ls', url, '--max-bytes', '1Ki']);
-    expect([capped.status, capped.stdout]).toEqual([1, '']);
+    expect([capped.status, capped.stdout]).toEqual([6, '']);
     expect(capped.stderr).toBe('error: the listing is larger than 1024 bytes, the most ls reads; pass --max-bytes to raise it\n');
     const raised = await runCli(['ls', url, '--max-bytes', String(size)]);
     expect(raised.status).toBe(0);
@@ -162,14 +162,14 @@ describe('the client caps what it reads', () => {
       pump();
     });
     const r = await runCli(['ls', url, '--max-bytes', '64Ki']);
-    expect([r.status, r.stderr]).toEqual([1, 'error: the listing is larger than 65536 bytes, the most ls reads; pass --max-bytes to raise it\n']);
+    expect([r.status, r.stderr]).toEqual([6, 'error: the listing is larger than 65536 bytes, the most ls reads; pass --max-bytes to raise it\n']);
     expect(written).toBeLessThan(4096);
   });
 
   it('ls refuses, by its content-length, a listing above the default cap of 64 MiB before reading it', async () => {
     const url = await hostile((socket) => socket.end('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 209715200\r\n\r\n{"root":'));
     const r = await runCli(['ls', url]);
-    expect([r.status, r.stderr]).toEqual([1, 'error: the listing is larger than 67108864 bytes, the most ls reads; pass --max-bytes to raise it\n']);
+    expect([r.status, r.stderr]).toEqual([6, 'error: the listing is larger than 67108864 bytes, the most ls reads; pass --max-bytes to raise it\n']);
   });
 
   it('a --max-bytes that is not a byte count is a usage error', async () => {
@@ -183,7 +183,7 @@ describe('the client caps what it reads', () => {
     const url = await hostile(respond('200 OK', { etag: etagOf(body) }, body));
     const dir = scratch();
     const r = await runCli(['get', url, 'big.bin', '-o', `${dir}/`, '--max-bytes', '1Ki']);
-    expect([r.status, r.stderr]).toEqual([1, 'error: the file is 4096 bytes, more than the 1024 get saves; pass --max-bytes to raise it; nothing was saved\n']);
+    expect([r.status, r.stderr]).toEqual([6, 'error: the file is 4096 bytes, more than the 1024 get saves; pass --max-bytes to raise it; nothing was saved\n']);
     expect(readdirSync(dir)).toEqual([]);
     const raised = await runCli(['get', url, 'big.bin', '-o', `${dir}/`, '--max-bytes', '4Ki']);
     expect(raised.status).toBe(0);
@@ -194,7 +194,7 @@ describe('the client caps what it reads', () => {
     const url = await hostile((socket) => socket.end(`HTTP/1.1 200 OK\r\netag: ${etagOf('x')}\r\ncontent-length: 2147483648\r\n\r\nxxxx`));
     const dir = scratch();
     const r = await runCli(['get', url, 'huge.bin', '-o', `${dir}/`]);
-    expect([r.status, r.stderr]).toEqual([1, 'error: the file is 2147483648 bytes, more than the 1073741824 get saves; pass --max-bytes to raise it; nothing was saved\n']);
+    expect([r.status, r.stderr]).toEqual([6, 'error: the file is 2147483648 bytes, more than the 1073741824 get saves; pass --max-bytes to raise it; nothing was saved\n']);
     expect(readdirSync(dir)).toEqual([]);
   });
 
@@ -204,7 +204,7 @@ describe('the client caps what it reads', () => {
     const url = await hostile((socket) => socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\netag: ${etagOf(body)}\r\nconnection: close\r\n\r\n`), body])));
     const dir = scratch();
     const r = await runCli(['get', url, 'stream.bin', '-o', join(dir, 'stream.bin'), '--max-bytes', '64Ki']);
-    expect([r.status, r.stderr]).toEqual([1, 'error: the file is larger than the 65536 bytes get saves; pass --max-bytes to raise it; nothing was saved\n']);
+    expect([r.status, r.stderr]).toEqual([6, 'error: the file is larger than the 65536 bytes get saves; pass --max-bytes to raise it; nothing was saved\n']);
     expect(readdirSync(dir)).toEqual([]);
   });
 
@@ -215,7 +215,7 @@ describe('the client caps what it reads', () => {
     // The etag names everything sent: only the framed bytes are read, so it does not match them.
     const lying = await hostile((socket) => socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\netag: ${etagOf(whole)}\r\ncontent-length: 6\r\n\r\n`), whole])));
     const r = await runCli(['get', lying, 'a.txt', '-o', join(dir, 'a.txt')]);
-    expect(r.status).toBe(1);
+    expect(r.status).toBe(5);
     expect(r.stderr).toMatch(/^error: etag mismatch: .*; nothing was saved\n$/);
     expect(readdirSync(dir)).toEqual([]);
     const framedEtag = await hostile((socket) => socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\netag: ${etagOf(framed)}\r\ncontent-length: 6\r\n\r\n`), whole])));
