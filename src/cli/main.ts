@@ -42,6 +42,12 @@ function parseBudgetBytes(value: string): number {
   return n;
 }
 
+function parseFetchMaxBytes(value: string): number {
+  const n = parseByteCount(value);
+  if (n === null) throw new UsageError(`--fetch-max-bytes must be a byte count such as 64Mi (got '${value}')`);
+  return n;
+}
+
 /** A client's `--max-bytes`: a byte count, as the manifest writes one. */
 function parseMaxBytes(value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
@@ -113,6 +119,7 @@ interface ServeFlags {
   accessLog: boolean;
   strict?: boolean;
   memoryBudget?: string;
+  fetchMaxBytes?: string;
   metrics?: boolean;
   listingBudget?: string;
   control: 'stdio' | 'none';
@@ -130,7 +137,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   checkLogLevel();
   checkResolverChoice();
   const early = earlyLogger();
-  const { manifest, trace, control: _control, memoryBudget, listingBudget, landlock, listenGiven, strict: _strict, ...rest } = flags;
+  const { manifest, trace, control: _control, memoryBudget, listingBudget, landlock, listenGiven, strict: _strict, fetchMaxBytes, ...rest } = flags;
   let opts: LaunchOptions = {
     ...rest,
     listen: rest.listen ?? '127.0.0.1:0',
@@ -140,6 +147,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     notice: (level, fields, message) => early(level, fields, message),
     strictManifest: flags.strict,
     ...(memoryBudget !== undefined ? { memoryBudgetBytes: parseBudgetBytes(memoryBudget) } : {}),
+    ...(fetchMaxBytes !== undefined ? { fetchMaxBytes: parseFetchMaxBytes(fetchMaxBytes) } : {}),
     ...(listingBudget !== undefined ? { listingBudgetMs: parseBudgetSeconds(listingBudget) * 1000 } : {}),
   };
   // Confinement (src/launch/confine-apply.ts): either this is the re-executed, already confined image,
@@ -415,6 +423,7 @@ Run '${PROGRAM} <command> --help' for a command's options.`,
     .option('--metrics', 'count answers and serve Prometheus metrics at GET /metrics (on the --operator-listen listener when there is one)')
     .option('--metrics-listen <addr>', 'serve GET /metrics alone on its own listener, HOST:PORT or unix:PATH (implies --metrics), e.g. for a Prometheus scrape beside a unix operator socket')
     .option('--memory-budget <bytes>', 'bytes reads and redeems in flight may hold, e.g. 256Mi (default 256Mi)')
+    .option('--fetch-max-bytes <bytes>', 'the largest file fetch-peer-file lands, e.g. 64Mi (default 10Mi)')
     .option('--listing-budget <duration>', 'how long one listing may run, e.g. 30s (default 30s)')
     .option('--operator-listen <addr>', 'serve the operator plane on its own listener, HOST:PORT or unix:PATH (a unix socket outside the workdir, created 0600, is recommended); the main listener then serves only the peer plane and the card')
     .addOption(new Option('--control <channel>', 'the control channel: stdio speaks MCP').choices(['stdio', 'none']).default('none'))

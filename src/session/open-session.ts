@@ -32,6 +32,8 @@ export interface SessionOptions {
   advertisedUrl?: string | null;
   /** Bytes reads and redeems in flight may hold (default 256 MiB). */
   memoryBudgetBytes?: number;
+  /** The largest file fetch-peer-file lands (default 10 MiB): raise it to fetch larger handoffs. */
+  fetchMaxBytes?: number;
   /** How long one listing may run before it answers io_error (default 30 s). */
   listingBudgetMs?: number;
   /** What the process confined itself to, for session_start; default: nothing (an in-process launch). */
@@ -126,7 +128,7 @@ export async function prepareSession(opts: SessionOptions, settleOnly = false): 
       let trace: Trace | null = null;
       try {
         trace = Trace.open(tracePath, sessionId);
-        return new SessionClass({ manifest: grants, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl, memoryBudgetBytes: opts.memoryBudgetBytes, listingBudgetMs: opts.listingBudgetMs, confinement: opts.confinement ?? IN_PROCESS_LAUNCH, now: opts.now });
+        return new SessionClass({ manifest: grants, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl, memoryBudgetBytes: opts.memoryBudgetBytes, listingBudgetMs: opts.listingBudgetMs, fetchMaxBytes: opts.fetchMaxBytes, confinement: opts.confinement ?? IN_PROCESS_LAUNCH, now: opts.now });
       } catch (error) {
         void trace?.close();
         native.closeFd(workdirFd);

@@ -36,13 +36,20 @@ export interface SessionInit {
   memoryBudgetBytes?: number;
   /** How long one listing may run; default DEFAULT_LISTING_BUDGET_MS. */
   listingBudgetMs?: number;
+  /** The largest file fetch-peer-file lands; default DEFAULT_FETCH_MAX_BYTES. */
+  fetchMaxBytes?: number;
   /** What the process confined itself to (or why not), recorded in session_start. */
   confinement: Confinement;
   /** The clock handles are minted and verified against (Unix ms); default Date.now. Tests inject one. */
   now?: () => number;
 }
 
+/** The largest file fetch-peer-file lands unless the launch says otherwise (`--fetch-max-bytes`). */
+export const DEFAULT_FETCH_MAX_BYTES = 10 * 1024 * 1024;
+
 export class Session {
+  /** The largest file fetch-peer-file lands (`--fetch-max-bytes`). */
+  readonly fetchMaxBytes: number;
   readonly manifest: Manifest;
   readonly workdir: string;
   readonly sessionId: string;
@@ -78,6 +85,7 @@ export class Session {
     this.advertisedUrl = init.advertisedUrl;
     this.now = init.now ?? Date.now;
     this.memory = new MemoryBudget(init.memoryBudgetBytes);
+    this.fetchMaxBytes = init.fetchMaxBytes ?? DEFAULT_FETCH_MAX_BYTES;
     this.refusals = new RefusalLimiter((f) => this.trace.record(refusalsSuppressed({ client: f.client, suppressed: f.suppressed, sinceMs: f.since_ms, clients: f.clients })));
     this.grants = effectiveGrants(init.manifest, init.containment);
     const common = { workdirFd: () => this.workdirDescriptor, containment: init.containment, resolver: init.resolver, listingBudgetMs: init.listingBudgetMs };

@@ -41,7 +41,7 @@ export interface FetchPeerFileResult {
 }
 
 export interface FetchPeerFileOptions {
-  /** Largest file accepted; default 10 MiB. */
+  /** Largest file accepted; default the session's fetchMaxBytes (10 MiB unless the launch said). */
   maxBytes?: number;
   connectTimeoutMs?: number;
   totalTimeoutMs?: number;
@@ -49,7 +49,7 @@ export interface FetchPeerFileOptions {
   ca?: string | Buffer | Array<string | Buffer>;
 }
 
-export const DEFAULT_FETCH_MAX_BYTES = 10 * 1024 * 1024;
+export { DEFAULT_FETCH_MAX_BYTES } from '../session/session.js';
 export const FETCH_CONNECT_TIMEOUT_MS = 5_000;
 export const FETCH_TOTAL_TIMEOUT_MS = 60_000;
 
@@ -104,7 +104,7 @@ export async function fetchPeerFile(
   input: FetchPeerFileInput,
   opts: FetchPeerFileOptions = {},
 ): Promise<FetchPeerFileResult> {
-  const limits = fetchLimits(opts);
+  const limits = fetchLimits(session, opts);
   const id = handleId(input.handle);
   const trace = fetchTrace(session, input.peer, id);
   const held = new Held();
@@ -138,8 +138,8 @@ export async function fetchPeerFile(
 }
 
 /** The caller's limits, checked: a bad one is the caller's mistake (a TypeError), never traced. */
-function fetchLimits(opts: FetchPeerFileOptions): FetchLimits {
-  const maxBytes = opts.maxBytes ?? DEFAULT_FETCH_MAX_BYTES;
+function fetchLimits(session: Session, opts: FetchPeerFileOptions): FetchLimits {
+  const maxBytes = opts.maxBytes ?? session.fetchMaxBytes;
   assertLimits({ maxBytes, connectTimeoutMs: opts.connectTimeoutMs, totalTimeoutMs: opts.totalTimeoutMs });
   return { maxBytes, connectTimeoutMs: opts.connectTimeoutMs, totalTimeoutMs: opts.totalTimeoutMs, ca: opts.ca };
 }

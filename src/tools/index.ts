@@ -89,8 +89,9 @@ export function toolSpecs(session: Session): AnyToolSpec[] {
       name: 'fetch-peer-file',
       ...TOOL_PRESENTATION['fetch-peer-file'],
       description:
-        'Fetch a file a peer capsule handed you. The bytes are stored as a file under peer-in/ in your workdir; ' +
-        'the result is the stored path, its size and SHA-256, never the contents. Read the file if you decide to.',
+        `Fetch a file a peer capsule handed you (at most ${session.fetchMaxBytes} bytes). The bytes are stored as a file under peer-in/ in your workdir, ` +
+        'and only once they match the peer\'s etag; the result is the stored path, its size and SHA-256, never the contents. ' +
+        'This server has no tool that reads files: open the stored path with the file tools your runtime gives you, if you decide to.',
       input: fetchPeerFileInput(),
       output: fetchPeerFileOutput,
       declared: declared.includes('fetch-peer-file'),
@@ -139,6 +140,12 @@ function clause(issue: z.core.$ZodIssue): string {
   if (key === null) return 'the arguments must be an object';
   if (issue.code === 'invalid_type' && issue.input === undefined) return `missing required argument '${key}'`;
   if (issue.code === 'invalid_type') return `argument '${key}' must be a ${issue.expected}`;
+  if (issue.code === 'invalid_union') {
+    // `ttl` is a string or an integer: name every kind the argument may be.
+    // The only numeric branch is an integer, so `number` and `int` both read as one.
+    const kinds = [...new Set(issue.errors.flat().flatMap((i) => (i.code === 'invalid_type' ? [i.expected === 'int' || i.expected === 'number' ? 'an integer' : `a ${i.expected}`] : [])))];
+    if (kinds.length > 0) return `argument '${key}' must be ${kinds.join(' or ')}`;
+  }
   return `argument '${key}' is invalid: ${issue.message}`;
 }
 

@@ -15,7 +15,11 @@ export function shareFileInput(root: string | null = null) {
   return z.strictObject({
     path: z.string().describe(`file path relative to ${where}`),
     peer: z.string().describe(PEER),
-    ttl: z.string().describe('optional lifetime such as 90s, 10m, 1h; clamped to max_ttl').optional(),
+    // An integer is seconds, as the manifest's duration grammar reads a bare number.
+    ttl: z
+      .union([z.string(), z.number().int()])
+      .describe('optional lifetime: seconds as an integer (90), or a duration such as 90s, 10m, 1h; clamped to max_ttl')
+      .optional(),
   });
 }
 

@@ -28,8 +28,8 @@ export interface ShareFileInput {
   path: string;
   /** The peer capsule: `host:port` (spoken over http) or an http(s) URL. */
   peer: string;
-  /** Optional duration (`90`, `30s`, `5m`...); clamped down to the declared max_ttl. */
-  ttl?: string;
+  /** Optional lifetime: seconds as an integer (`90`) or a duration (`'30s'`, `'5m'`...); clamped down to the declared max_ttl. */
+  ttl?: string | number;
 }
 
 export interface ShareFileResult {
@@ -120,7 +120,8 @@ export async function shareFile(session: Session, input: ShareFileInput, opts: S
 
   let requestedTtl: number | null = null;
   if (input.ttl !== undefined) {
-    const parsed = parseDuration(input.ttl);
+    // A number is seconds; a non-integer or a negative one is refused like a malformed string.
+    const parsed = typeof input.ttl === 'number' ? (Number.isSafeInteger(input.ttl) && input.ttl > 0 ? input.ttl : null) : parseDuration(input.ttl);
     if (parsed === null) {
       return refuse(new Refusal('invalid_ttl'));
     }

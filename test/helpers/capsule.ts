@@ -32,6 +32,7 @@ export interface CapsuleOptions {
   resolver?: ResolverKind;
   memoryBudgetBytes?: SessionOptions['memoryBudgetBytes'];
   listingBudgetMs?: SessionOptions['listingBudgetMs'];
+  fetchMaxBytes?: SessionOptions['fetchMaxBytes'];
   /** `HOST:PORT` or `unix:PATH`: the operator plane on its own listener. */
   operatorListen?: string;
   /** The listener's logger (none when absent). */
@@ -76,6 +77,7 @@ export async function openCapsule(opts: CapsuleOptions): Promise<Capsule> {
       resolver: opts.resolver,
       memoryBudgetBytes: opts.memoryBudgetBytes,
       listingBudgetMs: opts.listingBudgetMs,
+      fetchMaxBytes: opts.fetchMaxBytes,
       operatorListen: opts.operatorListen,
       logger: opts.logger,
     });

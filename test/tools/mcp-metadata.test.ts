@@ -134,7 +134,8 @@ describe('what a host gets back', () => {
     const cases: Array<[Record<string, unknown>, string]> = [
       [{ path: 1 }, "argument 'path' must be a string; missing required argument 'peer'"],
       [{}, "missing required argument 'path'; missing required argument 'peer'"],
-      [{ path: 'a', peer: 'b', ttl: 30 }, "argument 'ttl' must be a string"],
+      [{ path: 'a', peer: 'b', ttl: true }, "argument 'ttl' must be a string or an integer"],
+      [{ path: 'a', peer: 'b', ttl: 1.5 }, "argument 'ttl' must be a string or an integer"],
       [{ path: 'a', peer: 'b', extra: true }, "unknown argument 'extra'"],
     ];
     // callTool is the one validator: in-process, the same arguments get the same refusal.
