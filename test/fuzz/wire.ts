@@ -73,6 +73,8 @@ export interface Partial {
   complete: boolean;
   /** The connection was reset (by the server, or by us). */
   reset: boolean;
+  /** The server ended the connection cleanly (a FIN) before it was reset or closed. */
+  fin: boolean;
 }
 
 export interface ReaderPlan {
@@ -96,14 +98,25 @@ export function readUnder(port: number, targets: string[], plan: ReaderPlan): Pr
     let acted = false;
     let done = false;
     let reset = false;
+    let fin = false;
     const finish = () => {
       if (done) return;
       done = true;
       clearTimeout(timer);
-      for (const g of got) g.reset = reset;
+      seal();
+      for (const g of got) {
+        g.reset = reset;
+        g.fin = fin;
+      }
       resolve(got);
     };
     const timer = setTimeout(() => socket.destroy(), 30_000);
+    let parts: Buffer[] = [];
+    let have = 0;
+    const seal = () => {
+      if (cur) cur.body = Buffer.concat(parts);
+      cur = null;
+    };
     const parse = () => {
       for (;;) {
         if (cur === null) {
@@ -112,14 +125,18 @@ export function readUnder(port: number, targets: string[], plan: ReaderPlan): Pr
           const head = parseResponse(buf.subarray(0, end + 4), true);
           const headers = new Map(head.rawHeaders.map(([n, v]) => [n.toLowerCase(), v] as [string, string]));
           buf = buf.subarray(end + 4);
-          cur = { status: head.status, headers, body: Buffer.alloc(0), complete: false, reset: false };
+          cur = { status: head.status, headers, body: Buffer.alloc(0), complete: false, reset: false, fin: false };
+          parts = [];
+          have = 0;
           got.push(cur);
           want = Number(headers.get('content-length') ?? 0);
         }
-        const take = Math.min(want - cur.body.length, buf.length);
-        cur.body = Buffer.concat([cur.body, buf.subarray(0, take)]);
+        const take = Math.min(want - have, buf.length);
+        // Chunks kept in a list and joined once: concatenating each into the body is quadratic.
+        parts.push(buf.subarray(0, take));
+        have += take;
         buf = buf.subarray(take);
-        if (got.length === 1 && !acted && cur.body.length >= Math.min(plan.pauseAfter, want) && cur.body.length < want) {
+        if (got.length === 1 && !acted && have >= Math.min(plan.pauseAfter, want) && have < want) {
           acted = true;
           socket.pause();
           void (plan.at ?? (async () => undefined))().then(() => {
@@ -134,9 +151,9 @@ export function readUnder(port: number, targets: string[], plan: ReaderPlan): Pr
           });
           return;
         }
-        if (cur.body.length < want) return;
+        if (have < want) return;
         cur.complete = true;
-        cur = null;
+        seal();
       }
     };
     socket.on('connect', () => socket.write(Buffer.concat(targets.map((t, i) => requestBytes({ method: 'GET', target: t, headers: [] }, i === targets.length - 1)))));
@@ -147,6 +164,7 @@ export function readUnder(port: number, targets: string[], plan: ReaderPlan): Pr
     socket.on('error', (e: NodeJS.ErrnoException) => {
       if (e.code === 'ECONNRESET') reset = true;
     });
+    socket.on('end', () => (fin = true));
     socket.on('close', finish);
   });
 }
