@@ -120,8 +120,8 @@ const RUNS = 12;
 
 /** Every mutation kind, once each, on an aged file, in every run. */
 const coverage = (): Array<[Step[]]> =>
-  (['write', 'mmap-write', 'truncate', 'rename-over', 'replace'] as const).map((m) => [[{
-    mu: m === 'write' || m === 'mmap-write' ? { m, at: 7, len: 9, salt: 5 } : m === 'truncate' ? { m, size: 1 } : { m, size: 4096, salt: 9 },
+  (['write', 'mmap-write', 'write-keep-mtime', 'rename-keep-mtime', 'truncate', 'rename-over', 'replace'] as const).map((m) => [[{
+    mu: m === 'write' || m === 'mmap-write' || m === 'write-keep-mtime' ? { m, at: 7, len: 9, salt: 5 } : m === 'rename-keep-mtime' ? { m, salt: 3 } : m === 'truncate' ? { m, size: 1 } : { m, size: 4096, salt: 9 },
     then: 'both',
   } as Step]]);
 

@@ -14,7 +14,13 @@ export type Mutation =
   | { m: 'truncate'; size: number }
   | { m: 'rename-over'; size: number; salt: number }
   | { m: 'replace'; size: number; salt: number }
-  | { m: 'mmap-write'; at: number; len: number; salt: number };
+  | { m: 'mmap-write'; at: number; len: number; salt: number }
+  // Round three: changes that keep some of (size, mtime, ctime), for the digest cache's key. A
+  // same-size write in place whose mtime is then put back to the nanosecond (utimensat): only
+  // ctime moves. A same-size file given the target's mtime, then renamed over it: a new inode
+  // with the old size and mtime.
+  | { m: 'write-keep-mtime'; at: number; len: number; salt: number }
+  | { m: 'rename-keep-mtime'; salt: number };
 
 export const mutationArb: fc.Arbitrary<Mutation> = fc.oneof(
   { weight: 3, arbitrary: fc.record({ m: fc.constant('write' as const), at: fc.nat(), len: fc.integer({ min: 1, max: 64 }), salt: fc.integer({ min: 1, max: 255 }) }) },
@@ -22,6 +28,8 @@ export const mutationArb: fc.Arbitrary<Mutation> = fc.oneof(
   { weight: 2, arbitrary: fc.record({ m: fc.constant('rename-over' as const), size: sizeArb, salt: fc.integer({ min: 1, max: 255 }) }) },
   { weight: 2, arbitrary: fc.record({ m: fc.constant('replace' as const), size: sizeArb, salt: fc.integer({ min: 1, max: 255 }) }) },
   { weight: 3, arbitrary: fc.record({ m: fc.constant('mmap-write' as const), at: fc.nat(), len: fc.integer({ min: 1, max: 64 }), salt: fc.integer({ min: 1, max: 255 }) }) },
+  { weight: 3, arbitrary: fc.record({ m: fc.constant('write-keep-mtime' as const), at: fc.nat(), len: fc.integer({ min: 1, max: 64 }), salt: fc.integer({ min: 1, max: 255 }) }) },
+  { weight: 2, arbitrary: fc.record({ m: fc.constant('rename-keep-mtime' as const), salt: fc.integer({ min: 1, max: 255 }) }) },
 );
 
 /** Distinct, reproducible content of `size` bytes. */
@@ -62,6 +70,20 @@ export class MapWriter {
       'import mmap, os, sys, json',
       'for line in sys.stdin:',
       '  r = json.loads(line)',
+      // Times put back to the nanosecond (Node's utimes takes float seconds and cannot).
+      '  if r.get("op") == "utime-from":',
+      '    st = os.stat(r["from"])',
+      '    os.utime(r["path"], ns=(st.st_atime_ns, st.st_mtime_ns))',
+      '    print("ok", flush=True)',
+      '    continue',
+      '  if r.get("op") == "write-keep-mtime":',
+      '    st = os.stat(r["path"])',
+      '    fd = os.open(r["path"], os.O_WRONLY)',
+      '    os.pwrite(fd, bytes.fromhex(r["hex"]), r["at"])',
+      '    os.close(fd)',
+      '    os.utime(r["path"], ns=(st.st_atime_ns, st.st_mtime_ns))',
+      '    print("ok", flush=True)',
+      '    continue',
       '  fd = os.open(r["path"], os.O_RDWR)',
       '  try:',
       '    m = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)',
@@ -77,10 +99,19 @@ export class MapWriter {
     return new MapWriter(spawn('python3', ['-c', script]));
   }
 
-  write(path: string, at: number, bytes: Buffer): Promise<void> {
+  write(path: string, at: number, bytes: Buffer, op?: 'write-keep-mtime'): Promise<void> {
+    return this.ask({ op, path, at, hex: bytes.toString('hex') });
+  }
+
+  /** Gives `path` the atime and mtime of `from`, to the nanosecond. */
+  utimeFrom(path: string, from: string): Promise<void> {
+    return this.ask({ op: 'utime-from', path, from });
+  }
+
+  private ask(request: object): Promise<void> {
     return new Promise((resolve, reject) => {
-      this.pending.push((line) => (line === 'ok' ? resolve() : reject(new Error(`mmap write: ${line}`))));
-      this.child.stdin.write(`${JSON.stringify({ path, at, hex: bytes.toString('hex') })}\n`);
+      this.pending.push((line) => (line === 'ok' ? resolve() : reject(new Error(`python helper: ${line}`))));
+      this.child.stdin.write(`${JSON.stringify(request)}\n`);
     });
   }
 
@@ -115,6 +146,23 @@ export async function applyMutation(mu: Mutation, path: string, old: Buffer, scr
       await maps.write(path, r.at, r.bytes);
       const next = Buffer.from(old);
       r.bytes.copy(next, r.at);
+      return next;
+    }
+    case 'write-keep-mtime': {
+      const r = changedRange(old, mu.at, mu.len, mu.salt);
+      if (r === null) return old;
+      await maps.write(path, r.at, r.bytes, 'write-keep-mtime');
+      const next = Buffer.from(old);
+      r.bytes.copy(next, r.at);
+      return next;
+    }
+    case 'rename-keep-mtime': {
+      if (old.length === 0) return old;
+      const next = Buffer.from(old);
+      for (let i = 0; i < next.length; i += 997) next[i] = next[i]! ^ (mu.salt | 1);
+      writeFileSync(scratch, next);
+      await maps.utimeFrom(scratch, path);
+      renameSync(scratch, path);
       return next;
     }
     case 'truncate': {
