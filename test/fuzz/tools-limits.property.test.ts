@@ -9,6 +9,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, truncateSync, writeFi
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
+import { DEFAULT_FETCH_MAX_BYTES } from '../../src/session/session.js';
 import { callTool } from '../../src/tools/index.js';
 import { removeTree, tempDir } from '../helpers/tree.js';
 import { serveCapsule, type Served } from './capsules.js';
@@ -17,7 +18,7 @@ import { TraceTail } from './wire.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 /** README, Errors: fetch-peer-file's cap (10 MiB by default). */
-const FETCH_LIMIT = 10 * 1024 * 1024;
+const FETCH_LIMIT = DEFAULT_FETCH_MAX_BYTES;
 /** The sharer's exports.peer_files.max_bytes: two past the fetch limit, so both bounds are reachable. */
 const PEER_MAX = FETCH_LIMIT + 2;
 const SIZES = [0, 1, FETCH_LIMIT - 1, FETCH_LIMIT, FETCH_LIMIT + 1, PEER_MAX, PEER_MAX + 1];
