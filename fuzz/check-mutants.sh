@@ -12,7 +12,8 @@
 # proves nothing about a mutant, so it is left out of the mutant runs (and reported). Each mutant
 # run stops at its first failing test (--bail=1) and shrinks for at most FUZZ_SHRINK_SECONDS
 # (default 5 here): a caught mutant costs a part of one bounded run, a missed one a whole run, so
-# the check takes at most (1 + patches x ROUNDS) bounded runs plus an addon build per native patch.
+# the check takes at most (1 + patches x ROUNDS) bounded runs plus an addon build per native patch,
+# MUTANT_JOBS (default 2) mutants at a time.
 #
 # Exit status 0 when every mutant was caught in every round. A patch that no longer applies (the
 # code moved) is reported as such and counts as a failure of this check: refresh the patch.
@@ -56,31 +57,56 @@ if [ -n "$baseline" ]; then
   filter=(-t "^(?!.*\\b(${baseline//,/|})\$)")
 fi
 
-for patch in "${patches[@]}"; do
+# One mutant: plant, build if native, run ROUNDS bounded runs; its lines go to $2, its verdict to $3.
+one_mutant() {
+  local patch=$1 out=$2 verdict=$3 name scratch caught r log which
   name="$(basename "$patch" .patch)"
   scratch="$(copy)"
   if ! (cd "$scratch" && patch -s -p1 < "$patch"); then
-    echo "$name: DOES NOT APPLY (refresh fuzz/mutants/$name.patch)"
-    status=1
+    echo "$name: DOES NOT APPLY (refresh fuzz/mutants/$name.patch)" >"$out"
+    echo 1 >"$verdict"
     rm -rf "$scratch"
-    continue
+    return
   fi
   if grep -q '^+++ b/native/' "$patch"; then
-    (cd "$scratch" && npx node-gyp rebuild >/dev/null 2>&1) || { echo "$name: the mutant does not build"; status=1; rm -rf "$scratch"; continue; }
+    if ! (cd "$scratch" && npx node-gyp rebuild >/dev/null 2>&1); then
+      echo "$name: the mutant does not build" >"$out"
+      echo 1 >"$verdict"
+      rm -rf "$scratch"
+      return
+    fi
   fi
   caught=0
+  : >"$out"
   for ((r = 1; r <= rounds; r++)); do
     log="$scratch/round-$r.log"
     if (cd "$scratch" && FORCE_COLOR=0 npx vitest run test/fuzz --maxWorkers=1 --bail=1 "${filter[@]}" >"$log" 2>&1); then
-      echo "$name: round $r MISSED"
+      echo "$name: round $r MISSED" >>"$out"
     else
       caught=$((caught + 1))
       which="$(failing_properties "$log")"
-      echo "$name: round $r caught by ${which:-a failing test}"
+      echo "$name: round $r caught by ${which:-a failing test}" >>"$out"
     fi
   done
-  [ "$caught" -eq "$rounds" ] || status=1
+  if [ "$caught" -eq "$rounds" ]; then echo 0 >"$verdict"; else echo 1 >"$verdict"; fi
   rm -rf "$scratch"
+}
+
+# MUTANT_JOBS mutants at a time (default 2, one per core: each bounded run uses one worker), so the
+# check fits CI's time as the set grows; each mutant's lines are printed in the patches' order.
+jobs_max="${MUTANT_JOBS:-2}"
+results="$(mktemp -d /tmp/rp-mutant-results-XXXXXX)"
+i=0
+for patch in "${patches[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n || true; done
+  one_mutant "$patch" "$results/$i.out" "$results/$i.verdict" &
+  i=$((i + 1))
 done
+wait
+for ((j = 0; j < i; j++)); do
+  cat "$results/$j.out"
+  [ "$(cat "$results/$j.verdict" 2>/dev/null || echo 1)" = 0 ] || status=1
+done
+rm -rf "$results"
 echo "check-mutants: ${#patches[@]} patch(es) x $rounds round(s) in $(( $(date +%s) - started )) s"
 exit $status
