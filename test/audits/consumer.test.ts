@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { packTarball } from '../helpers/pack.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const LOCKED = (JSON.parse(readFileSync(join(ROOT, 'node_modules/fastify/package.json'), 'utf8')) as { version: string }).version;
@@ -18,8 +19,7 @@ let tarball: string;
 
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'rp-consumer-'));
-  execFileSync('npm', ['pack', ROOT, '--pack-destination', dir, '--silent'], { stdio: 'pipe' });
-  tarball = join(dir, readdirSync(dir).find((f) => f.endsWith('.tgz'))!);
+  tarball = packTarball(dir);
 }, 300_000);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 

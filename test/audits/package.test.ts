@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { packTarball } from '../helpers/pack.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 let dir: string;
@@ -22,16 +23,15 @@ let installLog: string;
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'rp-pack-'));
   project = join(dir, 'project');
-  execFileSync('npm', ['pack', ROOT, '--pack-destination', dir, '--silent'], { stdio: 'pipe' });
-  const tarball = readdirSync(dir).find((f) => f.endsWith('.tgz'))!;
-  packed = execFileSync('tar', ['-tzf', join(dir, tarball)], { encoding: 'utf8' })
+  const tarball = packTarball(dir);
+  packed = execFileSync('tar', ['-tzf', tarball], { encoding: 'utf8' })
     .split('\n')
     .filter((line) => line !== '')
     .map((line) => line.replace(/^package\//, ''));
   execFileSync('mkdir', [project]);
   writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'consumer', version: '1.0.0', type: 'module', private: true }));
   // At npm's warning level, so that an engine warning would be seen; npm writes warnings to stderr.
-  const install = spawnSync('npm', ['install', '--no-audit', '--no-fund', '--loglevel=warn', join(dir, tarball)], { cwd: project, encoding: 'utf8' });
+  const install = spawnSync('npm', ['install', '--no-audit', '--no-fund', '--loglevel=warn', tarball], { cwd: project, encoding: 'utf8' });
   if (install.status !== 0) throw new Error(`npm install failed: ${install.stderr}`);
   installLog = `${install.stdout}${install.stderr}`;
 }, 300_000);
