@@ -14,7 +14,7 @@ import { Refusal } from '../codes.js';
 import { Admission, answerConnect, routeRawTargets } from './admission.js';
 import { ALL_PLANES, resourcePlanes, sendServerError, type PlaneSet, type PlanesOptions } from './plugin.js';
 import type { Session } from '../session/session.js';
-import { createLimitedServer } from './limits.js';
+import { attachRequestHandler, createLimitedServer, releaseRequests } from './limits.js';
 import type { Metrics } from './metrics.js';
 
 /** The readiness route. */
@@ -54,7 +54,7 @@ export async function buildApp(session: Session, opts: AppOptions = {}): Promise
     // A target the router cannot decode outside the planes, or one that is not a path: a 400.
     frameworkErrors: (_error, request, reply) => admission.admitUnrouted(request, reply, () => sendServerError(reply, new Refusal('bad_request'))),
     serverFactory: (handler) => {
-      server.on('request', handler);
+      attachRequestHandler(server, handler);
       // An Expect other than 100-continue is refused by admission, in the spec's shape.
       server.on('checkExpectation', handler);
       // Node hands CONNECT to this event (and without a listener drops the connection unanswered).
@@ -63,6 +63,8 @@ export async function buildApp(session: Session, opts: AppOptions = {}): Promise
     },
   }) as unknown as FastifyInstance;
   admission.install(app);
+  // Requests that reached the listener before the app existed are answered once it is ready.
+  app.addHook('onReady', async () => releaseRequests(server));
   app.setNotFoundHandler((_req, reply) => sendServerError(reply, new Refusal('not_found')));
   // Readiness for an orchestrator: untraced, and says nothing about the capsule.
   app.get(HEALTH_PATH, { exposeHeadRoute: false }, (_req, reply) => {
@@ -82,10 +84,11 @@ export function buildMetricsApp(metrics: Metrics, logger: Logger | false, server
     logger: logger ? undefined : false,
     exposeHeadRoutes: false,
     serverFactory: (handler) => {
-      server.on('request', handler);
+      attachRequestHandler(server, handler);
       return server;
     },
   }) as unknown as FastifyInstance;
+  app.addHook('onReady', async () => releaseRequests(server));
   app.setNotFoundHandler((_req, reply) => sendServerError(reply, new Refusal('not_found')));
   serveMetricsRoute(app, metrics);
   return app;

@@ -1,6 +1,6 @@
 // The listener's bounds (README, "Limits") and the bare HTTP server that applies them: a leaf, so
 // the CLI can know them without loading Fastify.
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 
 /** How long shutdown lets responses being sent finish; then every connection is cut. */
 export const DRAIN_TIMEOUT_MS = 10_000;
@@ -32,6 +32,10 @@ export const LIMITS = Object.freeze({
  * (a bare 417) reach the app, which refuses them.
  */
 export function createLimitedServer(): Server {
+  return parkEarlyRequests(createBareLimitedServer());
+}
+
+function createBareLimitedServer(): Server {
   const server = createServer({
     requestTimeout: LIMITS.requestTimeoutMs,
     headersTimeout: LIMITS.headersTimeoutMs,
@@ -43,4 +47,40 @@ export function createLimitedServer(): Server {
   // Inactivity on the socket, reading or writing: a response that is not drained frees its memory.
   server.setTimeout(LIMITS.idleTimeoutMs, (socket) => socket.destroy());
   return server;
+}
+
+const PARKED = Symbol('capsule-resource-plane.parked');
+type Handler = (req: IncomingMessage, res: ServerResponse) => void;
+type Parked = { requests: Array<[IncomingMessage, ServerResponse]>; park: Handler; handler: Handler | null };
+type ParkingServer = Server & { [PARKED]?: Parked };
+
+/**
+ * A listener accepts as soon as it is bound or adopted, which is before the session and its app
+ * exist (the advertised URL is part of the session's identity). A request that arrives in between
+ * would find no 'request' listener and never be answered; it is parked instead, until the app is
+ * ready (releaseRequests), and then handed to the app's handler (attachRequestHandler) in order.
+ */
+function parkEarlyRequests(server: Server): Server {
+  const requests: Parked['requests'] = [];
+  const park = (req: IncomingMessage, res: ServerResponse) => void requests.push([req, res]);
+  server.on('request', park);
+  (server as ParkingServer)[PARKED] = { requests, park, handler: null };
+  return server;
+}
+
+/** Names the app's request handler; requests keep parking until releaseRequests (the app is not ready yet). */
+export function attachRequestHandler(server: Server, handler: (req: IncomingMessage, res: ServerResponse) => void): void {
+  const parked = (server as ParkingServer)[PARKED];
+  if (parked === undefined) server.on('request', handler);
+  else parked.handler = handler;
+}
+
+/** Once the app is ready: its handler takes the requests, those parked first, in arrival order. */
+export function releaseRequests(server: Server): void {
+  const parked = (server as ParkingServer)[PARKED];
+  if (parked === undefined || parked.handler === null) return;
+  delete (server as ParkingServer)[PARKED];
+  server.off('request', parked.park);
+  server.on('request', parked.handler);
+  for (const [req, res] of parked.requests.splice(0)) parked.handler(req, res);
 }
