@@ -110,11 +110,16 @@ export async function serve(
   if (session.advertisedUrl === null) throw new Error('a session is served only with the advertised URL it was opened with');
   const { app } = await buildApp(session, { logger, planes, ...extras, server: listener.server });
   await app.ready();
+  return running(app, listener, session.advertisedUrl);
+}
+
+/** A ready app on its listener, and the one way to close both. */
+function running(app: FastifyInstance, listener: Listener, advertisedUrl: string): RunningServer {
   let closing: Promise<void> | null = null;
   return {
     app,
     url: listener.url,
-    advertisedUrl: session.advertisedUrl,
+    advertisedUrl,
     close: () =>
       (closing ??= (async () => {
         // The app's close runs the planes' preClose: new requests get 503, the ones being answered
@@ -138,18 +143,5 @@ export async function serve(
 export async function serveMetrics(session: Session, listener: Listener, metrics: Metrics, logger: Logger | false = false): Promise<RunningServer> {
   const app = buildMetricsApp(metrics, logger, listener.server);
   await app.ready();
-  let closing: Promise<void> | null = null;
-  return {
-    app,
-    url: listener.url,
-    advertisedUrl: session.advertisedUrl ?? listener.defaultAdvertisedUrl,
-    close: () =>
-      (closing ??= (async () => {
-        await app.close();
-        const closed = new Promise<void>((resolve) => listener.server.close(() => resolve()));
-        listener.server.closeAllConnections();
-        await closed;
-        removeSocketFile(listener);
-      })()),
-  };
+  return running(app, listener, session.advertisedUrl ?? listener.defaultAdvertisedUrl);
 }
