@@ -2,6 +2,7 @@
 // sent byte-for-byte (no URL parsing, no normalising of `..` or `%2e`), and the response comes back
 // with its status, its header lines in the order they were sent (raw name/value pairs), and its body
 // as the bytes that followed the header block. Nothing here interprets the answer beyond framing.
+import { request as nodeRequest } from 'node:http';
 import { connect } from 'node:net';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -222,5 +223,18 @@ export function rawExchange(baseUrl: string, bytes: Buffer | string, timeoutMs =
       rest = res.trailing;
     }
     return out;
+  });
+}
+
+/** GET over a unix socket, the target sent as typed. */
+export function unixGet(socketPath: string, path: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = nodeRequest({ socketPath, path, method: 'GET' }, (res) => {
+      let body = '';
+      res.on('data', (d: Buffer) => (body += d.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('error', reject);
+    req.end();
   });
 }

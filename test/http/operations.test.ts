@@ -2,29 +2,16 @@
 // traced, log lines that each carry the session id, and Prometheus metrics (--metrics, its own
 // listener with --metrics-listen, or a registry built from the package exports for the plugin).
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { request } from 'node:http';
 import Fastify from 'fastify';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startServe } from '../helpers/cli.js';
 import { filesManifest } from '../helpers/capsule.js';
-import { rawGet, readTrace } from '../helpers/http.js';
+import { rawGet, readTrace, unixGet } from '../helpers/http.js';
 import { makeTree, removeTree, tempDir } from '../helpers/tree.js';
 
 const dirs: string[] = [];
 
-/** GET over a unix socket. */
-function unixGet(socketPath: string, path: string): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request({ socketPath, path, method: 'GET' }, (res) => {
-      let body = '';
-      res.on('data', (d: Buffer) => (body += d.toString()));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
 afterAll(() => {
   for (const d of dirs) removeTree(d);
 });

@@ -2,7 +2,6 @@
 // handle can no longer list or read the export there; the operator plane lives on its own listener,
 // a unix socket created 0600 outside the workdir being the recommended deployment, in a private
 // directory (the only kind accepted: the confined server may make and remove files there).
-import { request } from 'node:http';
 import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -10,7 +9,7 @@ import { launch } from '../../src/launch/launch.js';
 import { parseManifest } from '../../src/manifest/model.js';
 import { capsule, filesManifest, type Capsule } from '../helpers/capsule.js';
 import { runCli, runCliAsync, startServe } from '../helpers/cli.js';
-import { rawGet, readTrace } from '../helpers/http.js';
+import { rawGet, readTrace, unixGet } from '../helpers/http.js';
 import { makeTree, scratch } from '../helpers/tree.js';
 
 const YAML = `${filesManifest('out/')}  peer_files:\n    root: out/\n`;
@@ -24,18 +23,6 @@ function layout(): { base: string; workdir: string } {
   return { base, workdir };
 }
 
-/** GET over a unix socket, the target sent as typed. */
-function unixGet(socketPath: string, path: string): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request({ socketPath, path, method: 'GET' }, (res) => {
-      let body = '';
-      res.on('data', (d: Buffer) => (body += d.toString()));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
 
 /** The capsule under test, its operator plane on `operatorListen`, closed when the test finishes. */
 function up(operatorListen: string): Promise<Capsule> {
