@@ -3,6 +3,7 @@
 #include "resolve.h"
 
 #include <fcntl.h>
+#include <linux/limits.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
