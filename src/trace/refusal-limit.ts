@@ -51,6 +51,8 @@ export class RefusalLimiter {
   /** Suppressed refusals of clients not named in a summary (forgotten, or past NAMED_SUMMARIES). */
   private others = { suppressed: 0, since: null as number | null, clients: 0 };
   private timer: NodeJS.Timeout | null = null;
+  /** The latest time the clock has shown: a wall clock stepped back must not earn the step again. */
+  private latest: number;
 
   constructor(
     private readonly write: SummaryWriter,
@@ -59,12 +61,15 @@ export class RefusalLimiter {
     private readonly now: () => number = Date.now,
     private readonly serverRate: RefusalRate = { burst: SERVER_REFUSAL_BURST, perSecond: SERVER_REFUSALS_PER_SECOND },
   ) {
-    this.server = { tokens: serverRate.burst, at: now(), suppressed: 0, since: null };
+    this.latest = now();
+    this.server = { tokens: serverRate.burst, at: this.latest, suppressed: 0, since: null };
   }
 
   /** True when this client's refusal is to be traced; false when it is only counted. */
   allow(client: string): boolean {
-    const t = this.now();
+    // Time never runs backwards here: had the buckets followed the wall clock back and forward
+    // again, they would have earned the same interval twice.
+    const t = (this.latest = Math.max(this.latest, this.now()));
     let b = this.buckets.get(client);
     if (b === undefined) {
       if (this.buckets.size >= MAX_TRACKED_CLIENTS) this.forgetOldest();
@@ -141,7 +146,7 @@ export class RefusalLimiter {
 }
 
 function refill(b: Bucket, t: number, burst: number, perSecond: number): void {
-  // A clock stepped back earns nothing, rather than taking tokens away.
-  b.tokens = Math.min(burst, b.tokens + (Math.max(0, t - b.at) / 1000) * perSecond);
+  // t never goes back (allow() keeps the latest time), so an interval is earned once.
+  b.tokens = Math.min(burst, b.tokens + ((t - b.at) / 1000) * perSecond);
   b.at = t;
 }
