@@ -3,13 +3,14 @@
  *
  * This file owns the only copy of the secret that makes a peer handle unforgeable: 32 random bytes
  * generated per session, held in libsodium secure memory (`sodium_malloc`: mlocked, guard pages,
- * canary), kept no-access except for the instant it is copied into a MAC computation, and zeroed
- * and freed at shutdown. sodium-native has no HMAC-SHA256 (`crypto_auth` is HMAC-SHA-512-256), so
- * RFC 2104 HMAC is built here from its SHA-256 streaming primitives, with the padded key, the
- * ipad/opad blocks, the hash state and the inner digest all living in one secure scratch arena
- * that is wiped after every MAC and no-access in between. It also owns the constant-time
- * comparison MACs are checked with, and the random-byte source the handle nonces come from, so
- * that every use of sodium-native on the peer plane sits in one place.
+ * canary), no-access except during a MAC computation, and zeroed and freed at shutdown.
+ * sodium-native has no HMAC-SHA256 (`crypto_auth` is HMAC-SHA-512-256), so RFC 2104 HMAC is built
+ * here from its SHA-256 streaming primitives. The SHA-256 states after the ipad and opad blocks are
+ * derived once, at generation, into the key's own secure buffer (they are as secret as the key), and
+ * each MAC runs in that buffer, unlocked once and wiped of its per-MAC state before it is locked
+ * again. It also owns the constant-time comparison MACs are checked with, and the random-byte
+ * source the handle nonces come from, so that every use of sodium-native on the peer plane sits in
+ * one place.
  */
 import { createRequire } from 'node:module';
 import { inspect } from 'node:util';
@@ -42,40 +43,118 @@ export const INSTANCE_KEY_BYTES = 32;
 const BLOCK_BYTES = 64;
 const DIGEST_BYTES = sodium.crypto_hash_sha256_BYTES;
 const STATE_BYTES = sodium.crypto_hash_sha256_STATEBYTES;
+/** crypto_hash_sha256_state is { uint32_t state[8]; uint64_t count; uint8_t buf[64] } (sodium.h). */
+const STATE_BUFFER_OFFSET = 40;
 const IPAD = 0x36;
 const OPAD = 0x5c;
 
-/** Rounds up to a multiple of 16 so every view into the scratch arena stays naturally aligned. */
+/** Rounds up to a multiple of 16 so every view into a secure buffer stays naturally aligned. */
 function align16(n: number): number {
   return (n + 15) & ~15;
 }
 
-// Layout of the scratch arena. The hash state holds 64-bit words, so it sits at an aligned
-// offset; sodium_malloc places the arena flush against its guard page, which keeps the start
-// aligned only when the total size is a multiple of the alignment too.
+// Layout of every secure buffer a MAC is computed in (the instance key's, and the scratch arena a
+// caller-supplied key uses). K0 holds the key as RFC 2104 pads it, PAD one padded block while the
+// states are derived, ISTATE and OSTATE the SHA-256 states after the ipad and opad blocks (each is
+// as secret as the key: it computes MACs), WORK and INNER one MAC's running state and inner
+// digest. Hash states hold 64-bit words, so they sit at aligned offsets; sodium_malloc places a
+// buffer flush against its guard page, which keeps the start aligned only when the total size is
+// a multiple of the alignment too.
 const K0_OFFSET = 0;
-const IPAD_OFFSET = K0_OFFSET + BLOCK_BYTES;
-const OPAD_OFFSET = IPAD_OFFSET + BLOCK_BYTES;
-const STATE_OFFSET = OPAD_OFFSET + BLOCK_BYTES;
-const INNER_OFFSET = STATE_OFFSET + align16(STATE_BYTES);
-const ARENA_BYTES = align16(INNER_OFFSET + DIGEST_BYTES);
+const PAD_OFFSET = K0_OFFSET + BLOCK_BYTES;
+const ISTATE_OFFSET = PAD_OFFSET + BLOCK_BYTES;
+const OSTATE_OFFSET = ISTATE_OFFSET + align16(STATE_BYTES);
+const WORK_OFFSET = OSTATE_OFFSET + align16(STATE_BYTES);
+const INNER_OFFSET = WORK_OFFSET + align16(STATE_BYTES);
+const SECURE_BYTES = align16(INNER_OFFSET + DIGEST_BYTES);
+if (STATE_BYTES !== STATE_BUFFER_OFFSET + BLOCK_BYTES) throw new Error(`unexpected crypto_hash_sha256_state size ${STATE_BYTES}`);
+
+/** Size of the instance key's secure buffer: the key, then the states derived from it. */
+export const KEY_BUFFER_BYTES = SECURE_BYTES;
+
+interface Views {
+  k0: Buffer;
+  pad: Buffer;
+  istate: Buffer;
+  ostate: Buffer;
+  work: Buffer;
+  inner: Buffer;
+  /** WORK and INNER together: what one MAC leaves behind, wiped after each. */
+  perMac: Buffer;
+}
+
+function views(buf: Buffer): Views {
+  return {
+    k0: buf.subarray(K0_OFFSET, K0_OFFSET + BLOCK_BYTES),
+    pad: buf.subarray(PAD_OFFSET, PAD_OFFSET + BLOCK_BYTES),
+    istate: buf.subarray(ISTATE_OFFSET, ISTATE_OFFSET + STATE_BYTES),
+    ostate: buf.subarray(OSTATE_OFFSET, OSTATE_OFFSET + STATE_BYTES),
+    work: buf.subarray(WORK_OFFSET, WORK_OFFSET + STATE_BYTES),
+    inner: buf.subarray(INNER_OFFSET, INNER_OFFSET + DIGEST_BYTES),
+    perMac: buf.subarray(WORK_OFFSET, INNER_OFFSET + DIGEST_BYTES),
+  };
+}
 
 /**
- * One secure scratch arena per process, reused by every MAC, zeroed after each and no-access in
- * between. Not one allocation per MAC: sodium-native's `sodium_free` only detaches the buffer,
- * and libsodium releases the pages when the garbage collector finalises it. Each allocation is
- * four mappings (two guard pages) and an mlock, so a busy redeem path would exhaust the mapping
- * limit (vm.max_map_count, ~16k MACs between collections) and abort the process, and long
- * before that exceed RLIMIT_MEMLOCK, which libsodium ignores, leaving later pages unlocked.
+ * From the key in K0, the states after the ipad and the opad block (RFC 2104), so a MAC hashes
+ * neither block again and needs its buffer unlocked once. PAD is wiped after; K0 is left as is.
+ */
+function deriveStates(v: Views): void {
+  for (let i = 0; i < BLOCK_BYTES; i++) v.pad[i] = (v.k0[i] as number) ^ IPAD;
+  sodium.crypto_hash_sha256_init(v.istate);
+  sodium.crypto_hash_sha256_update(v.istate, v.pad);
+  for (let i = 0; i < BLOCK_BYTES; i++) v.pad[i] = (v.k0[i] as number) ^ OPAD;
+  sodium.crypto_hash_sha256_init(v.ostate);
+  sodium.crypto_hash_sha256_update(v.ostate, v.pad);
+  sodium.sodium_memzero(v.pad);
+  // libsodium's update copies a block into the state's buffer before compressing it, so each
+  // state would keep its padded key; after a whole block the buffer is unused and is wiped.
+  sodium.sodium_memzero(v.istate.subarray(STATE_BUFFER_OFFSET));
+  sodium.sodium_memzero(v.ostate.subarray(STATE_BUFFER_OFFSET));
+}
+
+/**
+ * HMAC-SHA256 over the concatenation of `parts`, from the derived states, in a buffer the caller
+ * has made writable. The states are copied within that one secure buffer (a same-type copy,
+ * memmove: no transient copy in ordinary memory); WORK and INNER are wiped before return. Only
+ * the finished MAC, which is public, is in ordinary memory.
+ */
+function macFromStates(v: Views, parts: readonly Uint8Array[]): Buffer {
+  try {
+    v.work.set(v.istate);
+    for (const part of parts) sodium.crypto_hash_sha256_update(v.work, part);
+    sodium.crypto_hash_sha256_final(v.work, v.inner);
+    const mac = Buffer.alloc(DIGEST_BYTES);
+    v.work.set(v.ostate);
+    sodium.crypto_hash_sha256_update(v.work, v.inner);
+    sodium.crypto_hash_sha256_final(v.work, mac);
+    return mac;
+  } finally {
+    sodium.sodium_memzero(v.perMac);
+  }
+}
+
+/**
+ * One secure scratch arena per process, for MACs under a caller-supplied key, zeroed after each
+ * and no-access in between. Not one allocation per MAC: sodium-native's `sodium_free` only
+ * detaches the buffer, and libsodium releases the pages when the garbage collector finalises it.
+ * Each allocation is four mappings (two guard pages) and an mlock, so a busy path would exhaust
+ * the mapping limit (vm.max_map_count, ~16k MACs between collections) and abort the process, and
+ * long before that exceed RLIMIT_MEMLOCK, which libsodium ignores, leaving later pages unlocked.
  * Reuse is safe because a MAC is synchronous start to finish: nothing can interleave with it.
  */
 let arena: Buffer | null = null;
 
+function secureZeroed(): Buffer {
+  const fresh = sodium.sodium_malloc(SECURE_BYTES);
+  // sodium_malloc fills new memory with a garbage pattern; what is not yet written is zero.
+  sodium.sodium_memzero(fresh);
+  return fresh;
+}
+
 function scratchArena(): Buffer {
   if (arena === null) {
-    const fresh = sodium.sodium_malloc(ARENA_BYTES);
-    // sodium_malloc fills new memory with a garbage pattern; the arena is kept all-zero at rest.
-    sodium.sodium_memzero(fresh);
+    const fresh = secureZeroed();
     sodium.sodium_mprotect_noaccess(fresh);
     arena = fresh;
   }
@@ -83,72 +162,36 @@ function scratchArena(): Buffer {
 }
 
 /**
- * RFC 2104 HMAC-SHA256 over the concatenation of `parts`.
- *
- * `loadKey` writes the key into the zeroed 64-byte K0 view, using the (zeroed) state view if it
- * has to hash a long key first; it is a callback so the instance key is readable for exactly
- * that copy and no longer. Every key-derived byte lives in the secure arena and is wiped before
- * return, whatever happens. Only the finished MAC, which is public, is in ordinary memory.
+ * Writes `key` into `k0` per RFC 2104: as is when it fits a block, else its SHA-256 digest,
+ * hashed with the arena's own WORK state so no key-derived state leaves secure memory.
  */
-function hmacCore(
-  loadKey: (k0: Buffer, state: Buffer) => void,
-  parts: readonly Uint8Array[],
-): Buffer {
+function loadArbitraryKey(key: Uint8Array, v: Views): void {
+  if (key.length <= BLOCK_BYTES) {
+    v.k0.set(key);
+    return;
+  }
+  sodium.crypto_hash_sha256_init(v.work);
+  sodium.crypto_hash_sha256_update(v.work, key);
+  sodium.crypto_hash_sha256_final(v.work, v.k0.subarray(0, DIGEST_BYTES));
+  sodium.sodium_memzero(v.work);
+}
+
+/**
+ * HMAC-SHA256 with a caller-supplied key, through the same derivation and MAC the instance key
+ * uses. Exists so the construction can be checked against the RFC 4231 vectors.
+ */
+export function hmacSha256WithKey(key: Buffer, message: Buffer): Buffer {
   const scratch = scratchArena();
   sodium.sodium_mprotect_readwrite(scratch);
   try {
-    const k0 = scratch.subarray(K0_OFFSET, K0_OFFSET + BLOCK_BYTES);
-    const ipad = scratch.subarray(IPAD_OFFSET, IPAD_OFFSET + BLOCK_BYTES);
-    const opad = scratch.subarray(OPAD_OFFSET, OPAD_OFFSET + BLOCK_BYTES);
-    const state = scratch.subarray(STATE_OFFSET, STATE_OFFSET + STATE_BYTES);
-    const inner = scratch.subarray(INNER_OFFSET, INNER_OFFSET + DIGEST_BYTES);
-
-    loadKey(k0, state);
-    for (let i = 0; i < BLOCK_BYTES; i++) {
-      const byte = k0[i] as number;
-      ipad[i] = byte ^ IPAD;
-      opad[i] = byte ^ OPAD;
-    }
-    sodium.sodium_memzero(k0);
-
-    sodium.crypto_hash_sha256_init(state);
-    sodium.crypto_hash_sha256_update(state, ipad);
-    for (const part of parts) sodium.crypto_hash_sha256_update(state, part);
-    sodium.crypto_hash_sha256_final(state, inner);
-
-    const mac = Buffer.alloc(DIGEST_BYTES);
-    sodium.crypto_hash_sha256_init(state);
-    sodium.crypto_hash_sha256_update(state, opad);
-    sodium.crypto_hash_sha256_update(state, inner);
-    sodium.crypto_hash_sha256_final(state, mac);
-    return mac;
+    const v = views(scratch);
+    loadArbitraryKey(key, v);
+    deriveStates(v);
+    return macFromStates(v, [message]);
   } finally {
     sodium.sodium_memzero(scratch);
     sodium.sodium_mprotect_noaccess(scratch);
   }
-}
-
-/**
- * Writes `key` into `k0` per RFC 2104: as is when it fits a block, else its SHA-256 digest,
- * hashed with the arena's own state so no key-derived state leaves secure memory.
- */
-function loadArbitraryKey(key: Uint8Array, k0: Buffer, state: Buffer): void {
-  if (key.length <= BLOCK_BYTES) {
-    k0.set(key);
-    return;
-  }
-  sodium.crypto_hash_sha256_init(state);
-  sodium.crypto_hash_sha256_update(state, key);
-  // The state is re-initialised for the inner hash next, and the whole arena is wiped at the end.
-  sodium.crypto_hash_sha256_final(state, k0.subarray(0, DIGEST_BYTES));
-}
-
-/**
- * HMAC-SHA256 with a caller-supplied key, through the same core the instance key uses.
- * Exists so the construction can be checked against the RFC 4231 vectors.
- */
-export function hmacSha256WithKey(key: Buffer, message: Buffer): Buffer {
-  return hmacCore((k0, state) => loadArbitraryKey(key, k0, state), [message]);
 }
 
 /**
@@ -181,13 +224,19 @@ export class InstanceKey {
     this.#key = key;
   }
 
-  /** A fresh key: 32 bytes from libsodium's CSPRNG, written straight into secure memory. */
+  /**
+   * A fresh key: 32 bytes from libsodium's CSPRNG, written straight into secure memory, with the
+   * HMAC states derived from it beside it in the same buffer.
+   */
   static generate(): InstanceKey {
-    const key = sodium.sodium_malloc(INSTANCE_KEY_BYTES);
+    const key = secureZeroed();
     try {
-      sodium.randombytes_buf(key);
+      const v = views(key);
+      sodium.randombytes_buf(v.k0.subarray(0, INSTANCE_KEY_BYTES));
+      deriveStates(v);
       sodium.sodium_mprotect_noaccess(key);
     } catch (error) {
+      sodium.sodium_memzero(key);
       sodium.sodium_free(key);
       throw error;
     }
@@ -199,21 +248,19 @@ export class InstanceKey {
   }
 
   /**
-   * HMAC-SHA256 under this key over the concatenation of `parts`. The key pages are readable
-   * only while they are copied into the computation's own secure scratch, and are no-access
-   * again before any message byte is hashed.
+   * HMAC-SHA256 under this key over the concatenation of `parts`. The buffer is readable for this
+   * one computation (one unlock, one lock: the states are derived once, at generation) and
+   * no-access again before return, whatever happens.
    */
   hmacSha256(parts: Buffer[]): Buffer {
     const key = this.#key;
     if (key === null) throw new Error('the instance key has been destroyed');
-    return hmacCore((k0) => {
-      sodium.sodium_mprotect_readonly(key);
-      try {
-        k0.set(key);
-      } finally {
-        sodium.sodium_mprotect_noaccess(key);
-      }
-    }, parts);
+    sodium.sodium_mprotect_readwrite(key);
+    try {
+      return macFromStates(views(key), parts);
+    } finally {
+      sodium.sodium_mprotect_noaccess(key);
+    }
   }
 
   /**
@@ -231,7 +278,8 @@ export class InstanceKey {
   }
 
   /**
-   * The secure buffer itself, for the test that proves it is no-access between uses.
+   * The secure buffer itself (the key in its first INSTANCE_KEY_BYTES, the derived states after),
+   * for the tests that prove it is no-access between uses and never copied out.
    * Reading it outside a MAC computation kills the process with SIGSEGV.
    */
   _unsafeBufferForTest(): Buffer {

@@ -89,7 +89,8 @@ function encodeBase64Url(bytes: Buffer): string {
 
 // ── Shape ────────────────────────────────────────────────────────────────────
 
-interface TokenParts {
+/** A well-shaped token, split and decoded once (parseToken), for verifyParsed. */
+export interface TokenParts {
   payloadSegment: string;
   payload: Buffer;
   mac: Buffer;
@@ -108,6 +109,11 @@ function splitToken(token: string): TokenParts | null {
 /** Shape alone: `mh1.<b64url>.<b64url>` with a 32-byte MAC. Nothing is read from the payload. */
 export function checkShape(token: string): boolean {
   return splitToken(token) !== null;
+}
+
+/** The token split and decoded, or null unless it is well-shaped (what `checkShape` accepts). */
+export function parseToken(token: string): TokenParts | null {
+  return splitToken(token);
 }
 
 // ── The payload ──────────────────────────────────────────────────────────────
@@ -192,6 +198,17 @@ export function verifyToken(
 ): VerifyResult {
   const parts = splitToken(token);
   if (parts === null) return { ok: false, reason: 'malformed' };
+  return verifyParsed(key, parts, audience, sessionId, nowMs);
+}
+
+/** verifyToken's checks after the shape, on a token parseToken has already split and decoded. */
+export function verifyParsed(
+  key: InstanceKey,
+  parts: TokenParts,
+  audience: string,
+  sessionId: string,
+  nowMs: number,
+): VerifyResult {
   const expected = macFor(key, parts.payloadSegment, audience);
   if (!constantTimeEqual(expected, parts.mac)) return { ok: false, reason: 'not_valid' };
   const payload = parsePayload(parts.payload);

@@ -2,7 +2,7 @@
 // in the spec's fixed order and nothing downstream of the MAC is evaluated before it; the file is
 // then served by the same ExportView (resolver, reader, symlink policy) as the operator plane.
 import { asRefusal, Refusal, renderHttp } from '../codes.js';
-import { checkShape, verifyToken } from '../handle/token.js';
+import { parseToken, verifyParsed } from '../handle/token.js';
 import type { Body } from '../export/export-view.js';
 import { canonicalRelpath } from '../paths.js';
 import { handleId } from '../redact.js';
@@ -52,9 +52,11 @@ export async function handleRedeem(ctx: PlaneContext, method: string, rest: stri
 
   const key = session.key;
   if (!view || !key) return refused(new Refusal('no_peer_plane'));
-  if (!checkShape(token)) return refused(new Refusal('malformed_handle'));
+  // Split and decoded once: the shape is judged before the audience, the MAC after it.
+  const parts = parseToken(token);
+  if (parts === null) return refused(new Refusal('malformed_handle'));
   if (audience === '') return refused(new Refusal('missing_audience'));
-  const verdict = verifyToken(key, token, audience, session.sessionId, session.now());
+  const verdict = verifyParsed(key, parts, audience, session.sessionId, session.now());
   if (!verdict.ok) {
     if (verdict.reason === 'expired') verifiedPath = verdict.payload.p;
     const code = verdict.reason === 'malformed' ? 'malformed_handle' : verdict.reason === 'expired' ? 'handle_expired' : 'handle_not_valid';

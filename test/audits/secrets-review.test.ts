@@ -15,6 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
 import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { fetchPeerFile } from '../../src/tools/fetch-peer-file.js';
+import { KEY_BUFFER_BYTES } from '../../src/handle/key.js';
 import { mintToken, randomNonceHex } from '../../src/handle/token.js';
 import { handleId, redactHandles } from '../../src/redact.js';
 import { shareFile } from '../../src/tools/share-file.js';
@@ -299,13 +300,13 @@ describe('2. the instance key lives in secure memory only, and only while it mus
     const malloc = vi.spyOn(sodium, 'sodium_malloc');
     const without = await capsule('nokey', `${FETCHES}exports:\n  files:\n    root: out/\n    mode: read-only\n`);
     expect(without.session.key).toBeNull();
-    expect(malloc.mock.calls.filter(([n]) => n === 32)).toHaveLength(0);
+    expect(malloc.mock.calls.filter(([n]) => n === KEY_BUFFER_BYTES)).toHaveLength(0);
     // share-file is refused without any MAC being computed.
     const r = await refusal(callTool(without.session, 'share-file', { path: 'x', peer: '127.0.0.1:1' }));
     expect(r.code).toBe('no_peer_plane');
     const withKey = await capsule('haskey', SHARES);
     expect(withKey.session.key).not.toBeNull();
-    expect(malloc.mock.calls.filter(([n]) => n === 32)).toHaveLength(1);
+    expect(malloc.mock.calls.filter(([n]) => n === KEY_BUFFER_BYTES)).toHaveLength(1);
     await without.close();
     await withKey.close();
   });
@@ -404,7 +405,7 @@ describe('2. the instance key lives in secure memory only, and only while it mus
 
   it('is zeroed and freed on SIGTERM, SIGINT and the control channel\'s stdin closing', async () => {
     // A preload wraps the shared sodium-native module object of the served process and reports,
-    // synchronously on stderr, each call that touches a 32-byte secure buffer.
+    // synchronously on stderr, each call that touches the key's secure buffer (by its size).
     const dir = scratch();
     const preload = join(dir, 'preload.mjs');
     writeFileSync(preload, `
@@ -414,9 +415,9 @@ describe('2. the instance key lives in secure memory only, and only while it mus
       for (const name of ['sodium_malloc', 'sodium_free', 'sodium_memzero', 'sodium_mprotect_readwrite']) {
         const orig = sodium[name];
         sodium[name] = function (arg, ...rest) {
-          if (name !== 'sodium_malloc' && arg && arg.secure && arg.length === 32) writeSync(2, 'KEY ' + name + '\\n');
+          if (name !== 'sodium_malloc' && arg && arg.secure && arg.length === ${KEY_BUFFER_BYTES}) writeSync(2, 'KEY ' + name + '\\n');
           const r = orig.call(this, arg, ...rest);
-          if (name === 'sodium_malloc' && r.length === 32) writeSync(2, 'KEY ' + name + '\\n');
+          if (name === 'sodium_malloc' && r.length === ${KEY_BUFFER_BYTES}) writeSync(2, 'KEY ' + name + '\\n');
           return r;
         };
       }
@@ -446,7 +447,8 @@ describe('2. the instance key lives in secure memory only, and only while it mus
     const results = await Promise.all([run('SIGTERM'), run('SIGINT'), run('stdin')]);
     for (const r of results) {
       expect(r.code).toBe(0);
-      expect(r.keyLines).toEqual(['KEY sodium_malloc', 'KEY sodium_mprotect_readwrite', 'KEY sodium_memzero', 'KEY sodium_free']);
+      // Allocated and zeroed (sodium_malloc's fill pattern) at start; unlocked, wiped, freed at the end.
+      expect(r.keyLines).toEqual(['KEY sodium_malloc', 'KEY sodium_memzero', 'KEY sodium_mprotect_readwrite', 'KEY sodium_memzero', 'KEY sodium_free']);
     }
   });
 
@@ -532,7 +534,7 @@ describe('3. tampered payload, tampered MAC, another instance and the wrong audi
     const counts: Record<string, Record<string, number>> = {};
     for (const [label, t, aud] of variants()) {
       const tally: Record<string, number> = {};
-      const spies = ['crypto_hash_sha256_init', 'crypto_hash_sha256_update', 'crypto_hash_sha256_final', 'sodium_memcmp', 'sodium_mprotect_readonly']
+      const spies = ['crypto_hash_sha256_init', 'crypto_hash_sha256_update', 'crypto_hash_sha256_final', 'sodium_memcmp', 'sodium_mprotect_readwrite']
         .map((name) => {
           const orig = sodium[name]!;
           return vi.spyOn(sodium, name).mockImplementation((...args: unknown[]) => {
@@ -548,13 +550,15 @@ describe('3. tampered payload, tampered MAC, another instance and the wrong audi
       memcmp.mockRestore();
       counts[label] = tally;
     }
-    const expected = { crypto_hash_sha256_init: 2, crypto_hash_sha256_update: 8, crypto_hash_sha256_final: 2, sodium_memcmp: 1, sodium_mprotect_readonly: 1 };
+    // The states are derived at generation: a MAC copies them (no init), hashes the five parts and
+    // the inner digest, and unlocks the key's buffer once.
+    const expected = { crypto_hash_sha256_update: 6, crypto_hash_sha256_final: 2, sodium_memcmp: 1, sodium_mprotect_readwrite: 1 };
     for (const [label, tally] of Object.entries(counts)) expect(tally, label).toEqual(expected);
   });
 
   it('computes no MAC for a refusal that precedes it (shape, missing audience), so the order is observable only by code', async () => {
     const t = mintToken(a.session.key!, payload(a), AUD);
-    const readonly = vi.spyOn(sodium, 'sodium_mprotect_readonly');
+    const readonly = vi.spyOn(sodium, 'sodium_mprotect_readwrite');
     const missing = await rawGet(a.url, `/resources/peer/${t}`, [['x-murmur-audience', '   ']]);
     const malformed = await rawGet(a.url, `/resources/peer/${t}=`, [['x-murmur-audience', AUD]]);
     expect(missing.json().error).toBe('missing_audience');

@@ -14,6 +14,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest
 import {
   constantTimeEqual,
   hmacSha256WithKey,
+  KEY_BUFFER_BYTES,
   InstanceKey,
   INSTANCE_KEY_BYTES,
   randomBytes,
@@ -137,11 +138,12 @@ describe('InstanceKey', () => {
     }
   });
 
-  it('keeps 32 bytes in secure memory', () => {
+  it('keeps its 32 bytes and the states derived from them in one secure buffer', () => {
     const key = InstanceKey.generate();
     try {
       const buffer = key._unsafeBufferForTest() as Buffer & { secure?: boolean };
-      expect(buffer.length).toBe(INSTANCE_KEY_BYTES);
+      expect(buffer.length).toBe(KEY_BUFFER_BYTES);
+      expect(KEY_BUFFER_BYTES).toBeGreaterThan(INSTANCE_KEY_BYTES);
       expect(buffer.secure).toBe(true);
     } finally {
       key.destroy();
@@ -171,7 +173,7 @@ describe('InstanceKey', () => {
     const free = vi.spyOn(sodium, 'sodium_free');
 
     key.destroy();
-    expect(afterWipe).toEqual(Buffer.alloc(INSTANCE_KEY_BYTES));
+    expect(afterWipe).toEqual(Buffer.alloc(KEY_BUFFER_BYTES));
     // Identity, not equality: the freed buffer is detached and cannot be compared by content.
     expect(free).toHaveBeenCalledTimes(1);
     expect(free.mock.calls[0]?.[0]).toBe(buffer);
@@ -189,13 +191,14 @@ describe('InstanceKey', () => {
     const key = InstanceKey.generate();
     try {
       key.hmacSha256([ascii('warm-up')]);
+      const keyBuffer = key._unsafeBufferForTest();
       const malloc = vi.spyOn(sodium, 'sodium_malloc');
       const lock = sodium.sodium_mprotect_noaccess;
       const lockedDirty: number[] = [];
       let locks = 0;
       vi.spyOn(sodium, 'sodium_mprotect_noaccess').mockImplementation((buffer: Buffer) => {
-        // The instance key is locked holding its bytes; everything else must be zero at rest.
-        if (buffer.length !== INSTANCE_KEY_BYTES && buffer.some((byte) => byte !== 0)) {
+        // The instance key is locked holding its bytes and states; the scratch must be zero at rest.
+        if (buffer !== keyBuffer && buffer.some((byte) => byte !== 0)) {
           lockedDirty.push(buffer.length);
         }
         locks++;
@@ -206,8 +209,8 @@ describe('InstanceKey', () => {
       hmacSha256WithKey(Buffer.alloc(131, 0xaa), ascii('a long key takes the hashing path'));
 
       expect(malloc).not.toHaveBeenCalled();
-      // Scratch twice, key once.
-      expect(locks).toBe(3);
+      // Key once (one unlock per MAC: the states are derived at generation), scratch once.
+      expect(locks).toBe(2);
       expect(lockedDirty).toEqual([]);
     } finally {
       key.destroy();
