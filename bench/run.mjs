@@ -10,7 +10,8 @@
 //   - the Fastify contract floor (issue 17): a Fastify 5 route doing the contract's minimum per
 //     request (open the root, open the file O_NOFOLLOW|O_NONBLOCK, fstat, read, SHA-256 etag, one
 //     synchronous trace line, close both): the honest ceiling for a 1 KiB read;
-//   - this server, `resource-plane serve --containment sealed`, trace on.
+//   - this server, `resource-plane serve --containment sealed --no-access-log`, trace on (the
+//     access log is an operator convenience the floor does not have; the trace is kept).
 // Load is wrk -t1 -c32 (requests/s, body MB/s from 2xx answers only, p99 latency). Besides reads:
 // the single-core SHA-256 rate (node:crypto over 64 MiB), a 1 KiB redeem through the peer plane
 // (handle minted with share-file over the CLI's MCP control channel) next to a 1 KiB read on the
@@ -447,11 +448,11 @@ try {
     servers.push({ id: 'fastify_contract', label: 'Fastify contract floor', url: s.url, child: s.child, etag: true });
   }
   {
-    const s = await startNode('ours', oursArgs('ours'));
+    const s = await startNode('ours', oursArgs('ours', ['--no-access-log']));
     servers.push({ id: 'ours', label: 'ours', url: s.url, child: s.child, etag: true });
   }
   {
-    const child = track(process.execPath, oursArgs('peer', ['--control', 'stdio']), { logFile: log('ours-peer'), stdin: 'pipe', env });
+    const child = track(process.execPath, oursArgs('peer', ['--control', 'stdio', '--no-access-log']), { logFile: log('ours-peer'), stdin: 'pipe', env });
     const mcp = mcpClient(child, 'ours (control stdio)');
     const ready = await mcp.start();
     oursPeer = { child, mcp, url: ready.url };
