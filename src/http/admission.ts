@@ -5,7 +5,7 @@
 //   - while stopping: 503 shutting_down, connection closed;
 //   - counted in flight until the response or its socket closes, whichever is first (on Node 20 a
 //     pipelined response queued behind one whose socket died never emits 'close');
-//   - HTTP/1.x only, a Host on HTTP/1.1, no Expect but 100-continue: 400/417 bad_request;
+//   - HTTP/1.x only, a Host on HTTP/1.1 and never two, no Expect but 100-continue: 400/417 bad_request;
 //   - one response at a time per connection: a pipelined request waits until the response before
 //     it has closed, so a connection pins at most one body whatever the client pipelines, and a
 //     connection with more than MAX_QUEUED_PER_CONNECTION requests waiting is cut;
@@ -107,18 +107,28 @@ export function answerConnect(handler: (req: IncomingMessage, res: ServerRespons
   };
 }
 
-/** Why a request is refused before routing, if it is: HTTP/0.9, no Host on 1.1, an unknown Expect, CONNECT's authority form. */
+/** Why a request is refused before routing, if it is: HTTP/0.9, no Host on 1.1 or two Hosts, an unknown Expect, CONNECT's authority form. */
 function protocolProblem(req: IncomingMessage): { status: number } | null {
   // Node reads a request line cut by a bare LF as HTTP/0.9 and what follows as headers, so
   // `GET /resources/files/a<LF>X: y HTTP/1.1` would be a request for `a` where a proxy in front
   // may have seen another target.
   if (req.httpVersionMajor !== 1) return { status: 400 };
   if (req.httpVersionMinor >= 1 && req.headers.host === undefined) return { status: 400 };
+  // More than one Host line is a 400 in any version (RFC 9112 section 3.2): Node keeps the first
+  // and drops the rest, so a proxy in front that read another one saw another request.
+  if (hostLines(req) > 1) return { status: 400 };
   const expect = req.headers.expect;
   if (expect !== undefined && !/^\s*100-continue\s*$/i.test(expect)) return { status: 417 };
   // `CONNECT host:port` asks for a tunnel, which this server never makes; no route can name it.
   if (req.method === 'CONNECT' && !(req.url ?? '').startsWith('/')) return { status: 400 };
   return null;
+}
+
+/** How many Host header lines the request carried (req.headers keeps only the first). */
+function hostLines(req: IncomingMessage): number {
+  let n = 0;
+  for (let i = 0; i < req.rawHeaders.length; i += 2) if (req.rawHeaders[i]!.length === 4 && req.rawHeaders[i]!.toLowerCase() === 'host') n++;
+  return n;
 }
 
 interface Connection {

@@ -162,3 +162,29 @@ describe('a request line cut by a bare LF is refused, not read as HTTP/0.9 (http
     }
   });
 });
+
+describe('a request with two Host lines is refused, not served under the first (http-semantics edges, round three)', () => {
+  // Node keeps the first Host line and drops the others, so `Host: a` then `Host: b` was served
+  // (200) although RFC 9112 section 3.2 requires a 400 for more than one Host line in any version:
+  // a proxy in front that read the last one routed another request than the one answered.
+  it('over HTTP, HTTP/1.1 and HTTP/1.0, untraced', async () => {
+    const { rawExchange, readTrace } = await import('../helpers/http.js');
+    const l: Launched = await launch({ workdir, traceDir, yaml: filesManifest('out/') });
+    try {
+      for (const [version, hosts] of [['1.1', 'Host: a\r\nHost: b'], ['1.1', 'host: a\r\nHOST: a'], ['1.0', 'Host: a\r\nHost: b']] as const) {
+        const [res] = await rawExchange(l.url, `GET /resources/files/a HTTP/${version}\r\n${hosts}\r\nConnection: close\r\n\r\n`);
+        expect(res!.status, `${version} ${hosts}`).toBe(400);
+        expect(res!.json()).toEqual({ error: 'bad_request', message: 'the request could not be parsed' });
+        expect(res!.header('connection')).toBe('close');
+      }
+      expect(readTrace(l.tracePath).filter((e) => e.event_type === 'resource_read')).toEqual([]);
+      // One Host line (or none on HTTP/1.0) is served as before.
+      const [one] = await rawExchange(l.url, 'GET /resources/files/a HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n');
+      expect(one!.body.toString()).toBe('plain a');
+      const [none] = await rawExchange(l.url, 'GET /resources/files/a HTTP/1.0\r\n\r\n');
+      expect(none!.body.toString()).toBe('plain a');
+    } finally {
+      await l.close();
+    }
+  });
+});
