@@ -8,7 +8,8 @@
 //   - HTTP/1.x only, a Host on HTTP/1.1 and never two, no Expect but 100-continue: 400/417 bad_request;
 //   - one response at a time per connection: a pipelined request waits until the response before
 //     it has closed, so a connection pins at most one body whatever the client pipelines, and a
-//     connection with more than MAX_QUEUED_PER_CONNECTION requests waiting is cut;
+//     connection with more than MAX_QUEUED_PER_CONNECTION requests waiting is cut; a refusal waits
+//     too (its head must follow the `100 Continue` Node may have queued for it);
 //   - the socket's idle timer is off while the server works on the request (a listing may take
 //     its whole budget) and back on once the answer is handed to Node.
 //
@@ -210,19 +211,21 @@ export class Admission {
       return reply;
     }
     const turn = this.enter(req, reply.raw);
-    const problem = protocolProblem(req);
-    if (problem) {
-      reply.header('connection', 'close');
-      const rendered = renderHttp('server', new Refusal('bad_request'));
-      sendError(fastifyPlaneReply(reply), { ...rendered, status: problem.status });
-      return reply;
-    }
+    // A refusal waits its turn like any answer: written while an answer before it still holds
+    // the socket, its head would land in front of the `100 Continue` Node already queued for it.
     if (turn) await turn;
     const socket = req.socket;
     // The connection ended while this request waited (reset, or `Connection: close` on the one
     // before it): nothing will be sent, so nothing is done or traced.
     if (socket.destroyed || !socket.writable) {
       reply.hijack();
+      return reply;
+    }
+    const problem = protocolProblem(req);
+    if (problem) {
+      reply.header('connection', 'close');
+      const rendered = renderHttp('server', new Refusal('bad_request'));
+      sendError(fastifyPlaneReply(reply), { ...rendered, status: problem.status });
       return reply;
     }
     socket.setTimeout(0);
@@ -281,7 +284,7 @@ export class Admission {
 
   /**
    * For an answer Fastify writes without hooks (a target the router refuses): the same gate and
-   * count, then `answer` unless stopping.
+   * count, then `answer` unless stopping, once it is this connection's turn (as in onRequest).
    */
   admitUnrouted(request: FastifyRequest, reply: FastifyReply, answer: () => void): void {
     reply.header(HEADER.containment, this.containment);
@@ -290,8 +293,15 @@ export class Admission {
       sendError(fastifyPlaneReply(reply), renderHttp('server', new Refusal('shutting_down')));
       return;
     }
-    this.enter(request.raw, reply.raw);
-    answer();
+    const turn = this.enter(request.raw, reply.raw);
+    if (turn === null) {
+      answer();
+      return;
+    }
+    void turn.then(() => {
+      const socket = request.raw.socket;
+      if (!socket.destroyed && socket.writable) answer();
+    });
   }
 
   /**

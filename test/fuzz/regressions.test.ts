@@ -188,3 +188,35 @@ describe('a request with two Host lines is refused, not served under the first (
     }
   });
 });
+
+describe('a refusal before routing waits its turn, so the 100 Continue before it stays in front of its head (http-semantics edges, round three)', () => {
+  // Node writes `100 Continue` when it parses a request that expects it; for a pipelined request
+  // whose response is queued behind another, the 100 is buffered in that response, and a head
+  // written before the response owns the socket was put in front of it: the client read
+  // `HTTP/1.1 400 …` + `HTTP/1.1 100 Continue` + the body, and every answer after it misframed. The
+  // refusals admission and the router give before any plane (no Host, two Hosts, an Expect other
+  // than 100-continue, an absolute target with a fragment) were written at once, out of turn.
+  it('pipelined behind a read, each refusal arrives whole after its 100, and what follows it too', async () => {
+    const { exchangeAll } = await import('./wire.js');
+    const l: Launched = await launch({ workdir, traceDir, yaml: filesManifest('out/') });
+    try {
+      const port = Number(new URL(l.url).port);
+      const read = { method: 'GET', target: '/resources/files/a', headers: [] as Array<[string, string]> };
+      const cases: Array<{ refused: Parameters<typeof exchangeAll>[1][number]; status: number; after: boolean }> = [
+        { refused: { method: 'GET', target: 'http://h/resources/files/a#f', headers: [['Expect', '100-continue']] }, status: 400, after: true },
+        { refused: { method: 'GET', target: '/resources/files/a', headers: [['Expect', '100-continue']], hosts: [] }, status: 400, after: false },
+        { refused: { method: 'GET', target: '/resources/files/a', headers: [['Expect', '100-continue']], hosts: ['a', 'b'] }, status: 400, after: false },
+        { refused: { method: 'GET', target: '/resources/files/a', headers: [['Expect', '100-continue, x']] }, status: 417, after: false },
+      ];
+      for (const c of cases) {
+        const answers = await exchangeAll(port, [read, c.refused, read], true);
+        const label = JSON.stringify(c.refused);
+        expect(answers.map((a) => [a.status, a.interim]), label).toEqual([[200, []], [c.status, [100]], ...(c.after ? [[200, []]] : [])]);
+        expect(answers[1]!.json(), label).toEqual({ error: 'bad_request', message: 'the request could not be parsed' });
+        for (const a of answers.filter((x) => x.status === 200)) expect(a.body.toString(), label).toBe('plain a');
+      }
+    } finally {
+      await l.close();
+    }
+  });
+});
