@@ -89,6 +89,18 @@ export function logTarget(raw: string): string {
  */
 export function answerConnect(handler: (req: IncomingMessage, res: ServerResponse) => void): (req: IncomingMessage, socket: Socket) => void {
   return (req, socket) => {
+    // Node's server has let go of the socket before this event and removed its own listeners, so
+    // three of its duties come back here: a socket error (a client's reset) with no listener is
+    // an uncaught exception, which ended the process; 'drain' is no longer passed on to the
+    // response writing on the socket, so a streamed body pipelined before this request waited for
+    // ever; and nothing cut the connection when it idled, so that body held its memory for as
+    // long as the client kept the connection open.
+    socket.on('error', () => socket.destroy());
+    socket.on('timeout', () => socket.destroy());
+    socket.on('drain', () => {
+      const writing = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+      if (writing && !writing.writableFinished) writing.emit('drain');
+    });
     const res = new ServerResponse(req);
     res.shouldKeepAlive = false;
     const run = () => {

@@ -220,3 +220,62 @@ describe('a refusal before routing waits its turn, so the 100 Continue before it
     }
   });
 });
+
+describe("a CONNECT keeps what Node's server let go of: the socket's errors, 'drain', the idle cut (http-semantics edges, round three)", () => {
+  // Node removes its own listeners from a CONNECT's socket before the 'connect' event. With no
+  // 'error' listener left, a client that reset the connection before its 405 was written threw
+  // an uncaught ECONNRESET, which ended `resource-plane serve` (exit 1); with no 'drain' passed on,
+  // a streamed body pipelined before the CONNECT stopped after its first chunk for ever, holding
+  // its memory budget, and no idle timer cut the connection.
+  const big = Buffer.alloc(2 * 1024 * 1024, 0x5a);
+  let dir: string;
+  beforeAll(() => {
+    dir = tempDir('rp-fuzz-regress-connect-');
+    mkdirSync(join(dir, 'out'));
+    writeFileSync(join(dir, 'out', 'big.bin'), big);
+    writeFileSync(join(dir, 'murmur.yaml'), 'name: connect\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n');
+  });
+  afterAll(() => removeTree(dir));
+
+  it('a streamed body pipelined before a CONNECT is sent whole, then the 405', async () => {
+    const { exchangeAll } = await import('./wire.js');
+    const l: Launched = await launch({ workdir: dir, traceDir, yaml: filesManifest('out/') });
+    try {
+      const answers = await exchangeAll(Number(new URL(l.url).port), [
+        { method: 'GET', target: '/resources/files/big.bin', headers: [] },
+        { method: 'CONNECT', target: '/resources/files', headers: [] },
+      ], true);
+      expect(answers.map((a) => a.status)).toEqual([200, 405]);
+      expect(answers[0]!.body.equals(big)).toBe(true);
+      expect(l.session.memory.inUse).toBe(0);
+    } finally {
+      await l.close();
+    }
+  });
+
+  it('a client that resets a CONNECT, alone or behind a streamed body, does not end the server', async () => {
+    const { startServe } = await import('../helpers/cli.js');
+    const { connect } = await import('node:net');
+    const s = await startServe(['--workdir', dir, '--trace', join(traceDir, 'connect-reset.jsonl')]);
+    try {
+      const port = Number(new URL(s.ready.url).port);
+      for (const bytes of [
+        'CONNECT /resources/files HTTP/1.1\r\nHost: x\r\n\r\n',
+        'GET /resources/files/big.bin HTTP/1.1\r\nHost: x\r\n\r\nCONNECT /resources/files HTTP/1.1\r\nHost: x\r\n\r\n',
+      ]) {
+        await new Promise<void>((resolve) => {
+          const socket = connect({ host: '127.0.0.1', port });
+          socket.on('error', () => undefined);
+          socket.on('close', () => resolve());
+          socket.on('connect', () => socket.write(bytes, () => setTimeout(() => socket.resetAndDestroy(), 20)));
+        });
+      }
+      await new Promise((r) => setTimeout(r, 200));
+      const health = await rawGet(s.ready.url, '/healthz');
+      expect(health.status, s.stderr()).toBe(200);
+    } finally {
+      s.child.kill('SIGTERM');
+      await s.exited;
+    }
+  });
+});
