@@ -113,10 +113,14 @@ export function answerConnect(handler: (req: IncomingMessage, res: ServerRespons
       });
       handler(req, res);
     };
-    // A response pipelined before this request may still hold the socket.
-    const before = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
-    if (before) before.once('finish', () => setImmediate(run));
-    else run();
+    // Responses pipelined before this request may still hold the socket, one after another: at
+    // each one's finish Node hands the socket to the next, so this waits until none is left.
+    const whenFree = () => {
+      const before = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+      if (before) before.once('finish', () => setImmediate(whenFree));
+      else run();
+    };
+    whenFree();
   };
 }
 
