@@ -261,7 +261,9 @@ describe("a CONNECT keeps what Node's server let go of: the socket's errors, 'dr
   it('a client that resets a CONNECT, alone or behind a streamed body, does not end the server', async () => {
     const { startServe } = await import('../helpers/cli.js');
     const { connect } = await import('node:net');
-    const s = await startServe(['--workdir', dir, '--trace', join(traceDir, 'connect-reset.jsonl')]);
+    // Unconfined: the crash has nothing to do with Landlock, and fuzz/check-mutants.sh runs this in
+    // a copy whose node_modules is a link to a tree the confined process may not read.
+    const s = await startServe(['--workdir', dir, '--trace', join(traceDir, 'connect-reset.jsonl'), '--no-landlock']);
     try {
       const port = Number(new URL(s.ready.url).port);
       for (const bytes of [
