@@ -5,10 +5,11 @@
 //   - while stopping: 503 shutting_down, connection closed;
 //   - counted in flight until the response or its socket closes, whichever is first (on Node 20 a
 //     pipelined response queued behind one whose socket died never emits 'close');
-//   - HTTP/1.x only, a Host on HTTP/1.1, no Expect but 100-continue: 400/417 bad_request;
+//   - HTTP/1.x only, a Host on HTTP/1.1 and never two, no Expect but 100-continue: 400/417 bad_request;
 //   - one response at a time per connection: a pipelined request waits until the response before
 //     it has closed, so a connection pins at most one body whatever the client pipelines, and a
-//     connection with more than MAX_QUEUED_PER_CONNECTION requests waiting is cut;
+//     connection with more than MAX_QUEUED_PER_CONNECTION requests waiting is cut; a refusal waits
+//     too (its head must follow the `100 Continue` Node may have queued for it);
 //   - the socket's idle timer is off while the server works on the request (a listing may take
 //     its whole budget) and back on once the answer is handed to Node.
 //
@@ -88,6 +89,18 @@ export function logTarget(raw: string): string {
  */
 export function answerConnect(handler: (req: IncomingMessage, res: ServerResponse) => void): (req: IncomingMessage, socket: Socket) => void {
   return (req, socket) => {
+    // Node's server has let go of the socket before this event and removed its own listeners, so
+    // three of its duties come back here: a socket error (a client's reset) with no listener is
+    // an uncaught exception, which ended the process; 'drain' is no longer passed on to the
+    // response writing on the socket, so a streamed body pipelined before this request waited for
+    // ever; and nothing cut the connection when it idled, so that body held its memory for as
+    // long as the client kept the connection open.
+    socket.on('error', () => socket.destroy());
+    socket.on('timeout', () => socket.destroy());
+    socket.on('drain', () => {
+      const writing = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+      if (writing && !writing.writableFinished) writing.emit('drain');
+    });
     const res = new ServerResponse(req);
     res.shouldKeepAlive = false;
     const run = () => {
@@ -100,25 +113,39 @@ export function answerConnect(handler: (req: IncomingMessage, res: ServerRespons
       });
       handler(req, res);
     };
-    // A response pipelined before this request may still hold the socket.
-    const before = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
-    if (before) before.once('finish', () => setImmediate(run));
-    else run();
+    // Responses pipelined before this request may still hold the socket, one after another: at
+    // each one's finish Node hands the socket to the next, so this waits until none is left.
+    const whenFree = () => {
+      const before = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+      if (before) before.once('finish', () => setImmediate(whenFree));
+      else run();
+    };
+    whenFree();
   };
 }
 
-/** Why a request is refused before routing, if it is: HTTP/0.9, no Host on 1.1, an unknown Expect, CONNECT's authority form. */
+/** Why a request is refused before routing, if it is: HTTP/0.9, no Host on 1.1 or two Hosts, an unknown Expect, CONNECT's authority form. */
 function protocolProblem(req: IncomingMessage): { status: number } | null {
   // Node reads a request line cut by a bare LF as HTTP/0.9 and what follows as headers, so
   // `GET /resources/files/a<LF>X: y HTTP/1.1` would be a request for `a` where a proxy in front
   // may have seen another target.
   if (req.httpVersionMajor !== 1) return { status: 400 };
   if (req.httpVersionMinor >= 1 && req.headers.host === undefined) return { status: 400 };
+  // More than one Host line is a 400 in any version (RFC 9112 section 3.2): Node keeps the first
+  // and drops the rest, so a proxy in front that read another one saw another request.
+  if (hostLines(req) > 1) return { status: 400 };
   const expect = req.headers.expect;
   if (expect !== undefined && !/^\s*100-continue\s*$/i.test(expect)) return { status: 417 };
   // `CONNECT host:port` asks for a tunnel, which this server never makes; no route can name it.
   if (req.method === 'CONNECT' && !(req.url ?? '').startsWith('/')) return { status: 400 };
   return null;
+}
+
+/** How many Host header lines the request carried (req.headers keeps only the first). */
+function hostLines(req: IncomingMessage): number {
+  let n = 0;
+  for (let i = 0; i < req.rawHeaders.length; i += 2) if (req.rawHeaders[i]!.length === 4 && req.rawHeaders[i]!.toLowerCase() === 'host') n++;
+  return n;
 }
 
 interface Connection {
@@ -200,19 +227,21 @@ export class Admission {
       return reply;
     }
     const turn = this.enter(req, reply.raw);
-    const problem = protocolProblem(req);
-    if (problem) {
-      reply.header('connection', 'close');
-      const rendered = renderHttp('server', new Refusal('bad_request'));
-      sendError(fastifyPlaneReply(reply), { ...rendered, status: problem.status });
-      return reply;
-    }
+    // A refusal waits its turn like any answer: written while an answer before it still holds
+    // the socket, its head would land in front of the `100 Continue` Node already queued for it.
     if (turn) await turn;
     const socket = req.socket;
     // The connection ended while this request waited (reset, or `Connection: close` on the one
     // before it): nothing will be sent, so nothing is done or traced.
     if (socket.destroyed || !socket.writable) {
       reply.hijack();
+      return reply;
+    }
+    const problem = protocolProblem(req);
+    if (problem) {
+      reply.header('connection', 'close');
+      const rendered = renderHttp('server', new Refusal('bad_request'));
+      sendError(fastifyPlaneReply(reply), { ...rendered, status: problem.status });
       return reply;
     }
     socket.setTimeout(0);
@@ -271,7 +300,7 @@ export class Admission {
 
   /**
    * For an answer Fastify writes without hooks (a target the router refuses): the same gate and
-   * count, then `answer` unless stopping.
+   * count, then `answer` unless stopping, once it is this connection's turn (as in onRequest).
    */
   admitUnrouted(request: FastifyRequest, reply: FastifyReply, answer: () => void): void {
     reply.header(HEADER.containment, this.containment);
@@ -280,8 +309,15 @@ export class Admission {
       sendError(fastifyPlaneReply(reply), renderHttp('server', new Refusal('shutting_down')));
       return;
     }
-    this.enter(request.raw, reply.raw);
-    answer();
+    const turn = this.enter(request.raw, reply.raw);
+    if (turn === null) {
+      answer();
+      return;
+    }
+    void turn.then(() => {
+      const socket = request.raw.socket;
+      if (!socket.destroyed && socket.writable) answer();
+    });
   }
 
   /**

@@ -9,22 +9,34 @@
 //   - a change the server had not read past (bytes rewritten in place further on, the file grown,
 //     the file shrunk) cuts the body with a reset, and `response_undelivered` follows the read's
 //     line with the reason the spec words ("the file changed/grew/shrank while it was sent");
-//   - a change it cannot see (bytes already sent rewritten, a rename over the name) completes the
-//     body with the bytes as they were;
+//   - a change it cannot see (bytes already sent rewritten, a rename over the name, a writer that
+//     only opens the file, a write after the last chunk was released) completes the body with the
+//     bytes as they were;
 //   - a reset mid-body leaves `response_undelivered` with the generic reason; a pipelined request
 //     behind it is never processed and leaves no line;
 //   - a body read whole leaves exactly its one `resource_read` line.
+// And the leased path (SPEC 10, digest cache): a case may instead serve a file aged past the digest
+// cache's racy margin and read once, so that its digest is cached and the body is sent under the
+// read lease it was found under, its chunks unhashed. Then any writer that opens the file mid-body,
+// whatever it does after (rewrites bytes ahead or already sent, appends, truncates, nothing), cuts
+// the body with "a writer opened the file while it was sent"; a rename over the name, a writer after
+// the last chunk, a reset and a half-close end as on the hashed path. The writer opens with
+// O_NONBLOCK, retried: an open that must wait for the lease fails at once having started the break,
+// so this process's loop, which serves the stream, never blocks. Each case checks that it took the
+// path it meant to (a cache hit, or none).
 import { createHash } from 'node:crypto';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { open, rename, truncate, writeFile } from 'node:fs/promises';
+import { closeSync, constants, ftruncateSync, mkdirSync, openSync, statfsSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { readFile, rename, writeFile } from 'node:fs/promises';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
 import { removeTree, tempDir } from '../helpers/tree.js';
 import { serveCapsule, type Served } from './capsules.js';
-import { fuzzIt, guard } from './runner.js';
+import { FUZZ_SCALE, fuzzIt, guard } from './runner.js';
 import { fieldsOf, readUnder, TraceTail, type Partial } from './wire.js';
+import * as native from '../../src/native.js';
+import { rawGet } from '../helpers/http.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 const MIB = 1024 * 1024;
@@ -39,6 +51,12 @@ const CHUNK = 512 * 1024;
  */
 let sizeEnd = 4 * MIB;
 const UNDELIVERED = 'the connection closed before the whole body was sent';
+/** src/http/stream-body.ts and native/stream.cc: a body sent under its lease, cut for a writer. */
+const WRITER_CAME = 'a writer opened the file while it was sent';
+/** The digest cache's racy-entry margin (native/digest_cache.h: kRacyMarginNs), plus slack. */
+const AGED_MS = 2_300;
+/** Filesystems whose digests the cache keeps (native/digest_cache.cc: ext2/3/4, XFS, btrfs). */
+const CACHED_FS = new Set([0xef53, 0x58465342, 0x9123683e]);
 
 let base: string;
 let served: Served;
@@ -72,7 +90,39 @@ beforeAll(async () => {
   });
   sizeEnd = (Math.floor(inKernel / CHUNK) + 1) * CHUNK;
   await tail.wait(2); // the probe's read and its response_undelivered
+  // The leased path needs a filesystem the digest cache trusts, leases, and files old enough to be
+  // stored: a pool made now, aged while the hashed cases run.
+  leases = CACHED_FS.has(Number(statfsSync(workdir).type)) && (await readFile('/proc/sys/fs/leases-enable', 'utf8').catch(() => '0')).trim() === '1';
+  if (!leases) console.error('stream-endings: no digest cache or no leases here, the leased cases are not run');
+  for (let i = 0; i < POOL; i++) settle(i % 3 === 2 ? sizeEnd : SIZE);
 });
+
+/** Whether this filesystem and kernel give the digest cache its leases (else leased cases are skipped). */
+let leases = false;
+/** Aged files for leased cases: enough that the bounded run rarely waits for one to settle. */
+const POOL = Math.ceil(8 * Math.min(FUZZ_SCALE, 4));
+const pool: Array<{ name: string; size: number; salt: number; created: number }> = [];
+
+/** Writes a file for the pool; it may hold a cached digest once AGED_MS have passed. */
+function settle(size: number): void {
+  const name = `l${next++}.bin`;
+  const salt = 1000 + next;
+  writeFileSync(join(served.workdir, 'out', name), content(size, salt));
+  pool.push({ name, size, salt, created: Date.now() });
+}
+
+/** A pool file of `size` old enough for the cache to keep its digest (waiting for one if need be). */
+async function takeSettled(size: number): Promise<(typeof pool)[number]> {
+  let i = pool.findIndex((f) => f.size === size);
+  if (i < 0) {
+    settle(size);
+    i = pool.length - 1;
+  }
+  const [f] = pool.splice(i, 1);
+  const wait = f!.created + AGED_MS - Date.now();
+  if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  return f!;
+}
 
 /** The server's end of the newest connection (the in-process server's own socket). */
 let serverSide: Socket | null = null;
@@ -92,6 +142,21 @@ async function endedWithBytesHeld(): Promise<boolean> {
   return false;
 }
 
+/**
+ * Waits (a bounded number of looks) until the server's side of the newest connection has stopped:
+ * bytes held in Node that the kernel does not take, and no more written for three looks in a row.
+ */
+async function stalled(): Promise<void> {
+  let last = -1;
+  let still = 0;
+  for (let i = 0; i < 200 && still < 3; i++) {
+    await new Promise((r) => setTimeout(r, 5));
+    const written = serverSide?.bytesWritten ?? 0;
+    still = written === last && (serverSide?.writableLength ?? 0) > 0 ? still + 1 : 0;
+    last = written;
+  }
+}
+
 afterAll(async () => {
   await served?.close();
   removeTree(base);
@@ -102,7 +167,8 @@ type Change =
   | { c: 'write-sent'; at: number } // rewrite bytes the client already has
   | { c: 'grow'; by: number }
   | { c: 'shrink'; by: number }
-  | { c: 'rename-over' };
+  | { c: 'rename-over' }
+  | { c: 'open-only' }; // a writer opens the file and closes it, writing nothing
 type Ending =
   | { e: 'whole' }
   | { e: 'reset'; behind: boolean }
@@ -111,11 +177,21 @@ type Ending =
   // emits 'finish' for a body that never left.
   | { e: 'reset-after-end' }
   | { e: 'half-close' }
-  | { e: 'change'; change: Change };
+  | { e: 'change'; change: Change }
+  // As reset-after-end, but a writer rewrites a byte once the last chunk was released, then the
+  // client reads on: every byte was read (and, unleased, verified) before the write.
+  | { e: 'write-after-end'; at: number };
 interface Case {
   pauseAfter: number;
   salt: number;
   ending: Ending;
+  /** Serve a settled file whose digest is cached, so the body is sent under the read lease. */
+  leased?: boolean;
+  /**
+   * Change the file only once the server has stalled (the kernel's buffers full, bytes held in
+   * Node, nothing moving): no chunk is being read then, so the send's own watch must notice.
+   */
+  stall?: boolean;
 }
 
 const changeArb: fc.Arbitrary<Change> = fc.oneof(
@@ -124,6 +200,7 @@ const changeArb: fc.Arbitrary<Change> = fc.oneof(
   fc.record({ c: fc.constant('grow' as const), by: fc.integer({ min: 1, max: 70_000 }) }),
   fc.record({ c: fc.constant('shrink' as const), by: fc.integer({ min: 1, max: 2 * MIB }) }),
   fc.constant<Change>({ c: 'rename-over' }),
+  fc.constant<Change>({ c: 'open-only' }),
 );
 const caseArb: fc.Arbitrary<Case> = fc.record({
   pauseAfter: fc.oneof(fc.constantFrom(1, 1000), fc.integer({ min: 1, max: 64 * 1024 })),
@@ -134,7 +211,10 @@ const caseArb: fc.Arbitrary<Case> = fc.record({
     { weight: 1, arbitrary: fc.constant<Ending>({ e: 'reset-after-end' }) },
     { weight: 1, arbitrary: fc.constant<Ending>({ e: 'half-close' }) },
     { weight: 5, arbitrary: changeArb.map((change) => ({ e: 'change' as const, change })) },
+    { weight: 1, arbitrary: fc.record({ e: fc.constant('write-after-end' as const), at: fc.nat() }) },
   ),
+  leased: fc.boolean(),
+  stall: fc.boolean(),
 });
 
 function content(size: number, salt: number): Buffer {
@@ -143,63 +223,107 @@ function content(size: number, salt: number): Buffer {
   return out;
 }
 
-/** The change, written through the thread pool (never blocking the loop the in-process server runs on). */
+/**
+ * Opens `path` for writing as any writer would, but with O_NONBLOCK: an open that must wait for a
+ * read lease fails at once (EWOULDBLOCK), having started the lease break, and is retried until the
+ * server lets the lease go. So this process's event loop, which serves the stream, never blocks.
+ * Null if the lease was not let go within the retries: the case goes on without the write (a break
+ * was still started, which the model's prediction is about).
+ */
+async function openWriter(path: string, append = false): Promise<number | null> {
+  for (let i = 0; i < 400; i++) {
+    try {
+      return openSync(path, constants.O_WRONLY | constants.O_NONBLOCK | (append ? constants.O_APPEND : 0));
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code !== 'EAGAIN' && code !== 'EWOULDBLOCK') throw error;
+    }
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  return null;
+}
+
+/** The change, made by a writer that opens the file (or a rename over its name). */
 async function apply(change: Change, path: string, old: Buffer, received: number): Promise<void> {
-  switch (change.c) {
-    case 'write-ahead':
-    case 'write-sent': {
-      const at = change.c === 'write-ahead' ? old.length - change.back : Math.min(change.at, Math.max(0, received - 1));
-      const fd = await open(path, 'r+');
-      try {
-        await fd.write(Buffer.from([old[at]! ^ 0x5a]), 0, 1, at);
-      } finally {
-        await fd.close();
+  if (change.c === 'rename-over') {
+    await writeFile(`${path}.new`, content(old.length, 77));
+    await rename(`${path}.new`, path);
+    return;
+  }
+  const fd = await openWriter(path, change.c === 'grow');
+  if (fd === null) return;
+  try {
+    switch (change.c) {
+      case 'write-ahead':
+      case 'write-sent': {
+        const at = change.c === 'write-ahead' ? old.length - change.back : Math.min(change.at, Math.max(0, received - 1));
+        writeSync(fd, Buffer.from([old[at]! ^ 0x5a]), 0, 1, at);
+        return;
       }
-      return;
+      case 'grow':
+        writeSync(fd, Buffer.alloc(change.by, 0x41));
+        return;
+      case 'shrink':
+        ftruncateSync(fd, old.length - change.by);
+        return;
+      case 'open-only':
+        return;
     }
-    case 'grow': {
-      const fd = await open(path, 'a');
-      try {
-        await fd.write(Buffer.alloc(change.by, 0x41));
-      } finally {
-        await fd.close();
-      }
-      return;
-    }
-    case 'shrink':
-      await truncate(path, old.length - change.by);
-      return;
-    case 'rename-over':
-      await writeFile(`${path}.new`, content(old.length, 77));
-      await rename(`${path}.new`, path);
+  } finally {
+    closeSync(fd);
   }
 }
 
-/** What the model says of the one body: complete or cut, and the undelivered reason (null: none). */
-function predict(ending: Ending): { complete: boolean; reason: string | null } {
+/**
+ * What the model says of the one body: complete or cut, and the undelivered reason (null: none).
+ * Leased, any writer that opens the file before the last chunk cuts the body, whatever it writes.
+ */
+function predict(ending: Ending, leased: boolean): { complete: boolean; reason: string | null } {
   switch (ending.e) {
     case 'whole': return { complete: true, reason: null };
     case 'reset':
     case 'reset-after-end': return { complete: false, reason: UNDELIVERED };
     case 'half-close': return { complete: true, reason: null };
+    case 'write-after-end': return { complete: true, reason: null };
     case 'change':
+      if (ending.change.c === 'rename-over') return { complete: true, reason: null };
+      if (leased) return { complete: false, reason: WRITER_CAME };
       switch (ending.change.c) {
         case 'write-ahead': return { complete: false, reason: 'the file changed while it was sent' };
         case 'grow': return { complete: false, reason: 'the file grew while it was sent' };
         case 'shrink': return { complete: false, reason: 'the file shrank while it was sent' };
         case 'write-sent':
-        case 'rename-over': return { complete: true, reason: null };
+        case 'open-only': return { complete: true, reason: null };
       }
   }
 }
 
 async function runCase(c: Case): Promise<void> {
-  const name = `s${next++}.bin`;
+  const leased = c.leased === true;
+  if (leased && !leases) return;
+  const endAtEnd = c.ending.e === 'reset-after-end' || c.ending.e === 'write-after-end';
+  const size = endAtEnd ? sizeEnd : SIZE;
+  let name: string;
+  let bytes: Buffer;
+  let settled: (typeof pool)[number] | null = null;
+  if (leased) {
+    // A settled file, read once whole: its digest is now cached, and the read below finds it under a lease.
+    const f = (settled = await takeSettled(size));
+    name = f.name;
+    bytes = content(size, f.salt);
+    tail.next();
+    const warm = await rawGet(served.url, `/resources/files/${name}`);
+    expect(warm.status, `harness: the read that caches ${name}'s digest`).toBe(200);
+    expect(warm.body.equals(bytes), 'harness: the pool file holds what it was written with').toBe(true);
+    await tail.wait(1);
+  } else {
+    name = `s${next++}.bin`;
+    bytes = content(size, c.salt);
+    writeFileSync(join(served.workdir, 'out', name), bytes);
+  }
   const path = join(served.workdir, 'out', name);
-  const size = c.ending.e === 'reset-after-end' ? sizeEnd : SIZE;
-  const bytes = content(size, c.salt);
-  writeFileSync(path, bytes);
   tail.next();
+  const hits = native.digestCacheStats().hits;
   const generation = served.launched.session.generation;
   const behind = c.ending.e === 'reset' && c.ending.behind;
   const targets = [`/resources/files/${name}`, ...(behind ? ['/resources/files/small.txt'] : [])];
@@ -209,12 +333,27 @@ async function runCase(c: Case): Promise<void> {
     pauseAfter: c.pauseAfter,
     then: c.ending.e === 'reset' || c.ending.e === 'reset-after-end' ? 'reset' : c.ending.e === 'half-close' ? 'half-close' : 'read-on',
     at: async () => {
+      if (c.ending.e === 'change' && c.stall) await stalled();
       if (c.ending.e === 'change') await apply(c.ending.change, path, bytes, received);
       if (c.ending.e === 'reset-after-end') held = await endedWithBytesHeld();
+      if (c.ending.e === 'write-after-end') {
+        held = await endedWithBytesHeld();
+        if (held) await apply({ c: 'write-sent', at: c.ending.at % size }, path, bytes, size);
+      }
     },
   }).then((g) => g);
   received = got[0]?.body.length ?? 0;
+  // An unchanged pool file goes back as it is (still settled, its digest cached); a changed one is
+  // replaced by a fresh one, to settle.
+  if (settled !== null) {
+    if (c.ending.e === 'change' || c.ending.e === 'write-after-end') {
+      unlinkSync(path);
+      settle(size);
+    } else pool.push(settled);
+  }
   const label = `${JSON.stringify(c)} (${got.map((g) => `${g.status} ${g.body.length}/${g.headers.get('content-length')}${g.complete ? ' complete' : ''}${g.reset ? ' reset' : ''}${g.fin ? ' fin' : ''}`).join(', ')})`;
+  // The harness's own check: the case took the path it meant to.
+  expect(native.digestCacheStats().hits > hits, `${label}: harness: the body was ${leased ? '' : 'not '}sent under a cached digest`).toBe(leased);
   const first = got[0];
   expect(first?.status, label).toBe(200);
   expect(first!.headers.get('etag'), label).toBe(`"sha256:${sha(bytes)}"`);
@@ -224,10 +363,10 @@ async function runCase(c: Case): Promise<void> {
   // A half-close: Node's server (httpAllowHalfOpen off) aborts the request and ends the connection
   // cleanly, usually mid-body; the spec promises no body then, only a trace that says so. The
   // model takes the client's view and requires the trace to agree with it.
-  if (process.env.FUZZ_DEBUG && c.ending.e === 'reset-after-end') console.error(`reset-after-end: bytes held after the end: ${held}`);
+  if (process.env.FUZZ_DEBUG && endAtEnd) console.error(`${c.ending.e}: bytes held after the end: ${held}`);
   // Kernel buffers that took the whole body: it was delivered, and the case says nothing (rare).
   if (!held) return;
-  const want = c.ending.e === 'half-close' ? { complete: first!.complete, reason: first!.complete ? null : UNDELIVERED } : predict(c.ending);
+  const want = c.ending.e === 'half-close' ? { complete: first!.complete, reason: first!.complete ? null : UNDELIVERED } : predict(c.ending, leased);
   expect(first!.complete, `${label}: the body is ${want.complete ? 'completed' : 'cut'}`).toBe(want.complete);
   // (The server resets; whether the client's socket reports the RST or, having read what was queued
   // before it, an end, is the kernel's and libuv's business: the short body is what a client sees.)
@@ -251,15 +390,19 @@ describe('how a response ends, and files changed while streamed', () => {
     file: import.meta.filename,
     runs: 14,
     timeoutMs: 120_000,
-    // Every ending and every change, in every run.
-    examples: () => [
-      { e: 'whole' }, { e: 'reset', behind: false }, { e: 'reset', behind: true }, { e: 'reset-after-end' }, { e: 'half-close' },
-      ...(['write-ahead', 'write-sent', 'grow', 'shrink', 'rename-over'] as const).map((k) => ({
-        e: 'change' as const,
-        change: (k === 'write-ahead' ? { c: k, back: 1 } : k === 'write-sent' ? { c: k, at: 0 } : k === 'grow' ? { c: k, by: 1 } : k === 'shrink' ? { c: k, by: 1 } : { c: k }) as Change,
-      })),
-    ].map((ending) => [{ pauseAfter: 1000, salt: 3, ending }] as [Case]),
-    // Invariant: a completed body is exactly its etag's bytes; a change not yet read cuts it with a reset and response_undelivered says why; a reset leaves response_undelivered and nothing for the request behind it.
+    // Every ending and every change, hashed then leased, in every run (the leased ones last: the pool settles meanwhile).
+    examples: () => {
+      const endings: Ending[] = [
+        { e: 'whole' }, { e: 'reset', behind: false }, { e: 'reset', behind: true }, { e: 'reset-after-end' }, { e: 'half-close' }, { e: 'write-after-end', at: 12345 },
+        ...(['write-ahead', 'write-sent', 'grow', 'shrink', 'rename-over', 'open-only'] as const).map((k) => ({
+          e: 'change' as const,
+          change: (k === 'write-ahead' ? { c: k, back: 1 } : k === 'write-sent' ? { c: k, at: 0 } : k === 'grow' ? { c: k, by: 1 } : k === 'shrink' ? { c: k, by: 1 } : { c: k }) as Change,
+        })),
+      ];
+      // Hashed, the file changes at once; leased, once the send has stalled (its watch must see the writer).
+      return [false, true].flatMap((leased) => endings.map((ending) => [{ pauseAfter: 1000, salt: 3, ending, leased, stall: leased }] as [Case]));
+    },
+    // Invariant: a completed body is exactly its etag's bytes; a change not yet read cuts it with a reset and response_undelivered says why; under a cached digest's lease any writer opening the file cuts it ("a writer opened the file while it was sent"); a reset leaves response_undelivered and nothing for the request behind it.
     property: () => fc.asyncProperty(caseArb, guard(runCase)),
   });
 });

@@ -10,24 +10,35 @@ export interface WireRequest {
   method: string;
   target: string;
   headers: Array<[string, string]>;
+  /** The request line's version (default `HTTP/1.1`); `''` sends none, which Node reads as HTTP/0.9. */
+  version?: string;
+  /** The Host lines, sent first (default one, `127.0.0.1`; none for `[]`). */
+  hosts?: string[];
 }
 
 export function requestBytes(r: WireRequest, close: boolean): Buffer {
-  const lines = [`${r.method} ${r.target} HTTP/1.1`, 'Host: 127.0.0.1', ...r.headers.map(([n, v]) => `${n}: ${v}`)];
+  const version = r.version ?? 'HTTP/1.1';
+  const lines = [`${r.method} ${r.target}${version === '' ? '' : ` ${version}`}`, ...(r.hosts ?? ['127.0.0.1']).map((h) => `Host: ${h}`), ...r.headers.map(([n, v]) => `${n}: ${v}`)];
   if (close) lines.push('Connection: close');
   return Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1');
 }
 
+/** A final answer, with the statuses of the interim (1xx) answers that came before it. */
+export type WireResponse = RawResponse & { interim: number[] };
+
 /**
  * Sends `requests` on one connection, all at once (`pipelined`) or each after the previous answer
  * arrived, the last with `Connection: close`; resolves with every answer once the server closes.
- * A HEAD's answer and a 304 carry no body whatever their headers say (RFC 9112 6.3).
+ * One at a time, nothing more is sent once an answer said `connection: close`. An interim answer
+ * (`100 Continue`) is kept with the final one that follows it. A HEAD's answer and a 304 carry no
+ * body whatever their headers say (RFC 9112 6.3).
  */
-export function exchangeAll(port: number, requests: WireRequest[], pipelined: boolean, localAddress?: string): Promise<RawResponse[]> {
+export function exchangeAll(port: number, requests: WireRequest[], pipelined: boolean, localAddress?: string): Promise<WireResponse[]> {
   return new Promise((resolve, reject) => {
     const socket = connect({ host: '127.0.0.1', port, localAddress });
     let buf = Buffer.alloc(0);
-    const out: RawResponse[] = [];
+    const out: WireResponse[] = [];
+    let interim: number[] = [];
     const timer = setTimeout(() => {
       socket.destroy();
       reject(new Error(`no answer in 20 s (${out.length} of ${requests.length} answers arrived)`));
@@ -38,13 +49,19 @@ export function exchangeAll(port: number, requests: WireRequest[], pipelined: bo
         const end = buf.indexOf('\r\n\r\n');
         if (end < 0) return;
         const head = parseResponse(buf.subarray(0, end + 4), true);
+        if (head.status >= 100 && head.status < 200 && head.status !== 101) {
+          interim.push(head.status);
+          buf = buf.subarray(end + 4);
+          continue;
+        }
         const bodiless = requests[out.length]!.method === 'HEAD' || head.status === 304 || head.status === 204;
         const length = bodiless ? 0 : Number(head.header('content-length') ?? 0);
         if (buf.length < end + 4 + length) return;
         const one = parseResponse(buf.subarray(0, end + 4 + length), bodiless);
         buf = buf.subarray(end + 4 + length);
-        out.push(one);
-        if (!pipelined && out.length < requests.length) send(out.length);
+        out.push({ ...one, interim });
+        interim = [];
+        if (!pipelined && out.length < requests.length && one.header('connection')?.toLowerCase() !== 'close') send(out.length);
       }
     };
     socket.on('connect', () => {
@@ -58,7 +75,7 @@ export function exchangeAll(port: number, requests: WireRequest[], pipelined: bo
     socket.on('error', () => undefined);
     socket.on('close', () => {
       clearTimeout(timer);
-      if (buf.length > 0) out.push({ ...parseResponse(Buffer.from('HTTP/1.1 999 trailing\r\n\r\n')), trailing: buf });
+      if (buf.length > 0) out.push({ ...parseResponse(Buffer.from('HTTP/1.1 999 trailing\r\n\r\n')), trailing: buf, interim });
       resolve(out);
     });
   });
