@@ -96,7 +96,8 @@ export interface TokenParts {
   mac: Buffer;
 }
 
-function splitToken(token: string): TokenParts | null {
+/** The token split and decoded, or null unless it is well-shaped (what `checkShape` accepts). */
+export function parseToken(token: string): TokenParts | null {
   const segments = token.split('.');
   if (segments.length !== 3 || segments[0] !== TOKEN_TAG) return null;
   const payloadSegment = segments[1] as string;
@@ -108,12 +109,7 @@ function splitToken(token: string): TokenParts | null {
 
 /** Shape alone: `mh1.<b64url>.<b64url>` with a 32-byte MAC. Nothing is read from the payload. */
 export function checkShape(token: string): boolean {
-  return splitToken(token) !== null;
-}
-
-/** The token split and decoded, or null unless it is well-shaped (what `checkShape` accepts). */
-export function parseToken(token: string): TokenParts | null {
-  return splitToken(token);
+  return parseToken(token) !== null;
 }
 
 // ── The payload ──────────────────────────────────────────────────────────────
@@ -196,7 +192,7 @@ export function verifyToken(
   sessionId: string,
   nowMs: number,
 ): VerifyResult {
-  const parts = splitToken(token);
+  const parts = parseToken(token);
   if (parts === null) return { ok: false, reason: 'malformed' };
   return verifyParsed(key, parts, audience, sessionId, nowMs);
 }
@@ -225,7 +221,7 @@ export function verifyParsed(
  * fetches, never for trusting it.
  */
 export function readUnverified(token: string): { payload: HandlePayload | null } | null {
-  const parts = splitToken(token);
+  const parts = parseToken(token);
   return parts === null ? null : { payload: parsePayload(parts.payload) };
 }
 
