@@ -98,7 +98,7 @@ export function answerConnect(handler: (req: IncomingMessage, res: ServerRespons
     socket.on('error', () => socket.destroy());
     socket.on('timeout', () => socket.destroy());
     socket.on('drain', () => {
-      const writing = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+      const writing = responseOn(socket);
       if (writing && !writing.writableFinished) writing.emit('drain');
     });
     const res = new ServerResponse(req);
@@ -116,12 +116,17 @@ export function answerConnect(handler: (req: IncomingMessage, res: ServerRespons
     // Responses pipelined before this request may still hold the socket, one after another: at
     // each one's finish Node hands the socket to the next, so this waits until none is left.
     const whenFree = () => {
-      const before = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+      const before = responseOn(socket);
       if (before) before.once('finish', () => setImmediate(whenFree));
       else run();
     };
     whenFree();
   };
+}
+
+/** The response Node's server has writing on this socket now, if any (its private `_httpMessage`). */
+function responseOn(socket: Socket): ServerResponse | null {
+  return (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage ?? null;
 }
 
 /** Why a request is refused before routing, if it is: HTTP/0.9, no Host on 1.1 or two Hosts, an unknown Expect, CONNECT's authority form. */
