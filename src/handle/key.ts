@@ -219,9 +219,12 @@ export function randomBytes(n: number): Buffer {
  */
 export class InstanceKey {
   #key: Buffer | null;
+  /** Views into #key, made once: a MAC on the redeem path allocates none. */
+  readonly #views: Views;
 
-  private constructor(key: Buffer) {
+  private constructor(key: Buffer, v: Views) {
     this.#key = key;
+    this.#views = v;
   }
 
   /**
@@ -230,8 +233,8 @@ export class InstanceKey {
    */
   static generate(): InstanceKey {
     const key = secureZeroed();
+    const v = views(key);
     try {
-      const v = views(key);
       sodium.randombytes_buf(v.k0.subarray(0, INSTANCE_KEY_BYTES));
       deriveStates(v);
       sodium.sodium_mprotect_noaccess(key);
@@ -240,7 +243,7 @@ export class InstanceKey {
       sodium.sodium_free(key);
       throw error;
     }
-    return new InstanceKey(key);
+    return new InstanceKey(key, v);
   }
 
   get destroyed(): boolean {
@@ -257,7 +260,7 @@ export class InstanceKey {
     if (key === null) throw new Error('the instance key has been destroyed');
     sodium.sodium_mprotect_readwrite(key);
     try {
-      return macFromStates(views(key), parts);
+      return macFromStates(this.#views, parts);
     } finally {
       sodium.sodium_mprotect_noaccess(key);
     }
