@@ -16,7 +16,8 @@
 // Also the rewrite that lets Fastify route a raw target under the planes that its router cannot
 // decode (`x%ZZ`, a lone `%`, overlong UTF-8) instead of refusing it before any hook: such targets
 // reach their route and every hook like any other, and the planes still read the raw target.
-import { ServerResponse, type IncomingMessage } from 'node:http';
+import type { IncomingMessage } from 'node:http';
+import { ServerResponse } from './node-http.js';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Refusal, renderHttp } from '../codes.js';

@@ -35,6 +35,22 @@ export interface AppOptions {
   server?: Server;
 }
 
+/**
+ * No route of these apps declares a schema, so Fastify's default compilers (Ajv and
+ * fast-json-stringify, a third of its start-up) are never loaded; a route that did declare one
+ * fails at registration, loudly, instead of going unvalidated.
+ */
+const NO_SCHEMA_COMPILERS = {
+  compilersFactory: {
+    buildValidator: () => {
+      throw new Error('the resource-plane apps compile no schemas');
+    },
+    buildSerializer: () => {
+      throw new Error('the resource-plane apps compile no schemas');
+    },
+  },
+};
+
 /** The app of one listener; `admission` is its gate, which `close` sets to stopping. */
 export async function buildApp(session: Session, opts: AppOptions = {}): Promise<{ app: FastifyInstance; admission: Admission }> {
   const logger = opts.logger ?? false;
@@ -43,6 +59,7 @@ export async function buildApp(session: Session, opts: AppOptions = {}): Promise
   const app = Fastify({
     loggerInstance: logger || undefined,
     logger: logger ? undefined : false,
+    schemaController: NO_SCHEMA_COMPILERS,
     // Fastify's own request lines would carry redeem URLs (tokens); admission logs a redacted one.
     // LogController is Fastify 5.11's way to say so; older 5.x minors (a host's peer) take the flag.
     ...(typeof LogController === 'function' ? { logController: new LogController({ disableRequestLogging: true }) } : { disableRequestLogging: true }),
@@ -82,6 +99,7 @@ export function buildMetricsApp(metrics: Metrics, logger: Logger | false, server
   const app = Fastify({
     loggerInstance: logger || undefined,
     logger: logger ? undefined : false,
+    schemaController: NO_SCHEMA_COMPILERS,
     exposeHeadRoutes: false,
     serverFactory: (handler) => {
       attachRequestHandler(server, handler);

@@ -1,6 +1,7 @@
 // The listener's bounds (README, "Limits") and the bare HTTP server that applies them: a leaf, so
 // the CLI can know them without loading Fastify.
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { createServer } from './node-http.js';
 
 /** How long shutdown lets responses being sent finish; then every connection is cut. */
 export const DRAIN_TIMEOUT_MS = 10_000;

@@ -7,7 +7,7 @@
 // admission (src/http/admission.ts). The routes, hooks, parsers and error handler live in an
 // encapsulated context of their own: the host app's routes are left exactly as they were, while
 // the host's hooks (an auth check, a logger) do run on the planes' routes.
-import { METHODS } from 'node:http';
+import { METHODS } from './node-http.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import createError from '@fastify/error';
 import fp from 'fastify-plugin';

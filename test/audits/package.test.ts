@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { compileCacheProblem } from '../../src/cli/compile-cache.js';
 import { packTarball } from '../helpers/pack.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -56,9 +57,9 @@ describe('the tarball', () => {
   });
 
   it('holds no tests, fuzz corpora, benchmarks, sources, CI or scratch', () => {
-    const stray = packed.filter((f) => /^(test|fuzz|bench|src|\.ci|build|build-asan|node_modules|\.vitest-tmp)\//.test(f) || /(^|\/)peer-in\//.test(f) || /\.(part|log|tgz)$/.test(f));
+    const stray = packed.filter((f) => /^(test|fuzz|bench|src|\.ci|build|build-asan|node_modules|\.vitest-tmp|\.compile-cache)\//.test(f) || /(^|\/)peer-in\//.test(f) || /\.(part|log|tgz)$/.test(f));
     expect(stray).toEqual([]);
-    expect(packed.every((f) => /^(dist|native|prebuilds|examples|docs)\//.test(f) || ['README.md', 'LICENSE', 'package.json', 'binding.gyp'].includes(f)), packed.join('\n')).toBe(true);
+    expect(packed.every((f) => /^(dist|native|prebuilds|examples|docs)\//.test(f) || ['README.md', 'LICENSE', 'package.json', 'binding.gyp', 'scripts/warm-compile-cache.mjs'].includes(f)), packed.join('\n')).toBe(true);
   });
 
   it('ships no compiled module that no source makes any more (a stale dist/ is pruned before packing)', () => {
@@ -89,6 +90,15 @@ describe('the installed package', () => {
     expect(existsSync(join(pkg, 'build')), 'build/ in the installed package').toBe(false);
     const loaded = execFileSync(process.execPath, ['-e', 'const p = require("node-gyp-build").path(process.argv[1]); require(p); console.log(p)', pkg], { cwd: project });
     expect(loaded.toString().trim()).toBe(join(pkg, 'prebuilds', `linux-${process.arch}`, 'capsule-resource-plane.glibc.node'));
+  });
+
+  it('fills its compile cache at install, beside its code and writable by no one else', () => {
+    const cache = join(project, 'node_modules', 'capsule-resource-plane', '.compile-cache');
+    const versions = readdirSync(cache);
+    expect(versions.length, `${cache} holds no Node version's entries`).toBeGreaterThan(0);
+    // Every module a launch loads: the command, Fastify, pino, the MCP SDK, YAML.
+    expect(readdirSync(join(cache, versions[0]!)).length).toBeGreaterThan(300);
+    expect(compileCacheProblem(cache)).toBeNull();
   });
 
   it('holds no test probes: their variables only earn a warning, and nothing reads the named file', async () => {

@@ -1,0 +1,108 @@
+// A light start-up (issue 25): serve loads no schema compiler (its apps declare no schema), imports
+// node:http only through require (an ES import builds node:http's facade, which loads Node's bundled
+// undici), and the confined image takes its compiled modules from the package's compile cache,
+// which only a directory no one else can write may be, and which the confined image never writes.
+import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import * as nodeModule from 'node:module';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { COMPILE_CACHE_DIR, compileCacheProblem } from '../../src/cli/compile-cache.js';
+import { landlockAbi } from '../../src/native.js';
+import { defer } from '../helpers/cleanup.js';
+import { startServe } from '../helpers/cli.js';
+import { scratch } from '../helpers/tree.js';
+
+const ABI = landlockAbi().abi;
+const RECORDER = fileURLToPath(new URL('../helpers/load-recorder.mjs', import.meta.url));
+const HAS_SYNC_HOOKS = typeof (nodeModule as { registerHooks?: unknown }).registerHooks === 'function';
+const HAS_COMPILE_CACHE = typeof (nodeModule as { enableCompileCache?: unknown }).enableCompileCache === 'function';
+const ROOT = typeof process.geteuid === 'function' && process.geteuid() === 0;
+
+function capsule(): string {
+  const workdir = scratch(['out/a.txt: a']);
+  writeFileSync(join(workdir, 'murmur.yaml'), 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n');
+  return workdir;
+}
+
+describe('compileCacheProblem', () => {
+  it('accepts a directory of this user that no one else can write, with its version entries', () => {
+    const dir = join(scratch(), 'cache');
+    mkdirSync(join(dir, 'v22-x64-0'), { recursive: true, mode: 0o755 });
+    chmodSync(dir, 0o755);
+    expect(compileCacheProblem(dir)).toBeNull();
+  });
+
+  it('refuses a missing directory, a symbolic link and a file', () => {
+    const base = scratch();
+    expect(compileCacheProblem(join(base, 'none'))).toMatch(/cannot be read \(ENOENT\)/);
+    mkdirSync(join(base, 'real'), { mode: 0o755 });
+    symlinkSync(join(base, 'real'), join(base, 'link'));
+    expect(compileCacheProblem(join(base, 'link'))).toMatch(/is a symbolic link/);
+    writeFileSync(join(base, 'file'), 'x');
+    expect(compileCacheProblem(join(base, 'file'))).toMatch(/is not a directory/);
+  });
+
+  it('refuses a directory, or a version entry in it, that group or others may write', () => {
+    const dir = join(scratch(), 'cache');
+    mkdirSync(dir, { mode: 0o755 });
+    chmodSync(dir, 0o775);
+    expect(compileCacheProblem(dir)).toMatch(/writable by group or others \(mode 775\)/);
+    chmodSync(dir, 0o755);
+    mkdirSync(join(dir, 'v22-x64-0'));
+    chmodSync(join(dir, 'v22-x64-0'), 0o757);
+    expect(compileCacheProblem(dir)).toMatch(/v22-x64-0 is writable by group or others/);
+    chmodSync(join(dir, 'v22-x64-0'), 0o755);
+    symlinkSync('/tmp', join(dir, 'v24-x64-0'));
+    expect(compileCacheProblem(dir)).toMatch(/v24-x64-0 is a symbolic link/);
+  });
+
+  it.skipIf(!ROOT)('refuses a directory another user owns', () => {
+    const dir = join(scratch(), 'cache');
+    mkdirSync(dir, { mode: 0o755 });
+    chownSync(dir, 65534, 65534);
+    expect(compileCacheProblem(dir)).toMatch(/is owned by uid 65534/);
+    // Root's own is trusted by any user, as root's install of the package is.
+    expect(compileCacheProblem(dir, 65534)).toBeNull();
+  });
+});
+
+describe('serve start-up', () => {
+  it.skipIf(!HAS_SYNC_HOOKS)('loads no schema compiler, and node:http only through require', async () => {
+    const record = join(scratch(), 'loads.txt');
+    const s = await startServe(['--workdir', capsule(), '--no-landlock', '--trace', join(scratch(), 'trace.jsonl')], {
+      NODE_OPTIONS: `--import ${RECORDER}`,
+      LOAD_RECORDER_FILE: record,
+    });
+    defer(async () => {
+      s.child.kill('SIGTERM');
+      await s.exited;
+    });
+    const loads = readFileSync(record, 'utf8').split('\n').filter(Boolean).map((line) => line.split('\t') as [string, string]);
+    // The recorder sees Fastify's own requires (so the check below can see Ajv if it came)...
+    expect(loads.some(([url, how]) => url.endsWith('/node_modules/fastify/lib/route.js') && how === 'require')).toBe(true);
+    // ...and no schema compiler came.
+    expect(loads.filter(([url]) => /\/node_modules\/(ajv|@fastify\/ajv-compiler|@fastify\/fast-json-stringify-compiler)\//.test(url))).toEqual([]);
+    expect(loads.filter(([url, how]) => url === 'node:http' && how === 'import')).toEqual([]);
+  });
+
+  it.skipIf(!HAS_COMPILE_CACHE || ABI === 0)('the confined image reads its modules from the compile cache and writes none', async () => {
+    const version = readdirSync(COMPILE_CACHE_DIR).find((name) => name.startsWith(`v${process.versions.node}-`));
+    // `npm ci` and `npm run build` fill it for the Node that runs them.
+    expect(version, `no compile cache for Node ${process.versions.node} in ${COMPILE_CACHE_DIR}: run npm run build with it`).toBeDefined();
+    const entries = join(COMPILE_CACHE_DIR, version!);
+    const before = readdirSync(entries).map((name) => `${name} ${statSync(join(entries, name)).mtimeMs}`).sort();
+    const s = await startServe(['--workdir', capsule(), '--trace', join(scratch(), 'trace.jsonl')], { NODE_DEBUG_NATIVE: 'COMPILE_CACHE' });
+    const res = await fetch(`${s.ready.url}/resources/files/a.txt`);
+    expect(res.status).toBe(200);
+    s.child.kill('SIGTERM');
+    await s.exited;
+    // Both images used it: the first stage for the command, the confined one for Fastify.
+    expect(s.stderr()).toMatch(/cache for file:\/\/\S+\/dist\/cli\/program\.js was accepted/);
+    expect(s.stderr()).toMatch(/cache for \S+\/node_modules\/fastify\/fastify\.js was accepted/);
+    expect(s.stderr()).toMatch(/"landlock_abi"/);
+    const after = readdirSync(entries).map((name) => `${name} ${statSync(join(entries, name)).mtimeMs}`).sort();
+    expect(after).toEqual(before);
+    expect(existsSync(COMPILE_CACHE_DIR)).toBe(true);
+  });
+});
