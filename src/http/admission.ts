@@ -166,13 +166,15 @@ interface Connection {
 }
 
 const watched = new WeakMap<Socket, Set<() => void>>();
+/** What runs when a response closes, in the order it was asked for: one listener per response. */
+const closing = new WeakMap<ServerResponse, Array<() => void>>();
 
 /**
  * Runs `fn` once, at the first of the response's or the socket's `close`: on Node 20 a pipelined
  * response still queued when its socket dies never emits its own. Not the request's `close`: a
  * client that half-closes after sending destroys the request while its response is still being
  * written, and a read's buffer must outlive every write of it. The planes give a read's memory back
- * the same way.
+ * the same way. However many callers ask, a response gets one `close` listener and its socket one.
  */
 export function onceClosed(req: IncomingMessage, res: ServerResponse, fn: () => void): void {
   const socket = req.socket;
@@ -180,6 +182,13 @@ export function onceClosed(req: IncomingMessage, res: ServerResponse, fn: () => 
     fn();
     return;
   }
+  const queued = closing.get(res);
+  if (queued) {
+    queued.push(fn);
+    return;
+  }
+  const fns = [fn];
+  closing.set(res, fns);
   let pending = watched.get(socket);
   if (!pending) {
     const set = new Set<() => void>();
@@ -193,7 +202,8 @@ export function onceClosed(req: IncomingMessage, res: ServerResponse, fn: () => 
   const once = () => {
     if (!set.delete(once)) return;
     res.off('close', once);
-    fn();
+    closing.delete(res);
+    for (const f of fns) f();
   };
   set.add(once);
   res.once('close', once);

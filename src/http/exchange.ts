@@ -76,10 +76,17 @@ export function releaseOnClose(x: Exchange, release: () => void): void {
   onceClosed(x.reply.req, x.reply.raw, release);
 }
 
-/** Aborts once the response closes before it was answered (the client left): stops waits and hashing. */
+/**
+ * Aborts once the response closes before it was answered (the client left): stops waits and
+ * hashing. A response that finished aborts nothing: its work is done, and an abort builds a
+ * DOMException with its stack, a cost every answered request paid before.
+ */
 export function clientGone(x: Exchange): AbortSignal {
   const gone = new AbortController();
-  x.reply.raw.once('close', () => gone.abort());
+  const res = x.reply.raw;
+  onceClosed(x.reply.req, res, () => {
+    if (!res.writableFinished) gone.abort();
+  });
   return gone.signal;
 }
 
