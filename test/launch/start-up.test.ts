@@ -98,8 +98,9 @@ describe('serve start-up', () => {
     s.child.kill('SIGTERM');
     await s.exited;
     // Both images used it: the first stage for the command, the confined one for Fastify.
-    expect(s.stderr()).toMatch(/cache for file:\/\/\S+\/dist\/cli\/program\.js was accepted/);
-    expect(s.stderr()).toMatch(/cache for \S+\/node_modules\/fastify\/fastify\.js was accepted/);
+    // (Node 22 writes `cache for file:///…`, Node 24 `cache for ESM file:///…`.)
+    expect(s.stderr()).toMatch(/cache for (ESM )?file:\/\/\S+\/dist\/cli\/program\.js was accepted/);
+    expect(s.stderr()).toMatch(/cache for (CommonJS )?\S+\/node_modules\/fastify\/fastify\.js was accepted/);
     expect(s.stderr()).toMatch(/"landlock_abi"/);
     const after = readdirSync(entries).map((name) => `${name} ${statSync(join(entries, name)).mtimeMs}`).sort();
     expect(after).toEqual(before);
