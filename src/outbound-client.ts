@@ -19,21 +19,25 @@
 // - on 'end' the socket is whole and every byte the server sent has been handed to the parser
 //   ('end' comes only with the read buffer empty). The parser is resumed, as a read of the body
 //   would resume it; that completes a message whose bytes all arrived, or leaves it waiting for
-//   bytes that will never come, which finish() then reports as the error it is. Resuming pushes
-//   nothing new into the body stream: there are no bytes left to push.
+//   bytes that will never come, which finish() then reports as the error it is. A body delimited
+//   by the close re-pauses on every resume; its llhttp is resumed alone, so that finish()
+//   completes it. Resuming pushes nothing new into the body stream: there are no bytes left.
 // - on 'error' and 'close' the socket is already destroyed and nothing more will be parsed. The
 //   flag alone is cleared: llhttp itself still holds its paused state, so finish() completes
-//   nothing and the request fails with the socket's error or `closed`, never as a whole body.
+//   nothing and the request fails with the socket's error or `closed`, never as a whole body
+//   (even one whose last byte came just before the reset: a reset is not an end).
 // undici 8 drains a paused parser in finish() itself; there the guard finds it unpaused or
 // resumes it the same way, and changes nothing.
 import { createRequire } from 'node:module';
 import type { Socket } from 'node:net';
 import { buildConnector, Client } from 'undici';
 
-/** What the guard reads of undici's parser: its pause flag and its own resume. */
+/** What the guard reads of undici's parser: its pause flag, its own resume, and its llhttp instance. */
 interface PausableParser {
   paused: boolean;
   resume(): void;
+  ptr?: unknown;
+  llhttp?: { llhttp_resume?: (ptr: unknown) => void };
 }
 
 /**
@@ -66,6 +70,10 @@ function unpause(socket: Socket): void {
   if (parser === null || !parser.paused) return;
   try {
     for (let i = 0; i < MAX_RESUMES && parser.paused && !socket.destroyed; i++) parser.resume();
+    // A body delimited by the close: each resume ends in an empty on_body that the full body
+    // stream refuses again, so it re-pauses. llhttp is resumed alone, and finish() then delivers
+    // the EOF's completion (as undici 8 does).
+    if (parser.paused && !socket.destroyed && parser.ptr != null) parser.llhttp?.llhttp_resume?.(parser.ptr);
   } catch {
     // undici's own asserts in resume(): this runs in an event handler too, so nothing may escape.
   }
