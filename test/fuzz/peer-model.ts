@@ -104,3 +104,100 @@ export function fetchOutcome(a: Scripted, cap: number): FetchOutcome {
   const g = headerOf(a, 'x-murmur-generation');
   return { ok: true, bytes: body, generation: g !== undefined && /^[0-9]{1,15}$/.test(g) ? Number(g) : null };
 }
+
+// ── The operator's client, `ls` and `get` (SPEC 10, docs/cli.md) ───────────
+
+/** docs/cli.md: control and format characters (and lone surrogates) shown as `\x1b`, `\u{202e}`. */
+export function printableModel(text: string): string {
+  let out = '';
+  for (const ch of text) {
+    const cp = ch.codePointAt(0)!;
+    const hidden = /^[\p{Cc}\p{Cf}]$/u.test(ch) || (cp >= 0xd800 && cp <= 0xdfff);
+    out += !hidden ? ch : cp <= 0xff ? `\\x${cp.toString(16).padStart(2, '0')}` : `\\u{${cp.toString(16)}}`;
+  }
+  return out;
+}
+
+/** What a terminal acts on, anywhere in what a verb prints (a newline ends a line and is allowed). */
+export const TERMINAL_CONTROL = /[\p{Cc}\p{Cf}]/u;
+
+/** docs/cli.md, *Exit status*. */
+export const EXIT = { ok: 0, unreachable: 3, refused: 4, unverified: 5, tooLarge: 6 } as const;
+
+export interface ClientExpectation {
+  status: number;
+  /** The error line's text after `error: `, exactly, when the model knows it; else a pattern it matches. */
+  error: string | RegExp | null;
+  /** `get`: the bytes saved; `ls`: the listing object printed. */
+  saved?: Buffer;
+  listing?: Record<string, unknown>;
+}
+
+/** A refusal (any status but 200) as both verbs print it: the server's code and message through the filter, else the status alone. */
+export function refusalLine(a: Scripted): string {
+  const body = delivered(a) ?? Buffer.alloc(0);
+  const text = body.subarray(0, ERROR_BODY_CAP).toString('utf8');
+  try {
+    const parsed = JSON.parse(text) as { error?: unknown; message?: unknown };
+    if (typeof parsed.error === 'string' && parsed.error !== '') {
+      const message = typeof parsed.message === 'string' ? parsed.message : '';
+      return `${a.status} ${printableModel(parsed.error)}: ${printableModel(message)}`.trim();
+    }
+  } catch {
+    // not JSON
+  }
+  return `the server answered ${a.status}`;
+}
+
+/** SPEC 10's listing check: texts are strings, counts non-negative integers, times integers. */
+export function listingIsWellFormed(value: unknown): boolean {
+  const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+  const count = (v: unknown) => typeof v === 'number' && Number.isInteger(v) && v >= 0;
+  if (!isObject(value)) return false;
+  if (!['root', 'mode', 'containment_achieved'].every((k) => typeof value[k] === 'string')) return false;
+  if (!count(value.max_bytes) || !count(value.generation) || !Array.isArray(value.entries)) return false;
+  return value.entries.every((e) => isObject(e) && typeof e.path === 'string' && typeof e.sha256 === 'string' && count(e.size_bytes) && typeof e.mtime_ms === 'number' && Number.isInteger(e.mtime_ms));
+}
+
+/**
+ * A header value no HTTP/1.1 client may accept (RFC 9110 5.5: only HTAB, SP, visible ASCII and
+ * obs-text): the answer is not HTTP, and the server is as good as unreachable.
+ */
+export function hasInvalidHeaderValue(a: Scripted): boolean {
+  return a.headers.some(([, v]) => /[\x00-\x08\x0a-\x1f\x7f]/.test(v));
+}
+
+/** What `get` must do with an answer, saving at most `maxBytes`. Header values are latin1, as sent. */
+export function getExpectation(a: Scripted, maxBytes: number): ClientExpectation {
+  if (hasInvalidHeaderValue(a)) return { status: EXIT.unreachable, error: /^cannot reach http:\/\/127\.0\.0\.1:\d+: Response does not match the HTTP\/1\.1 protocol/ };
+  if (a.status !== 200) return { status: EXIT.refused, error: refusalLine(a) };
+  const etag = headerOf(a, 'etag');
+  const digest = etagDigest(etag);
+  if (digest === null) return { status: EXIT.unverified, error: /^etag mismatch: the server said .*, which names no sha256 digest; nothing was saved$/ };
+  const declared = declaredLength(a);
+  if (declared !== null && declared > maxBytes) return { status: EXIT.tooLarge, error: `the file is ${declared} bytes, more than the ${maxBytes} get saves; pass --max-bytes to raise it; nothing was saved` };
+  const tooLarge = `the file is larger than the ${maxBytes} bytes get saves; pass --max-bytes to raise it; nothing was saved`;
+  const body = delivered(a);
+  if (body === null) {
+    if (a.body.length > maxBytes && a.ending === 'close') return { status: EXIT.tooLarge, error: tooLarge };
+    return { status: EXIT.unreachable, error: /^the download from http:\/\/127\.0\.0\.1:\d+ broke off: .*; nothing was saved$/ };
+  }
+  if (body.length > maxBytes) return { status: EXIT.tooLarge, error: tooLarge };
+  if (sha256Hex(body) !== digest) return { status: EXIT.unverified, error: `etag mismatch: the server said ${printableModel(etag!)} but the bytes hash to sha256:${sha256Hex(body)}; nothing was saved` };
+  return { status: EXIT.ok, error: null, saved: body };
+}
+
+/** What `ls` must do with an answer. */
+export function lsExpectation(a: Scripted): ClientExpectation {
+  if (a.status !== 200) return { status: EXIT.refused, error: refusalLine(a) };
+  const body = delivered(a);
+  if (body === null) return { status: EXIT.unreachable, error: /^cannot reach http:\/\/127\.0\.0\.1:\d+: / };
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body.toString('utf8'));
+  } catch {
+    return { status: EXIT.unverified, error: /^http:\/\/127\.0\.0\.1:\d+ answered 200 with a listing that is not JSON$/ };
+  }
+  if (!listingIsWellFormed(parsed)) return { status: EXIT.unverified, error: /^the server sent a malformed listing: / };
+  return { status: EXIT.ok, error: null, listing: parsed as Record<string, unknown> };
+}
