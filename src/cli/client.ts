@@ -13,7 +13,7 @@ import type { FileHandle } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
-import { Client } from 'undici';
+import { outboundClient } from '../outbound-client.js';
 import { BodyFailure, ERROR_BODY_MAX_BYTES, readVerifiedBody, type VerifiedBody } from '../response-body.js';
 import { parseEtag } from '../wire.js';
 
@@ -79,7 +79,7 @@ function announcedLength(headers: Record<string, string | string[] | undefined>)
  */
 async function request(origin: Origin, path: string, signal?: AbortSignal) {
   path = `${origin.prefix}${path}`;
-  const client = new Client(origin.origin, { connectTimeout: 10_000, ...(origin.socketPath ? { socketPath: origin.socketPath } : {}) });
+  const client = outboundClient(origin.origin, { connect: { timeout: 10_000, ...(origin.socketPath ? { socketPath: origin.socketPath } : {}) } });
   // Destroyed, not closed: a body left unread (a refusal, a bad etag) would hold a graceful close
   // open forever, and with nothing else pending the process would end silently.
   const done = () => client.destroy().catch(() => undefined);

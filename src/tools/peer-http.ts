@@ -4,9 +4,12 @@
 // covering connect, headers and body), a byte cap enforced chunk by chunk so an oversized answer
 // is cut off the moment the cap is passed and never buffered whole, and no redirect followed. It
 // knows nothing about handles, allow lists or the trace: callers check a destination before they
-// call, and turn a PeerHttpError into their own refusal.
+// call, and turn a PeerHttpError into their own refusal. Its Client comes from
+// src/outbound-client.ts, whose guarded sockets a peer's FIN or reset cannot turn into an uncaught
+// exception (nodejs/undici#5360).
 import type { Readable } from 'node:stream';
-import { Client } from 'undici';
+import type { Client } from 'undici';
+import { outboundClient } from '../outbound-client.js';
 import type { Target } from '../manifest/destinations.js';
 
 export interface HttpLimits {
@@ -110,7 +113,7 @@ export async function getStream(target: Target, path: string, opts: HttpRequestO
   if (!path.startsWith('/')) throw new TypeError('a request path must start with /');
   assertLimits(opts);
   const limits: HttpLimits = { connectTimeoutMs: opts.connectTimeoutMs, totalTimeoutMs: opts.totalTimeoutMs, maxBytes: opts.maxBytes };
-  const client = new Client(originOf(target), {
+  const client = outboundClient(originOf(target), {
     connect: {
       timeout: limits.connectTimeoutMs,
       ...(opts.ca !== undefined ? { ca: opts.ca } : {}),

@@ -43,6 +43,14 @@ describe('one owner per decision', () => {
     expect(filesMatching(/createHash\(/, (f) => f === 'src/cli/client.ts' || f.startsWith('src/tools/'))).toEqual([]);
   });
 
+  it('every undici Client is made in src/outbound-client.ts, so every outbound socket is guarded', () => {
+    // nodejs/undici#5360: a client made anywhere else would let a server end the process again.
+    expect(filesMatching(/new (Client|Pool|Agent)\(/)).toEqual(['src/outbound-client.ts']);
+    // Anything but a type from undici (fetch, request, a dispatcher) is taken only there too.
+    expect(filesMatching(/^import (?!type )[^;]*from ['"]undici['"]/m)).toEqual(['src/outbound-client.ts']);
+    expect(filesMatching(/outboundClient\(/, (f) => f !== 'src/outbound-client.ts').sort()).toEqual(['src/cli/client.ts', 'src/tools/peer-http.ts']);
+  });
+
   it('the tools redact only through src/tools/refusal.ts', () => {
     expect(filesMatching(/redactHandles/, (f) => f.startsWith('src/tools/'))).toEqual(['src/tools/refusal.ts']);
   });

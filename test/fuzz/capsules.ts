@@ -55,6 +55,8 @@ export interface ServeOptions {
   containment?: Containment;
   resolver?: ResolverKind;
   memoryBudgetBytes?: number;
+  /** fetch-peer-file's cap (default 10 MiB). */
+  fetchMaxBytes?: number;
 }
 
 export async function serveCapsule(opts: ServeOptions): Promise<Served> {
@@ -68,6 +70,7 @@ export async function serveCapsule(opts: ServeOptions): Promise<Served> {
     containment: opts.containment,
     resolver: opts.resolver,
     memoryBudgetBytes: opts.memoryBudgetBytes,
+    ...(opts.fetchMaxBytes !== undefined ? { fetchMaxBytes: opts.fetchMaxBytes } : {}),
     logger: capturedLogger(logs),
     ...(opts.clock ? { now: opts.clock.now } : {}),
   });
