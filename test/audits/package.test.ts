@@ -6,6 +6,7 @@
 // more). Needs the npm registry for the dependencies, as `npm ci` does.
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import * as nodeModule from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -92,7 +93,8 @@ describe('the installed package', () => {
     expect(loaded.toString().trim()).toBe(join(pkg, 'prebuilds', `linux-${process.arch}`, 'capsule-resource-plane.glibc.node'));
   });
 
-  it('fills its compile cache at install, beside its code and writable by no one else', () => {
+  // (Node 20, the ASan suite's, has no compile cache: there the install says so and goes on.)
+  it.skipIf(typeof (nodeModule as { enableCompileCache?: unknown }).enableCompileCache !== 'function')('fills its compile cache at install, beside its code and writable by no one else', () => {
     const cache = join(project, 'node_modules', 'capsule-resource-plane', '.compile-cache');
     const versions = readdirSync(cache);
     expect(versions.length, `${cache} holds no Node version's entries`).toBeGreaterThan(0);
