@@ -166,15 +166,13 @@ interface Connection {
 }
 
 const watched = new WeakMap<Socket, Set<() => void>>();
-/** What runs when a response closes, in the order it was asked for: one listener per response. */
-const closing = new WeakMap<ServerResponse, Array<() => void>>();
 
 /**
  * Runs `fn` once, at the first of the response's or the socket's `close`: on Node 20 a pipelined
  * response still queued when its socket dies never emits its own. Not the request's `close`: a
  * client that half-closes after sending destroys the request while its response is still being
  * written, and a read's buffer must outlive every write of it. The planes give a read's memory back
- * the same way. However many callers ask, a response gets one `close` listener and its socket one.
+ * the same way.
  */
 export function onceClosed(req: IncomingMessage, res: ServerResponse, fn: () => void): void {
   const socket = req.socket;
@@ -182,13 +180,6 @@ export function onceClosed(req: IncomingMessage, res: ServerResponse, fn: () => 
     fn();
     return;
   }
-  const queued = closing.get(res);
-  if (queued) {
-    queued.push(fn);
-    return;
-  }
-  const fns = [fn];
-  closing.set(res, fns);
   let pending = watched.get(socket);
   if (!pending) {
     const set = new Set<() => void>();
@@ -202,8 +193,7 @@ export function onceClosed(req: IncomingMessage, res: ServerResponse, fn: () => 
   const once = () => {
     if (!set.delete(once)) return;
     res.off('close', once);
-    closing.delete(res);
-    for (const f of fns) f();
+    fn();
   };
   set.add(once);
   res.once('close', once);
