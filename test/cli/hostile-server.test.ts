@@ -8,6 +8,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { runCliAsync as runCli } from '../helpers/cli.js';
+import { onRequestHead } from '../helpers/loopback.js';
 import { scratch } from '../helpers/tree.js';
 
 type Answer = (socket: Socket) => void;
@@ -19,17 +20,7 @@ afterEach(async () => {
 
 /** A server that reads one request head and answers with whatever `answer` writes. */
 async function hostile(answer: Answer): Promise<string> {
-  const server = createServer((socket) => {
-    socket.on('error', () => undefined);
-    let head = '';
-    const onData = (d: Buffer) => {
-      head += d.toString('latin1');
-      if (!head.includes('\r\n\r\n')) return;
-      socket.off('data', onData);
-      answer(socket);
-    };
-    socket.on('data', onData);
-  });
+  const server = createServer((socket) => onRequestHead(socket, () => answer(socket)));
   servers.push(server);
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   return `http://127.0.0.1:${(server.address() as { port: number }).port}`;

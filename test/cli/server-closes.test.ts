@@ -8,16 +8,16 @@
 // 0; cut short by a FIN or a
 // reset they are refused with status 3 (the server broke off) and nothing is saved. `ls` reads
 // its listing as it arrives and was not seen to die, but rides the same Client and is held to the same.
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { createServer, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { runCliAsync as runCli } from '../helpers/cli.js';
-import { listenLoopback } from '../helpers/loopback.js';
+import { answerBody, listenLoopback, onRequestHead, type BodyEnding } from '../helpers/loopback.js';
 import { scratch } from '../helpers/tree.js';
 
-type Ending = 'close' | 'keep-alive' | 'unframed' | 'early-close' | 'reset';
+type Ending = BodyEnding;
 
 const SIZES = [65_536, 65_537, 131_072, 1_048_576];
 /** A reset must find the client's parser paused; one delay or another does on this machine. */
@@ -32,27 +32,7 @@ function listingOf(size: number): Buffer {
 
 /** A raw server answering any request with a 200 of `body` (its etag true), ended as `ending` says. */
 async function closingServer(body: Buffer, ending: Ending, resetAfterMs: number): Promise<string> {
-  const server = createServer((socket: Socket) => {
-    socket.on('error', () => undefined);
-    let head = '';
-    const onData = (chunk: Buffer) => {
-      head += chunk.toString('latin1');
-      if (!head.includes('\r\n\r\n')) return;
-      socket.off('data', onData);
-      const cut = ending === 'early-close' || ending === 'reset';
-      const lines = [
-        'HTTP/1.1 200 OK',
-        'content-type: application/json',
-        `etag: "sha256:${createHash('sha256').update(body).digest('hex')}"`,
-        ...(ending === 'unframed' ? [] : [`content-length: ${body.length + (cut ? 10 : 0)}`]),
-        ...(ending === 'keep-alive' ? [] : ['connection: close']),
-      ];
-      socket.write(Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'), body]));
-      if (ending === 'close' || ending === 'unframed' || ending === 'early-close') socket.end();
-      else if (ending === 'reset') setTimeout(() => socket.resetAndDestroy(), resetAfterMs);
-    };
-    socket.on('data', onData);
-  });
+  const server = createServer((socket: Socket) => onRequestHead(socket, () => answerBody(socket, body, ending, resetAfterMs, 'application/json')));
   return `http://${(await listenLoopback(server)).address}`;
 }
 

@@ -17,7 +17,7 @@ import { createServer, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { handleId } from '../../src/redact.js';
-import { listenLoopback } from '../helpers/loopback.js';
+import { answerBody, listenLoopback, onRequestHead, type BodyEnding } from '../helpers/loopback.js';
 import { startMcpServe } from '../helpers/mcp.js';
 import { scratch } from '../helpers/tree.js';
 
@@ -33,7 +33,7 @@ const SIZES = [65_535, 65_536, 65_537, 70_000, 131_072, 131_073, 1_048_576];
 const RESET_AFTER_MS = [0, 1, 2, 5];
 
 /** How the peer ends its 200: the whole body then FIN; the whole body kept open; no content-length, the FIN ends it; cut short then FIN; cut short then RST. */
-type Ending = 'close' | 'keep-alive' | 'unframed' | 'early-close' | 'reset';
+type Ending = BodyEnding;
 
 const sha = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
 
@@ -57,34 +57,16 @@ function handleFor(name: string): string {
  * the head, so the parser pauses on the last byte it will ever get.
  */
 async function closingPeer(body: Buffer, ending: Ending, resetAfterMs = 0): Promise<string> {
-  const server = createServer((socket: Socket) => {
-    socket.on('error', () => undefined);
-    let head = '';
-    const onData = (chunk: Buffer) => {
-      head += chunk.toString('latin1');
-      if (!head.includes('\r\n\r\n')) return;
-      socket.off('data', onData);
+  const server = createServer((socket: Socket) =>
+    onRequestHead(socket, (head) => {
       if (head.startsWith('GET /.well-known/agent-card.json ')) {
         const card = cardFor((server.address() as { port: number }).port);
         socket.end(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(card)}\r\nconnection: close\r\n\r\n${card}`);
         return;
       }
-      const cut = ending === 'early-close' || ending === 'reset';
-      const lines = [
-        'HTTP/1.1 200 OK',
-        'content-type: application/octet-stream',
-        `etag: "sha256:${sha(body)}"`,
-        ...(ending === 'unframed' ? [] : [`content-length: ${body.length + (cut ? 10 : 0)}`]),
-        'x-murmur-generation: 3',
-        ...(ending === 'keep-alive' ? [] : ['connection: close']),
-      ];
-      socket.write(Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'), body]));
-      if (ending === 'close' || ending === 'unframed' || ending === 'early-close') socket.end();
-      // After the bytes have gone: the reset must find them already in the fetcher's socket.
-      else if (ending === 'reset') setTimeout(() => socket.resetAndDestroy(), resetAfterMs);
-    };
-    socket.on('data', onData);
-  });
+      answerBody(socket, body, ending, resetAfterMs, 'application/octet-stream', ['x-murmur-generation: 3']);
+    }),
+  );
   return (await listenLoopback(server)).address;
 }
 
