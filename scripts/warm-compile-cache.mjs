@@ -2,14 +2,15 @@
 // by importing them as serve would, unconfined. Run by `npm run build`, `prepare` and `install`;
 // a failure (no dist/ yet, a read-only install) is said in one line and never fails the step.
 import { existsSync, mkdirSync } from 'node:fs';
-import * as nodeModule from 'node:module';
 import { fileURLToPath } from 'node:url';
 
 const dist = new URL('../dist/cli/compile-cache.js', import.meta.url);
 try {
   if (!existsSync(fileURLToPath(dist))) process.exit(0); // before the first build: nothing to cache
-  if (typeof nodeModule.enableCompileCache !== 'function') throw new Error(`Node ${process.version} has no compile cache (22.1 or later has)`);
-  const { COMPILE_CACHE_DIR, useCompileCache, flushCompileCache } = await import(dist.href);
+  const { COMPILE_CACHE_DIR, compileCacheMissing, useCompileCache, flushCompileCache } = await import(dist.href);
+  // Before the directory is made: a Node without the cache would leave it empty.
+  const missing = compileCacheMissing();
+  if (missing !== null) throw new Error(missing);
   // Written as nobody else may write it: compile-cache.ts refuses a directory that is.
   process.umask(0o022);
   mkdirSync(COMPILE_CACHE_DIR, { recursive: true, mode: 0o755 });

@@ -20,6 +20,11 @@ interface CompileCacheApi {
 }
 const { enableCompileCache, flushCompileCache: flush, constants: moduleConstants } = nodeModule as unknown as CompileCacheApi;
 
+/** Why this Node has no compile cache, or null when it has one (22.1 and later). */
+export function compileCacheMissing(): string | null {
+  return enableCompileCache === undefined || moduleConstants.compileCacheStatus === undefined ? `Node ${process.version} has no compile cache (22.1 or later has)` : null;
+}
+
 /** Writes what this process compiled to the cache now (Node would at exit). */
 export function flushCompileCache(): void {
   flush?.();
@@ -63,13 +68,15 @@ export function compileCacheProblem(dir: string, euid = process.geteuid?.() ?? 0
  * is the caller's choice and left as Node set it.
  */
 export function useCompileCache(dir = COMPILE_CACHE_DIR): string | null {
-  if (enableCompileCache === undefined || moduleConstants.compileCacheStatus === undefined) return 'this Node has no compile cache (22.1 or later has)';
+  const missing = compileCacheMissing();
+  if (missing !== null) return missing;
   if (process.env.NODE_DISABLE_COMPILE_CACHE) return 'disabled by NODE_DISABLE_COMPILE_CACHE';
   if (process.env.NODE_COMPILE_CACHE) return 'NODE_COMPILE_CACHE is set';
   const problem = compileCacheProblem(dir);
   if (problem !== null) return problem;
-  const { status, message } = enableCompileCache(dir);
-  const { ENABLED, ALREADY_ENABLED } = moduleConstants.compileCacheStatus;
+  // Both defined: compileCacheMissing said so.
+  const { status, message } = enableCompileCache!(dir);
+  const { ENABLED, ALREADY_ENABLED } = moduleConstants.compileCacheStatus!;
   return status === ENABLED || status === ALREADY_ENABLED
     ? null
     : (message ?? 'Node refused it');

@@ -40,16 +40,10 @@ export interface AppOptions {
  * fast-json-stringify, a third of its start-up) are never loaded; a route that did declare one
  * fails at registration, loudly, instead of going unvalidated.
  */
-const NO_SCHEMA_COMPILERS = {
-  compilersFactory: {
-    buildValidator: () => {
-      throw new Error('the resource-plane apps compile no schemas');
-    },
-    buildSerializer: () => {
-      throw new Error('the resource-plane apps compile no schemas');
-    },
-  },
+const noSchemas = (): never => {
+  throw new Error('the resource-plane apps compile no schemas');
 };
+const NO_SCHEMA_COMPILERS = { compilersFactory: { buildValidator: noSchemas, buildSerializer: noSchemas } };
 
 /** The app of one listener; `admission` is its gate, which `close` sets to stopping. */
 export async function buildApp(session: Session, opts: AppOptions = {}): Promise<{ app: FastifyInstance; admission: Admission }> {
