@@ -19,7 +19,7 @@ import { afterAll, beforeAll, describe, expect } from 'vitest';
 import { ClientError, get, list } from '../../src/cli/client.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { removeTree, tempDir } from '../helpers/tree.js';
-import { bytesFrom, hostileServer, sha256Hex, type Ending, type Framing, type Scripted } from './hostile.js';
+import { bytesFrom, framingAndEnding, hostileServer, sha256Hex, type Ending, type Framing, type Scripted } from './hostile.js';
 import { getExpectation, lsExpectation, printableModel, TERMINAL_CONTROL, type ClientExpectation } from './peer-model.js';
 import { fuzzIt, guard } from './runner.js';
 
@@ -187,19 +187,6 @@ const refusalArb: fc.Arbitrary<RefusalBody> = fc.oneof(
   { weight: 1, arbitrary: fc.constant<RefusalBody>({ kind: 'long' }) },
 );
 
-/** Framings and endings the model can judge (as in peer-lies: a reset only where no byte's arrival decides). */
-function framingAndEnding(size: number, max: number): fc.Arbitrary<{ framing: Framing; ending: Ending }> {
-  const by = fc.integer({ min: 1, max: 2_000 });
-  return fc.oneof(
-    fc.record({ framing: fc.constant<Framing>({ kind: 'exact' }), ending: fc.constantFrom<Ending>('close', 'keep-alive') }),
-    fc.record({ framing: fc.constant<Framing>({ kind: 'chunked' }), ending: fc.constantFrom<Ending>('close', 'keep-alive') }),
-    fc.record({ framing: by.map((n): Framing => ({ kind: 'short', by: n })), ending: fc.constant<Ending>('close') }),
-    fc.record({ framing: fc.constant<Framing>({ kind: 'none' }), ending: fc.constant<Ending>('close') }),
-    fc.record({ framing: by.map((n): Framing => ({ kind: 'long', by: n })), ending: fc.constantFrom<Ending>(...(size + 2_000 <= max ? (['close', 'reset'] as const) : (['close'] as const))) }),
-    fc.record({ framing: fc.constant<Framing>({ kind: 'chunked-cut' }), ending: fc.constantFrom<Ending>(...(size <= max ? (['close', 'reset'] as const) : (['close'] as const))) }),
-  );
-}
-
 const caseArb: fc.Arbitrary<Case> = fc
   .record({
     verb: fc.constantFrom<Verb>('ls', 'ls-json', 'get', 'get-stdout'),
@@ -221,7 +208,7 @@ const caseArb: fc.Arbitrary<Case> = fc
   })
   // `get -o -` writes the file's bytes to stdout, which the command helper reads as text: in process only.
   .map((c) => (c.verb === 'get-stdout' ? { ...c, viaCli: false } : c))
-  .chain((c) => framingAndEnding(c.size, c.maxBytes ?? 1024 ** 3).map((fe) => ({ ...c, ...fe })));
+  .chain((c) => framingAndEnding(c.size, c.maxBytes ?? 1024 ** 3, 2_000).map((fe) => ({ ...c, ...fe })));
 
 function examples(): Array<[Case]> {
   const base: Case = {

@@ -4,6 +4,7 @@
 // the script says and ended as it says: FIN, kept open, or reset. Nothing here knows what a right
 // answer is; the properties hold the model.
 import { createHash } from 'node:crypto';
+import fc from 'fast-check';
 import { createServer, type Server, type Socket } from 'node:net';
 
 /** How the body is framed: honestly, a content-length short or long by `by` bytes, none (the close ends it), chunked, or chunked and cut before its last chunk. */
@@ -126,3 +127,20 @@ export function bytesFrom(seed: number, size: number): Buffer {
 }
 
 export const sha256Hex = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
+
+/**
+ * A framing and an ending a model can judge: every byte sent arrives unless the framing cut it
+ * first, and a reset only where no byte's arrival decides anything (the bytes sent and declared
+ * stay within `max`, the most the client takes). A short or long body is off by 1 to `maxBy`.
+ */
+export function framingAndEnding(size: number, max: number, maxBy: number): fc.Arbitrary<{ framing: Framing; ending: Ending }> {
+  const by = fc.integer({ min: 1, max: maxBy });
+  return fc.oneof(
+    fc.record({ framing: fc.constant<Framing>({ kind: 'exact' }), ending: fc.constantFrom<Ending>('close', 'keep-alive') }),
+    fc.record({ framing: fc.constant<Framing>({ kind: 'chunked' }), ending: fc.constantFrom<Ending>('close', 'keep-alive') }),
+    fc.record({ framing: by.map((n): Framing => ({ kind: 'short', by: n })), ending: fc.constant<Ending>('close') }),
+    fc.record({ framing: fc.constant<Framing>({ kind: 'none' }), ending: fc.constant<Ending>('close') }),
+    fc.record({ framing: by.map((n): Framing => ({ kind: 'long', by: n })), ending: fc.constantFrom<Ending>(...(size + maxBy <= max ? (['close', 'reset'] as const) : (['close'] as const))) }),
+    fc.record({ framing: fc.constant<Framing>({ kind: 'chunked-cut' }), ending: fc.constantFrom<Ending>(...(size <= max ? (['close', 'reset'] as const) : (['close'] as const))) }),
+  );
+}

@@ -23,7 +23,7 @@ import { afterAll, beforeAll, describe, expect } from 'vitest';
 import { callTool } from '../../src/tools/index.js';
 import { removeTree, tempDir } from '../helpers/tree.js';
 import { serveCapsule, type Served } from './capsules.js';
-import { bytesFrom, hostileServer, sha256Hex, type Ending, type Framing, type Scripted } from './hostile.js';
+import { bytesFrom, framingAndEnding, hostileServer, sha256Hex, type Ending, type Framing, type Scripted } from './hostile.js';
 import { fetchOutcome, PEER_PLANE_CODES, storedName, traced } from './peer-model.js';
 import { fuzzIt, guard } from './runner.js';
 import { TraceTail } from './wire.js';
@@ -223,20 +223,6 @@ const NAMES = ['report.md', 'a/b/c.txt', '..', '.', '', 'x'.repeat(130), 'naïve
 const STATUSES = [200, 201, 203, 206, 301, 302, 400, 403, 404, 410, 413, 500, 503];
 const REFUSAL_CODES = [...PEER_PLANE_CODES, 'peer_not_allowed', 'issuer_mismatch', 'etag_mismatch', 'peer_unreachable', 'ok', 'http_200', '', 'NOT_FOUND'];
 
-/** A framing and an ending the model can judge: every byte sent arrives unless the framing cut it first. */
-function framingAndEnding(size: number): fc.Arbitrary<{ framing: Framing; ending: Ending }> {
-  const by = fc.integer({ min: 1, max: 20_000 });
-  return fc.oneof(
-    fc.record({ framing: fc.constant<Framing>({ kind: 'exact' }), ending: fc.constantFrom<Ending>('close', 'keep-alive') }),
-    fc.record({ framing: fc.constant<Framing>({ kind: 'chunked' }), ending: fc.constantFrom<Ending>('close', 'keep-alive') }),
-    fc.record({ framing: by.map((n): Framing => ({ kind: 'short', by: n })), ending: fc.constant<Ending>('close') }),
-    fc.record({ framing: fc.constant<Framing>({ kind: 'none' }), ending: fc.constant<Ending>('close') }),
-    // A reset only where no byte's arrival decides anything: the bytes sent and declared under the cap.
-    fc.record({ framing: by.map((n): Framing => ({ kind: 'long', by: n })), ending: fc.constantFrom<Ending>(...(size + 20_000 <= CAP ? (['close', 'reset'] as const) : (['close'] as const))) }),
-    fc.record({ framing: fc.constant<Framing>({ kind: 'chunked-cut' }), ending: fc.constantFrom<Ending>(...(size <= CAP ? (['close', 'reset'] as const) : (['close'] as const))) }),
-  );
-}
-
 const refusalBody: fc.Arbitrary<RefusalBody> = fc.oneof(
   fc.constantFrom(...REFUSAL_CODES).map((code): RefusalBody => ({ kind: 'code', code })),
   fc.constant<RefusalBody>({ kind: 'not-json' }),
@@ -258,7 +244,7 @@ const caseArb: fc.Arbitrary<Case> = fc
     etag: fc.oneof({ weight: 3, arbitrary: fc.constant<EtagLie>('delivered') }, { weight: 3, arbitrary: fc.constantFrom<EtagLie>('sent', 'other', 'absent', 'unquoted', 'weak', 'upper', 'twice') }),
     generation: fc.constantFrom<string | null>(null, '0', '7', '999999999999999', '1000000000000000', '-1', '1e3', '0x10', ' 7', 'seven', ''),
   })
-  .chain((c) => framingAndEnding(c.size).map((fe) => ({ ...c, ...fe })));
+  .chain((c) => framingAndEnding(c.size, CAP, 20_000).map((fe) => ({ ...c, ...fe })));
 
 /** Fixed cases in every run: each card lie, each token lie, and each redeem lie at least once. */
 function examples(): Array<[Case]> {
