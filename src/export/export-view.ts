@@ -95,10 +95,13 @@ export class ExportView {
    * `budget` but never refused for memory. Up to LIMITS.streamThresholdBytes it is read whole on the
    * pool once its size is held in `budget`. Above that it is streamed: only its window (two chunks)
    * is held, and its digest is taken before anything is sent. A share that cannot be had within the
-   * budget's wait is refused over_capacity; `signal` (the client left) stops the wait and the digest.
+   * budget's wait is refused over_capacity; `gone` (the client left) stops the wait and the digest.
+   * It is asked for only on those paths: a small read never waits, and its signal (an
+   * AbortController and a close listener) would be built for nothing.
    */
-  async read(relpath: string, budget?: MemoryBudget, signal?: AbortSignal): Promise<Body> {
+  async read(relpath: string, budget?: MemoryBudget, gone?: () => AbortSignal): Promise<Body> {
     const { workdirFd, root, maxBytes } = this.opts;
+    let signal: AbortSignal | undefined;
     for (;;) {
       let first: native.ReadResult | { size: number };
       try {
@@ -110,6 +113,7 @@ export class ExportView {
         return Object.assign(first, { kind: 'whole' as const, size: first.bytes.length, release: budget ? budget.count(first.bytes.length) : noRelease });
       }
       const size = first.size;
+      signal ??= gone?.();
       if (size > native.LIMITS.streamThresholdBytes) {
         const release = budget ? await budget.acquire(2 * native.LIMITS.streamChunkBytes, signal) : noRelease;
         let opened: native.StreamOpened;

@@ -73,7 +73,7 @@ async function handleRead(ctx: PlaneContext, x: Exchange, method: string, raw: s
   if (!lowered.ok) return refused(new Refusal('outside_root'));
   let body: Body;
   try {
-    body = await view.read(lowered.relpath, session.memory, clientGone(x));
+    body = await view.read(lowered.relpath, session.memory, () => clientGone(x));
   } catch (error) {
     return refused(asRefusal(error));
   }

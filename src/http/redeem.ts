@@ -68,7 +68,7 @@ export async function handleRedeem(ctx: PlaneContext, method: string, rest: stri
   if (relpath === null) return refused(new Refusal('outside_root'));
   let body: Body;
   try {
-    body = await view.read(relpath, session.memory, clientGone(x));
+    body = await view.read(relpath, session.memory, () => clientGone(x));
   } catch (error) {
     return refused(asRefusal(error));
   }

@@ -198,6 +198,29 @@ describe('the memory budget holds what a body needs, not max_bytes', () => {
     expect(budget.inUse).toBe(0);
   });
 
+  it('a read waiting for room gives up as soon as its client leaves; a small read never asks who left', async () => {
+    const dir = scratch(['out/a @ 3m', 'out/b @ 3m', 'out/s: tiny']);
+    const view = await viewOf(dir);
+    // A wait far longer than the test: only the client leaving can end it.
+    const budget = new MemoryBudget(WINDOW + CHUNK, 600_000);
+    const first = await view.read('a', budget);
+    const gone = new AbortController();
+    let asked = 0;
+    const leaving = () => {
+      asked += 1;
+      return gone.signal;
+    };
+    const small = await view.read('s', budget, leaving);
+    small.release();
+    expect(asked, 'the small read built a signal it can never use').toBe(0);
+    const waiting = view.read('b', budget, leaving);
+    await until(() => asked === 1);
+    gone.abort();
+    await expect(waiting).rejects.toMatchObject({ code: 'over_capacity' });
+    first.release();
+    expect(budget.inUse).toBe(0);
+  });
+
   it('still refuses over_capacity when the sizes do not fit', async () => {
     const dir = scratch(['out/a @ 3m', 'out/b @ 3m']);
     const view = await viewOf(dir);
