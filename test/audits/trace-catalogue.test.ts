@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EVENT_FIELDS, peerHandleMint, peerHandleRedeem, resourceList, resourceRead, responseUndelivered, sessionStart } from '../../src/trace/events.js';
 import { Trace, TRACE_FIELD_MAX_CHARS } from '../../src/trace/trace.js';
+import { redactHandles } from '../../src/redact.js';
 
 const DOC = readFileSync(fileURLToPath(new URL('../../docs/trace.md', import.meta.url)), 'utf8');
 
@@ -72,5 +73,43 @@ describe('the trace catalogue against docs/trace.md', () => {
     const list = resourceList({ root: 'out', outcome: 'ok', reason: null, entryCount: 1, totalBytes: 1, generation: 1, containment: 'sealed' });
     // Absent values are explicit nulls, as on every line.
     expect(responseUndelivered(list, 80).fields).toMatchObject({ of: 'resource_list', path: null, handle_id: null, bytes: 80 });
+  });
+});
+
+describe('a flat line, written out directly', () => {
+  // The rendering every request's line takes (src/trace/trace.ts) must be byte for byte what
+  // JSON.stringify gives for the same object, with caller-chosen fields bounded and tokens redacted.
+  const token = 'mh1.eyJ2IjoxfQ.c2ln';
+  const paths = [
+    'plain.txt',
+    'quote"back\\slash',
+    'ctl\u0000\u0001\u001f\ttab\nline',
+    'sep\u2028\u2029',
+    'lone\ud800surrogate and \udc00',
+    'emoji 🦊 and é',
+    `token ${token} inside`,
+    `${'x'.repeat(TRACE_FIELD_MAX_CHARS + 10)}`,
+  ];
+  it.each(paths.map((p) => [p]))('%j', async (path) => {
+    const dir = mkdtempSync(join(tmpdir(), 'rp-trace-flat-'));
+    try {
+      const trace = Trace.open(join(dir, 'trace.jsonl'), 'ses_"flat"\\');
+      const parent = trace.start(sessionStart({ containment: 'sealed', resolver: 'openat2', toolsDeclared: [], confinement: null, effectiveGrants: {} }));
+      const fields = { path, outcome: 'ok', reason: null, bytes: 1e21, sha256: 'f'.repeat(64), generation: -0, containment: 'sealed' };
+      await trace.record(resourceRead(fields));
+      await trace.close();
+      const raw = readFileSync(join(dir, 'trace.jsonl'), 'utf8').split('\n')[1]!;
+      const parsed = JSON.parse(raw) as Record<string, unknown>;
+      const bounded = redactHandles(path).length > TRACE_FIELD_MAX_CHARS ? parsed.path : redactHandles(path);
+      const expected = JSON.stringify({
+        event_type: 'resource_read', event_id: parsed.event_id, parent_id: parent, session_id: 'ses_"flat"\\', timestamp: parsed.timestamp,
+        path: bounded, outcome: 'ok', bytes: 1e21, sha256: 'f'.repeat(64), generation: 0, containment_achieved: 'sealed', reason: null,
+      });
+      expect(raw).toBe(expected);
+      expect(raw).not.toContain(token);
+      if (path.length > TRACE_FIELD_MAX_CHARS) expect(parsed.path).toMatch(/…\[\d+ chars, sha256:[0-9a-f]{16}\]$/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
