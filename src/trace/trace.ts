@@ -31,17 +31,6 @@ export function boundedField(value: string): string {
   return `${text.slice(0, TRACE_FIELD_MAX_CHARS)}…[${text.length} chars, sha256:${digest}]`;
 }
 
-const keyJsonCache = new Map<string, string>();
-/** `"key":` for a field name (the catalogue's few names, each rendered once). */
-function keyJson(key: string): string {
-  let out = keyJsonCache.get(key);
-  if (out === undefined) {
-    out = `${JSON.stringify(key)}:`;
-    if (keyJsonCache.size < 256) keyJsonCache.set(key, out);
-  }
-  return out;
-}
-
 export class TraceWriteError extends Error {
   constructor(cause: unknown) {
     super(`the trace could not be written (${(cause as NodeJS.ErrnoException)?.code ?? 'unknown error'})`);
@@ -103,13 +92,9 @@ export class Trace {
   /** Lines written, by event type: what `session_end` reports. */
   readonly counts: Record<string, number> = {};
 
-  /** The session id as a JSON string, rendered once for every line. */
-  private readonly sessionIdJson: string;
-
   private constructor(path: string, sessionId: string, fd: number) {
     this.path = path;
     this.sessionId = sessionId;
-    this.sessionIdJson = JSON.stringify(sessionId);
     this.fd = fd;
     this.syncWrites = fstatSync(fd).isFile();
   }
@@ -198,24 +183,7 @@ export class Trace {
   }
 
   private render(eventType: string, id: string, parentId: string | null, fields: TraceFields): string {
-    // Every request's event is flat: its line is written out directly, in the same key order and
-    // with the same escaping JSON.stringify gives (the generic path below is the reference, and a
-    // test holds the two equal). Nested fields (session_start, session_end) take that path.
-    let line = `{"event_type":${JSON.stringify(eventType)},"event_id":"${id}","parent_id":${parentId === null ? 'null' : `"${parentId}"`},"session_id":${this.sessionIdJson},"timestamp":${Date.now()}`;
-    for (const key in fields) {
-      const v = fields[key];
-      if (typeof v === 'string') line += `,${keyJson(key)}${JSON.stringify(CALLER_FIELDS.has(key) ? boundedField(v) : v)}`;
-      else if (v === null || v === undefined) line += `,${keyJson(key)}null`;
-      else if (typeof v === 'number' || typeof v === 'boolean') line += `,${keyJson(key)}${JSON.stringify(v)}`;
-      else return this.renderNested(eventType, id, parentId, fields);
-    }
-    // Token characters never need JSON escaping, so redacting the rendered line is exact.
-    return `${redactHandles(`${line}}`)}\n`;
-  }
-
-  /** The generic rendering: any field may be an object or an array. */
-  private renderNested(eventType: string, id: string, parentId: string | null, fields: TraceFields): string {
-    const event: Record<string, unknown> = {
+    const event = {
       event_type: eventType,
       event_id: id,
       parent_id: parentId,
@@ -224,11 +192,20 @@ export class Trace {
       ...fields,
     };
     for (const key of CALLER_FIELDS) {
-      const v = event[key];
-      if (typeof v === 'string') event[key] = boundedField(v);
+      const v = (event as Record<string, unknown>)[key];
+      if (typeof v === 'string') (event as Record<string, unknown>)[key] = boundedField(v);
     }
-    // undefined would silently drop a key; the schema wants explicit nulls.
-    const json = JSON.stringify(event, (_k, v: unknown) => (v === undefined ? null : v));
+    // undefined would silently drop a key; the schema wants explicit nulls. A flat event (every
+    // request's) is fixed up in place: a replacer function puts JSON.stringify on its slow path.
+    const flat = event as Record<string, unknown>;
+    let nested = false;
+    for (const key in flat) {
+      const v = flat[key];
+      if (v === undefined) flat[key] = null;
+      else if (typeof v === 'object' && v !== null) nested = true;
+    }
+    const json = nested ? JSON.stringify(event, (_k, v) => (v === undefined ? null : v)) : JSON.stringify(event);
+    // Token characters never need JSON escaping, so redacting the rendered line is exact.
     return `${redactHandles(json)}\n`;
   }
 }

@@ -76,9 +76,10 @@ describe('the trace catalogue against docs/trace.md', () => {
   });
 });
 
-describe('a flat line, written out directly', () => {
-  // The rendering every request's line takes (src/trace/trace.ts) must be byte for byte what
-  // JSON.stringify gives for the same object, with caller-chosen fields bounded and tokens redacted.
+describe('a request\'s line, byte for byte', () => {
+  // Every request's line is exactly what JSON.stringify gives for the common fields then the
+  // catalogue's, in that order, with caller-chosen fields bounded and tokens redacted, whatever the
+  // path holds: a faster rendering of it must keep these bytes.
   const token = 'mh1.eyJ2IjoxfQ.c2ln';
   const paths = [
     'plain.txt',
