@@ -9,8 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EVENT_FIELDS, peerHandleMint, peerHandleRedeem, resourceList, resourceRead, responseUndelivered, sessionStart } from '../../src/trace/events.js';
-import { Trace, TRACE_FIELD_MAX_CHARS } from '../../src/trace/trace.js';
-import { redactHandles } from '../../src/redact.js';
+import { boundedField, Trace, TRACE_FIELD_MAX_CHARS } from '../../src/trace/trace.js';
 
 const DOC = readFileSync(fileURLToPath(new URL('../../docs/trace.md', import.meta.url)), 'utf8');
 
@@ -101,10 +100,9 @@ describe('a request\'s line, byte for byte', () => {
       await trace.close();
       const raw = readFileSync(join(dir, 'trace.jsonl'), 'utf8').split('\n')[1]!;
       const parsed = JSON.parse(raw) as Record<string, unknown>;
-      const bounded = redactHandles(path).length > TRACE_FIELD_MAX_CHARS ? parsed.path : redactHandles(path);
       const expected = JSON.stringify({
         event_type: 'resource_read', event_id: parsed.event_id, parent_id: parent, session_id: 'ses_"flat"\\', timestamp: parsed.timestamp,
-        path: bounded, outcome: 'ok', bytes: 1e21, sha256: 'f'.repeat(64), generation: 0, containment_achieved: 'sealed', reason: null,
+        path: boundedField(path), outcome: 'ok', bytes: 1e21, sha256: 'f'.repeat(64), generation: 0, containment_achieved: 'sealed', reason: null,
       });
       expect(raw).toBe(expected);
       expect(raw).not.toContain(token);
