@@ -27,13 +27,13 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("closeFd", Napi::Function::New(env, rp::CloseFd, "closeFd"));
   exports.Set("read", Napi::Function::New(env, rp::Read, "read"));
   exports.Set("readSmall", Napi::Function::New(env, rp::ReadSmall, "readSmall"));
-  exports.Set("openStream", Napi::Function::New(env, rp::OpenStream, "openStream"));
   exports.Set("releasePages", Napi::Function::New(env, rp::ReleasePages, "releasePages"));
   exports.Set("stat", Napi::Function::New(env, rp::Stat, "stat"));
   exports.Set("list", Napi::Function::New(env, rp::List, "list"));
   exports.Set("checkRoot", Napi::Function::New(env, rp::CheckRoot, "checkRoot"));
   exports.Set("landingOpen", Napi::Function::New(env, rp::LandingOpen, "landingOpen"));
   exports.Set("probeOpenat2", Napi::Function::New(env, rp::ProbeOpenat2, "probeOpenat2"));
+  exports.Set("exportResolutions", Napi::Function::New(env, rp::ExportResolutions, "exportResolutions"));
   exports.Set("digestCacheStats", Napi::Function::New(env, rp::DigestCacheStatsOf, "digestCacheStats"));
   exports.Set("setDigestCacheCapacity",
               Napi::Function::New(env, rp::SetDigestCacheCapacity, "setDigestCacheCapacity"));

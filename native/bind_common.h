@@ -53,6 +53,7 @@ struct AddonData {
   Napi::FunctionReference landing_ctor;
   Napi::FunctionReference cancel_ctor;
   Napi::FunctionReference stream_ctor;
+  Napi::FunctionReference open_file_ctor;
   Napi::FunctionReference workdir_ctor;
 };
 

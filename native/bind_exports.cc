@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "bind_common.h"
+#include "bind_stream.h"
 #include "digest_cache.h"
 #include "limits.h"
 #include "list.h"
@@ -152,32 +153,11 @@ ExportRequest request_from(const Napi::Object& o, Wants wants) {
   req.workdir = workdir_field(o);
   req.root = string_field(o, "root");
   if (wants != Wants::Root) req.rel = string_field(o, "relpath");
-  if (wants == Wants::FileWithCeiling) {
-    req.max_bytes = byte_count_field(o, "maxBytes");
-    if (!field(o, "budgetBytes").IsUndefined()) req.budget_bytes = byte_count_field(o, "budgetBytes");
-  }
+  if (wants == Wants::FileWithCeiling) req.max_bytes = byte_count_field(o, "maxBytes");
   req.policy = bool_field(o, "refuseSymlinks") ? SymlinkPolicy::Refuse : SymlinkPolicy::Follow;
   req.resolver = resolver_field(o);
   return req;
 }
-
-namespace {
-
-// ── Export operations ───────────────────────────────────────────────────────────────────────────
-
-class OpenDirectoryWorker final : public PromiseWorker {
- public:
-  OpenDirectoryWorker(Napi::Env env, std::string path)
-      : PromiseWorker(env, "resource-plane:open-directory"), path_(std::move(path)) {}
-  void Execute() override { fd_ = open_directory_following_links(path_, &failure_); }
-  Napi::Value Result(Napi::Env env) override {
-    return Napi::Number::New(env, fd_.release());  // JS owns it now and closes it with closeFd
-  }
-
- private:
-  std::string path_;
-  Fd fd_;
-};
 
 // Hands `bytes` to JS as a Node Buffer. Small: copied into a buffer V8 owns (a finalizer per
 // response costs more than the copy). Larger: ownership moves to the Buffer's finalizer, no copy
@@ -198,43 +178,45 @@ Napi::Value owned_buffer_value(Napi::Env env, OwnedBuffer& bytes) {
       new int64_t(held));
 }
 
-// A read's result as JS sees it: {bytes, mtimeMs, sha256, digestCached}. `into`: the caller's
-// buffer the bytes were read into, if any; bytes is then a view of its first bytes.
-Napi::Object read_result_value(Napi::Env env, ReadResult& result, Napi::Object into = Napi::Object()) {
+Napi::Object read_result_value(Napi::Env env, ReadResult& result) {
   Napi::Object out = Napi::Object::New(env);
-  const size_t length = result.bytes.size();
-  if (result.bytes.borrowed()) {
-    Napi::Function subarray = into.Get("subarray").As<Napi::Function>();
-    out.Set("bytes", subarray.Call(into, {Napi::Number::New(env, 0), Napi::Number::New(env, static_cast<double>(length))}));
-  } else {
-    out.Set("bytes", owned_buffer_value(env, result.bytes));
-  }
+  out.Set("bytes", owned_buffer_value(env, result.bytes));
   out.Set("mtimeMs", Napi::Number::New(env, static_cast<double>(result.mtime_ms)));
   out.Set("sha256", Napi::String::New(env, hex(result.sha256, 32)));
   out.Set("digestCached", Napi::Boolean::New(env, result.digest_cached));
   return out;
 }
 
+namespace {
+
+// ── Export operations ───────────────────────────────────────────────────────────────────────────
+
+class OpenDirectoryWorker final : public PromiseWorker {
+ public:
+  OpenDirectoryWorker(Napi::Env env, std::string path)
+      : PromiseWorker(env, "resource-plane:open-directory"), path_(std::move(path)) {}
+  void Execute() override { fd_ = open_directory_following_links(path_, &failure_); }
+  Napi::Value Result(Napi::Env env) override {
+    return Napi::Number::New(env, fd_.release());  // JS owns it now and closes it with closeFd
+  }
+
+ private:
+  std::string path_;
+  Fd fd_;
+};
+
 class ReadWorker final : public PromiseWorker {
  public:
-  // `into`: the caller's buffer the read fills (req.into points into it); held here, so it stays
-  // alive until the read is done whatever the caller drops meanwhile.
-  ReadWorker(Napi::Env env, ExportRequest req, Napi::Object into)
-      : PromiseWorker(env, "resource-plane:read"), req_(std::move(req)) {
-    if (!into.IsEmpty()) into_ = Napi::Persistent(into);
-  }
+  ReadWorker(Napi::Env env, ExportRequest req) : PromiseWorker(env, "resource-plane:read"), req_(std::move(req)) {}
   void Execute() override {
     result_ = read_export_file(req_);
     failure_ = result_.failure;
   }
-  Napi::Value Result(Napi::Env env) override {
-    return read_result_value(env, result_, into_.IsEmpty() ? Napi::Object() : into_.Value());
-  }
+  Napi::Value Result(Napi::Env env) override { return read_result_value(env, result_); }
 
  private:
   ExportRequest req_;
   ReadResult result_;
-  Napi::ObjectReference into_;
 };
 
 class StatWorker final : public PromiseWorker {
@@ -338,51 +320,44 @@ Napi::Value OpenDirectory(const Napi::CallbackInfo& info) {
   return queue<OpenDirectoryWorker>(info.Env(), info[0].As<Napi::String>().Utf8Value());
 }
 
-// read({workdirFd, root, relpath, maxBytes, budgetBytes?, into?, refuseSymlinks, resolver, cancel?})
-// `into`: a Buffer to read into instead of a fresh allocation, at least one byte longer than the
-// most the read may take (budgetBytes when it is set and below maxBytes, else maxBytes); the
-// result's bytes are then a view of it. The caller must not touch it until the promise settles.
+// read({workdirFd, root, relpath, maxBytes, refuseSymlinks, resolver, cancel?}): one resolution,
+// max_bytes refused by fstat, then the first size bytes of that descriptor, hashed.
 Napi::Value Read(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
   Napi::Object o = options_arg(info);
   ExportRequest req = request_from(o, Wants::FileWithCeiling);
   req.stop.operation = "read";
   req.stop.cancel = cancel_field(o);
-  Napi::Value into = field(o, "into");
-  Napi::Object held;
-  if (!into.IsUndefined()) {
-    if (!into.IsTypedArray() || into.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
-      throw Napi::TypeError::New(env, "into must be a Buffer");
-    Napi::Buffer<unsigned char> buffer = into.As<Napi::Buffer<unsigned char>>();
-    if (static_cast<uint64_t>(buffer.Length()) <= read_ceiling(req))
-      throw Napi::RangeError::New(env, "into must be longer than the most the read may take");
-    req.into = buffer.Data();
-    req.into_capacity = buffer.Length();
-    held = buffer;
-  }
-  return queue<ReadWorker>(env, std::move(req), held);
+  return queue<ReadWorker>(info.Env(), std::move(req));
 }
 
-// readSmall({workdirFd, root, relpath, maxBytes, smallBytes, refuseSymlinks, resolver}): the same
-// read, synchronously on the calling thread, of a file of at most smallBytes (at most
-// kStreamThresholdBytes, limits.h) by its fstat: {bytes, mtimeMs, sha256, digestCached}. A larger file is not
-// read: {size} is returned, its fstat size, for the caller to reserve memory and read it on the
-// pool. A failure throws the same error a rejected read carries. Small reads of regular files
-// (the O_PATH probe has refused FIFOs and devices) cost less than the pool's round trip.
+// readSmall({workdirFd, root, relpath, maxBytes, smallBytes, refuseSymlinks, resolver}): the one
+// resolution of a read, synchronously on the calling thread: max_bytes refused by the fstat, and a
+// file of at most smallBytes (at most kStreamThresholdBytes, limits.h) read and hashed here:
+// {bytes, mtimeMs, sha256, digestCached}. A larger file is not read: {size, file} is returned, its
+// fstat size and an OpenFile holding the descriptor (bind_stream.h), for the caller to reserve
+// memory and read or stream it from that same descriptor on the pool. A failure throws the same
+// error a rejected read carries. Small reads of regular files (the O_PATH probe has refused FIFOs
+// and devices) cost less than the pool's round trip.
 Napi::Value ReadSmall(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object o = options_arg(info);
   ExportRequest req = request_from(o, Wants::FileWithCeiling);
   const uint64_t small = byte_count_field(o, "smallBytes");
   if (small > kStreamThresholdBytes) throw Napi::RangeError::New(env, "smallBytes is above the synchronous read limit");
-  req.budget_bytes = small == 0 ? 1 : small;  // budget 0 would mean "no limit"
   req.stop.operation = "read";
-  ReadResult result = read_export_file(req);
-  if (result.failure.code == Code::OverBudget) {
+  Failure failure;
+  FileStat st;
+  Fd fd = open_export_file(req, OpenFor::Reading, &st, &failure);
+  // Refused before a single byte is read: an 8 GiB sparse file costs one fstat.
+  if (fd.valid() && st.size > req.max_bytes) failure.set(Code::TooLarge);
+  if (failure.failed()) throw to_error(env, failure);
+  if (st.size > small) {
     Napi::Object out = Napi::Object::New(env);
-    out.Set("size", Napi::Number::New(env, static_cast<double>(result.size_seen)));
+    out.Set("size", Napi::Number::New(env, static_cast<double>(st.size)));
+    out.Set("file", open_file_value(env, std::move(fd), st.st));
     return out;
   }
+  ReadResult result = read_opened(fd.get(), st.st, req.stop);
   if (result.failure.failed()) throw to_error(env, result.failure);
   return read_result_value(env, result);
 }
@@ -443,6 +418,7 @@ Napi::Value DigestCacheStatsOf(const Napi::CallbackInfo& info) {
   set("leaseBroken", s.lease_broken);
   set("racy", s.racy);
   set("fsUncached", s.fs_uncached);
+  set("noIdentity", s.no_identity);
   return out;
 }
 
@@ -454,6 +430,11 @@ Napi::Value SetDigestCacheCapacity(const Napi::CallbackInfo& info) {
     throw Napi::RangeError::New(info.Env(), "entries must be a whole number in [0, 2^24]");
   digest_cache().set_capacity(static_cast<size_t>(d));
   return info.Env().Undefined();
+}
+
+// exportResolutions() -> how many times this process resolved a served path (read.h): a read does once.
+Napi::Value ExportResolutions(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), static_cast<double>(export_resolutions()));
 }
 
 Napi::Value ProbeOpenat2(const Napi::CallbackInfo& info) {

@@ -17,7 +17,6 @@ std::string code_name(Code code) {
     case Code::UnsafeInbox: return "UNSAFE_INBOX";
     case Code::Cancelled: return "CANCELLED";
     case Code::TimeBudget: return "TIME_BUDGET";
-    case Code::OverBudget: return "OVER_BUDGET";
     case Code::FileChanged: return "FILE_CHANGED";
     case Code::IoError: return "IO_ERROR";
   }

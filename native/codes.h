@@ -16,7 +16,6 @@ enum class Code {
   UnsafeInbox,       // the landing directory is a symlink or not a directory
   Cancelled,         // the caller's cancel token was set (client gone, shutdown) before it finished
   TimeBudget,        // the operation ran past the monotonic deadline its caller gave it
-  OverBudget,        // the file is larger than the memory the caller can hold for it right now
   FileChanged,       // a streamed body no longer matches the etag promised for it (stream.h)
   IoError,           // anything else; `detail` says what. Keep last: addon.cc iterates up to it.
 };

@@ -3,6 +3,8 @@
 // on sha256 and lease, never on read.
 #include "digest_cache.h"
 
+#include <sys/ioctl.h>
+#include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <time.h>
 
@@ -15,23 +17,49 @@
 
 namespace rp {
 
-FileKey file_key(const struct stat& st) {
-  FileKey k;
-  k.dev = static_cast<uint64_t>(st.st_dev);
-  k.ino = static_cast<uint64_t>(st.st_ino);
-  k.size = static_cast<uint64_t>(st.st_size);
-  k.mtime_sec = st.st_mtim.tv_sec;
-  k.mtime_nsec = st.st_mtim.tv_nsec;
-  k.ctime_sec = st.st_ctim.tv_sec;
-  k.ctime_nsec = st.st_ctim.tv_nsec;
-  return k;
+namespace {
+
+// The version statx describes: the key (false when it cannot name the mount and the inode lifetime)
+// and the stat fields callers read (size, times, mode, identity).
+bool file_version(int fd, const KernelStatx& x, FileKey* key, struct stat* st) {
+  *st = {};
+  st->st_dev = makedev(x.dev_major, x.dev_minor);
+  st->st_ino = static_cast<ino_t>(x.ino);
+  st->st_mode = x.mode;
+  st->st_size = static_cast<off_t>(x.size);
+  st->st_mtim = {static_cast<time_t>(x.mtime.tv_sec), static_cast<long>(x.mtime.tv_nsec)};
+  st->st_ctim = {static_cast<time_t>(x.ctime.tv_sec), static_cast<long>(x.ctime.tv_nsec)};
+  key->mnt_id = x.mnt_id;
+  key->dev = static_cast<uint64_t>(st->st_dev);
+  key->ino = x.ino;
+  key->size = x.size;
+  key->mtime_sec = x.mtime.tv_sec;
+  key->mtime_nsec = x.mtime.tv_nsec;
+  key->ctime_sec = x.ctime.tv_sec;
+  key->ctime_nsec = x.ctime.tv_nsec;
+  if ((x.mask & kStatxMntIdUnique) == 0) return false;
+  if (x.mask & kStatxBtime) {
+    key->lifetime_sec = x.btime.tv_sec;
+    key->lifetime_nsec = x.btime.tv_nsec;
+    return true;
+  }
+  // No birth time: the inode generation (ext2/3 with small inodes keep one) tells a reused inode
+  // number apart; the kernel writes an int.
+  unsigned long generation = 0;
+  if (ioctl(fd, _IOR('v', 1, long), &generation) != 0) return false;  // FS_IOC_GETVERSION
+  key->lifetime_sec = static_cast<int64_t>(generation & 0xffffffffUL);
+  key->lifetime_nsec = -1;  // never a birth time's nanoseconds
+  return true;
 }
+
+}  // namespace
 
 size_t DigestCache::KeyHash::operator()(const FileKey& k) const {
   // splitmix64 over the fields: cheap, and no field can cancel another out.
   uint64_t h = 0x9e3779b97f4a7c15ull;
-  for (uint64_t v : {k.dev, k.ino, k.size, static_cast<uint64_t>(k.mtime_sec), static_cast<uint64_t>(k.mtime_nsec),
-                     static_cast<uint64_t>(k.ctime_sec), static_cast<uint64_t>(k.ctime_nsec)}) {
+  for (uint64_t v : {k.mnt_id, k.dev, k.ino, k.size, static_cast<uint64_t>(k.mtime_sec), static_cast<uint64_t>(k.mtime_nsec),
+                     static_cast<uint64_t>(k.ctime_sec), static_cast<uint64_t>(k.ctime_nsec),
+                     static_cast<uint64_t>(k.lifetime_sec), static_cast<uint64_t>(k.lifetime_nsec)}) {
     h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
     h ^= h >> 30;
     h *= 0xbf58476d1ce4e5b9ull;
@@ -142,12 +170,24 @@ bool DigestSession::begin(int fd, Failure* failure) {
     cache.count_lease_refused();
     return true;
   }
-  // Under the lease no writer exists and none can appear, so this fstat describes the bytes.
-  if (stat_fd(fd, &under_) != 0) {
+  // Under the lease no writer exists and none can appear, so this stat describes the bytes.
+  KernelStatx x;
+  if (statx_fd(fd, kStatxBasicStats | kStatxBtime | kStatxMntIdUnique, &x) == 0) {
+    keyed_ = file_version(fd, x, &key_, &under_);
+  } else if (errno == ENOSYS || errno == EINVAL) {  // no statx: the version, but no identity
+    if (stat_fd(fd, &under_) != 0) {
+      failure->set(Code::IoError, errno);
+      return false;
+    }
+  } else {
     failure->set(Code::IoError, errno);
     return false;
   }
-  hit_ = cache.lookup(file_key(under_), cached_);
+  if (!keyed_) {
+    cache.count_no_identity();
+    return true;
+  }
+  hit_ = cache.lookup(key_, cached_);
   return true;
 }
 
@@ -161,12 +201,12 @@ void DigestSession::finish(const unsigned char digest[32], int64_t hashed) {
   // A last look before deciding: a writer waiting right now also means nothing is stored.
   const bool unwritten = held() && intact();
   if (lease_ && lease_->broken()) cache.count_lease_broken();
-  if (hashed < 0 || !unwritten) return;
+  if (hashed < 0 || !unwritten || !keyed_) return;
   if (!settled_before(under_.st_ctim, start_)) cache.count_racy();
-  else if (hashed == static_cast<int64_t>(under_.st_size)) cache.store(file_key(under_), digest);
+  else if (hashed == static_cast<int64_t>(under_.st_size)) cache.store(key_, digest);
 }
 
-int64_t DigestSession::whole_file(int fd, unsigned char out[32], const StopSignal& stop, Failure* failure) {
+int64_t DigestSession::whole_file(int fd, unsigned char out[32], const StopSignal& stop, Failure* failure, int64_t limit) {
   if (hit_) {
     std::memcpy(out, cached_, 32);
     return static_cast<int64_t>(under_.st_size);
@@ -174,7 +214,7 @@ int64_t DigestSession::whole_file(int fd, unsigned char out[32], const StopSigna
   // Hashed with the lease still held (when granted): hash_whole_fd polls it every chunk and lets
   // go as soon as a writer waits, and then nothing is stored.
   count_hash();
-  int64_t hashed = hash_whole_fd(fd, out, stop, failure, lease());
+  int64_t hashed = hash_whole_fd(fd, out, stop, failure, lease(), limit);
   finish(out, hashed);
   return hashed;
 }

@@ -4,9 +4,15 @@
 // digest trustworthy (below), and the one place they are applied: DigestSession, which read.cc,
 // stream.cc and list.cc (through whole_file_digest) all go through, never the reverse.
 //
-// Key: (st_dev, st_ino, st_size, mtime ns, ctime ns), what fstat says identifies one version of
-// one file. Stat data alone can lie (a write through an already dirty shared mapping changes the
-// bytes and no timestamp), so a digest is only ever stored or used under a read lease (lease.h):
+// Key: what identifies one version of one file, asked of the descriptor with statx: the unique
+// mount id (never reused while the system runs, so a filesystem image unmounted and another
+// mounted on the same device, with the same inode numbers and times, is another key), st_dev,
+// st_ino, the inode's birth time (or, where it has none, its generation: one inode lifetime from
+// the next), st_size, mtime ns and ctime ns. Where the kernel cannot say which mount or which
+// inode lifetime (no STATX_MNT_ID_UNIQUE before Linux 6.8, neither a birth time nor a
+// generation), the file is hashed and nothing is stored for it (counted as no_identity). Stat
+// data alone can lie (a write through an already dirty shared mapping changes the bytes and no
+// timestamp), so a digest is only ever stored or used under a read lease (lease.h):
 //
 //  * Use: the lease is taken, the file fstat'd under it, the key looked up, the lease released.
 //    A hit is used only if the lease was granted, i.e. nobody could write the file at that moment.
@@ -61,15 +67,16 @@ constexpr size_t kDefaultDigestCacheEntries = 16384;
 constexpr int64_t kRacyMarginNs = 2000000000;  // 2 s, see above
 
 struct FileKey {
-  uint64_t dev = 0, ino = 0, size = 0;
+  uint64_t mnt_id = 0, dev = 0, ino = 0, size = 0;
   int64_t mtime_sec = 0, mtime_nsec = 0, ctime_sec = 0, ctime_nsec = 0;
+  // The birth time where the filesystem keeps one, else the inode generation in lifetime_sec.
+  int64_t lifetime_sec = 0, lifetime_nsec = 0;
   bool operator==(const FileKey& o) const {
-    return dev == o.dev && ino == o.ino && size == o.size && mtime_sec == o.mtime_sec &&
-           mtime_nsec == o.mtime_nsec && ctime_sec == o.ctime_sec && ctime_nsec == o.ctime_nsec;
+    return mnt_id == o.mnt_id && dev == o.dev && ino == o.ino && size == o.size && mtime_sec == o.mtime_sec &&
+           mtime_nsec == o.mtime_nsec && ctime_sec == o.ctime_sec && ctime_nsec == o.ctime_nsec &&
+           lifetime_sec == o.lifetime_sec && lifetime_nsec == o.lifetime_nsec;
   }
 };
-
-FileKey file_key(const struct stat& st);
 
 struct DigestCacheStats {
   uint64_t capacity = 0, entries = 0;
@@ -81,6 +88,7 @@ struct DigestCacheStats {
   uint64_t lease_broken = 0;  // a writer arrived while hashing: hashed, not stored
   uint64_t racy = 0;          // hashed but not stored: ctime too recent
   uint64_t fs_uncached = 0;   // hashed without the cache: the filesystem is not on the allowlist
+  uint64_t no_identity = 0;   // hashed without the cache: no unique mount id, or no inode lifetime
 };
 
 class DigestCache {
@@ -95,6 +103,7 @@ class DigestCache {
   void count_lease_broken() { std::lock_guard<std::mutex> lock(mu_); stats_.lease_broken++; }
   void count_racy() { std::lock_guard<std::mutex> lock(mu_); stats_.racy++; }
   void count_fs_uncached() { std::lock_guard<std::mutex> lock(mu_); stats_.fs_uncached++; }
+  void count_no_identity() { std::lock_guard<std::mutex> lock(mu_); stats_.no_identity++; }
 
  private:
   struct KeyHash {
@@ -137,12 +146,14 @@ class DigestSession {
   DigestSession& operator=(const DigestSession&) = delete;
 
   // Off the allowlist: counts fs_uncached, takes no lease. Else takes the lease (a refusal is
-  // counted), and under it fstat's and looks up. False, with IoError set, only if that fstat fails.
+  // counted), and under it statx's the file and, if the kernel names its mount and inode lifetime,
+  // looks that version up (else counts no_identity: nothing is looked up or stored). False, with
+  // IoError set, only if that stat fails.
   bool begin(int fd, Failure* failure);
 
   // The lease is held now (granted by begin(), not let go since). No system call.
   bool held() const { return lease_ && lease_->held(); }
-  // The fstat taken under the lease: the version a cached digest is of. Set only if held() at begin().
+  // The stat taken under the lease: the version a cached digest is of. Set only if held() at begin().
   const struct stat& under() const { return under_; }
   // A digest cached for exactly that version (found only under the lease).
   bool hit() const { return hit_; }
@@ -162,16 +173,21 @@ class DigestSession {
   // the fstat under the lease said. Nothing, for a session never begun.
   void finish(const unsigned char digest[32], int64_t hashed);
 
-  // The whole file's digest (`fd` open O_RDONLY, at offset 0): the cached one on a hit, else
-  // hashed (counted, polling the lease) and offered to finish(). Returns the bytes it covers, or
-  // -1 with `failure` set (Cancelled, TimeBudget, IoError). After begin().
-  int64_t whole_file(int fd, unsigned char out[32], const StopSignal& stop, Failure* failure);
+  // The whole file's digest (`fd` open O_RDONLY, at offset 0), or that of its first `limit` bytes
+  // when limit >= 0: the cached one on a hit, else hashed (counted, polling the lease) and offered
+  // to finish(). Returns the bytes it covers, or -1 with `failure` set (Cancelled, TimeBudget,
+  // IoError). After begin().
+  int64_t whole_file(int fd, unsigned char out[32], const StopSignal& stop, Failure* failure, int64_t limit = -1);
+  // A writer came for the lease while it was held (it was let go for them).
+  bool broken() const { return lease_ && lease_->broken(); }
 
  private:
   bool begun_ = false;
   std::unique_ptr<ReadLease> lease_;
   struct timespec start_ = {};  // CLOCK_REALTIME before the lease: the racy rule's reference
   struct stat under_ = {};
+  FileKey key_;
+  bool keyed_ = false;  // key_ names the mount and the inode lifetime: the cache may be used
   unsigned char cached_[32] = {};
   bool hit_ = false;
 };

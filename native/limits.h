@@ -42,9 +42,4 @@ constexpr size_t kHashChunkBytes = 1 << 20;
 // the system on free (the dynamic threshold would otherwise rise and keep such buffers in arenas).
 constexpr int kMmapThresholdBytes = 1024 * 1024;
 
-// The most bytes a read of a file may take into memory: `ceiling` is what the caller can hold (its
-// budget, or max_bytes), and one byte more is read to see the file grow past it. The one place that
-// rule lives.
-constexpr uint64_t read_limit(uint64_t ceiling) { return ceiling + 1; }
-
 }  // namespace rp

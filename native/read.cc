@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -19,19 +20,20 @@ int served_file_flags() { return O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC; }
 
 namespace {
 
+std::atomic<uint64_t> resolutions{0};
+
 // fstat's `fd` into `stat`; false (with NotARegularFile or IoError set) unless a regular file.
 bool regular_file_stat(int fd, FileStat* stat, Failure* failure) {
-  struct stat st;
-  if (stat_fd(fd, &st) != 0) {
+  if (stat_fd(fd, &stat->st) != 0) {
     failure->set(Code::IoError, errno);
     return false;
   }
-  if (!S_ISREG(st.st_mode)) {
+  if (!S_ISREG(stat->st.st_mode)) {
     failure->set(Code::NotARegularFile);
     return false;
   }
-  stat->size = static_cast<uint64_t>(st.st_size);
-  stat->mtime_ms = epoch_ms(st.st_mtim);
+  stat->size = static_cast<uint64_t>(stat->st.st_size);
+  stat->mtime_ms = epoch_ms(stat->st.st_mtim);
   return true;
 }
 
@@ -54,51 +56,24 @@ Fd open_regular_beneath(int dirfd, const std::string& rel, SymlinkPolicy policy,
 }
 
 Fd open_export_file(const ExportRequest& req, OpenFor purpose, FileStat* stat, Failure* failure) {
+  resolutions.fetch_add(1, std::memory_order_relaxed);
   Fd root_fd = open_root(req.workdir_fd(), req.root, O_PATH, req.resolver, failure);
   if (!root_fd.valid()) return Fd();
   return open_regular_beneath(root_fd.get(), req.rel, req.policy, req.resolver, purpose, stat, failure);
 }
 
-ReadResult read_export_file(const ExportRequest& req) {
+uint64_t export_resolutions() { return resolutions.load(std::memory_order_relaxed); }
+
+ReadResult read_opened(int fd, const struct stat& st, const StopSignal& stop) {
   ReadResult result;
-  FileStat st;
-  Fd fd = open_export_file(req, OpenFor::Reading, &st, &result.failure);
-  if (!fd.valid()) return result;
-  result.size_seen = st.size;
-  // Refused before a single byte is read: an 8 GiB sparse file costs one fstat.
-  if (st.size > req.max_bytes) {
-    result.failure.set(Code::TooLarge);
-    return result;
-  }
-  // The memory budget is checked against the fstat size before a byte is allocated, so a crowd
-  // of large reads waits (in JS) instead of filling memory with buffers that would be refused.
-  if (req.budget_bytes != 0 && st.size > req.budget_bytes) {
-    result.failure.set(Code::OverBudget);
-    return result;
-  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
   // A large file goes through the digest cache (digest_cache.h): under a read lease, a digest
   // cached for exactly this version may stand in for hashing (see read.h). A small one does not.
   DigestSession digests;
-  if (st.size >= kCachedReadMinBytes && !digests.begin(fd.get(), &result.failure)) return result;
-  // Start at the fstat size plus one byte to notice growth; grow up to the ceiling + 1, which is
-  // the most that is ever read: one byte past the ceiling proves the file grew past it. With a
-  // memory budget the ceiling is what the caller can hold: a file that grows after the fstat is
-  // never read past it (OverBudget, and the caller looks again), so a small synchronous read stays
-  // small and a reservation is never exceeded.
-  const uint64_t ceiling = read_ceiling(req);
-  const bool budgeted = ceiling < req.max_bytes;
-  const uint64_t limit = read_limit(ceiling);
+  if (size >= kCachedReadMinBytes && !digests.begin(fd, &result.failure)) return result;
   OwnedBuffer& buf = result.bytes;
-  if (req.into != nullptr) {
-    if (req.into_capacity < limit) {  // the binding refuses this; never read past the memory
-      result.failure.set(Code::IoError, EINVAL);
-      result.failure.detail = "the buffer given is smaller than the read may take";
-      return result;
-    }
-    buf.borrow(req.into, req.into_capacity);
-  }
   Sha256 sha;
-  if (!sha.ok() || !buf.reserve(static_cast<size_t>(st.size + 1 < limit ? st.size + 1 : limit))) {
+  if (!sha.ok() || !buf.reserve(static_cast<size_t>(size))) {
     result.failure.set(Code::IoError, ENOMEM);
     return result;
   }
@@ -112,42 +87,22 @@ ReadResult read_export_file(const ExportRequest& req) {
   // While a cached digest stands in, the lease is polled between chunks, so a writer is let
   // through within one chunk; once it gives way, that digest no longer vouches for anything: the
   // bytes already read are hashed and the rest as they come.
-  for (;;) {
-    if (req.stop.should_stop(&result.failure)) return result;
+  while (buf.size() < size) {
+    if (stop.should_stop(&result.failure)) return result;
     if (!hashing && !digests.intact()) {
       hashing = true;
       if (!hash(buf.data(), buf.size())) return result;
     }
-    if (buf.spare_size() == 0) {
-      if (buf.capacity() >= limit) break;
-      size_t next = buf.capacity() * 2 < limit ? buf.capacity() * 2 : static_cast<size_t>(limit);
-      if (!buf.reserve(next)) {
-        result.failure.set(Code::IoError, ENOMEM);
-        return result;
-      }
-    }
-    const size_t want = buf.spare_size() < kReadChunkBytes ? buf.spare_size() : kReadChunkBytes;
-    ssize_t n = retry_eintr([&] {
-      return pread(fd.get(), buf.spare(), want, static_cast<off_t>(buf.size()));
-    });
+    const size_t left = static_cast<size_t>(size - buf.size());
+    const size_t want = left < kReadChunkBytes ? left : kReadChunkBytes;
+    ssize_t n = retry_eintr([&] { return pread(fd, buf.spare(), want, static_cast<off_t>(buf.size())); });
     if (n < 0) {
       result.failure.set(Code::IoError, errno);
       return result;
     }
-    if (n == 0) break;
-    // Hashed as read: the digest covers exactly the buffer, and a file that grew past the
-    // ceiling is refused below whatever the digest says.
+    if (n == 0) break;  // it shrank since the fstat: what is there is the body, short
     if (hashing && !hash(buf.spare(), static_cast<size_t>(n))) return result;
     buf.advance(static_cast<size_t>(n));
-  }
-  if (buf.size() > ceiling) {
-    if (budgeted) {
-      result.failure.set(Code::OverBudget);
-      result.size_seen = buf.size();  // at least this: what to ask room for next time
-    } else {
-      result.failure.set(Code::TooLarge);
-    }
-    return result;
   }
   // The cached digest is used only if the lease held until after the last byte was read, and the
   // bytes are exactly as many as the version it was cached for.
@@ -164,12 +119,25 @@ ReadResult read_export_file(const ExportRequest& req) {
       result.failure.detail = "sha-256 failed";
       return result;
     }
-    // Counted and offered to the cache only now, once the whole file was read and hashed.
+    // Counted and offered to the cache only now, once the whole body was read and hashed.
     digests.count_hash();
     digests.finish(result.sha256, static_cast<int64_t>(buf.size()));
   }
-  result.mtime_ms = digests.held() ? epoch_ms(digests.under().st_mtim) : st.mtime_ms;
+  result.mtime_ms = epoch_ms(digests.held() ? digests.under().st_mtim : st.st_mtim);
   return result;
+}
+
+ReadResult read_export_file(const ExportRequest& req) {
+  ReadResult result;
+  FileStat st;
+  Fd fd = open_export_file(req, OpenFor::Reading, &st, &result.failure);
+  if (!fd.valid()) return result;
+  // Refused before a single byte is read: an 8 GiB sparse file costs one fstat.
+  if (st.size > req.max_bytes) {
+    result.failure.set(Code::TooLarge);
+    return result;
+  }
+  return read_opened(fd.get(), st.st, req.stop);
 }
 
 }  // namespace rp

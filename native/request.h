@@ -23,14 +23,7 @@ struct ExportRequest {
   std::string rel;       // lowered relpath beneath the root (read, stat); unused by list
   SymlinkPolicy policy = SymlinkPolicy::Follow;
   Resolver resolver = Resolver::Openat2;
-  uint64_t max_bytes = 0;  // read's ceiling; stat and list ignore it (a listing hashes whole files)
-  // read only: memory the caller can hold for this file now; 0 means no limit. A larger file is
-  // refused (OverBudget) after the fstat and before any buffer is allocated.
-  uint64_t budget_bytes = 0;
-  // read only: caller-owned memory to read into instead of a fresh allocation (a reused buffer),
-  // alive for the whole call. Never smaller than the most the read may take (the binding checks).
-  unsigned char* into = nullptr;
-  size_t into_capacity = 0;
+  uint64_t max_bytes = 0;  // read's ceiling, by fstat; stat and list ignore it (a listing hashes whole files)
   StopSignal stop;         // cancel token and deadline, asked between chunks (read, list)
 };
 

@@ -25,7 +25,7 @@ bool Sha256::finish(unsigned char out[32]) {
 }
 
 int64_t hash_whole_fd(int fd, unsigned char out[32], const StopSignal& stop, Failure* failure,
-                      ReadLease* lease) {
+                      ReadLease* lease, int64_t limit) {
   Sha256 sha;
   // One chunk per thread, kept: a listing hashes thousands of small files, and a fresh 1 MiB
   // allocation each (an mmap and its page faults, at the pinned threshold) cost more than the hash.
@@ -38,7 +38,9 @@ int64_t hash_whole_fd(int fd, unsigned char out[32], const StopSignal& stop, Fai
   for (;;) {
     if (stop.should_stop(failure)) return -1;
     if (lease && !lease->intact()) lease = nullptr;  // a writer waits: it was released for them
-    ssize_t n = retry_eintr([&] { return pread(fd, chunk.spare(), kHashChunkBytes, static_cast<off_t>(off)); });
+    if (limit >= 0 && off >= limit) break;
+    const size_t want = limit >= 0 && static_cast<uint64_t>(limit - off) < kHashChunkBytes ? static_cast<size_t>(limit - off) : kHashChunkBytes;
+    ssize_t n = retry_eintr([&] { return pread(fd, chunk.spare(), want, static_cast<off_t>(off)); });
     if (n < 0) {
       failure->set(Code::IoError, errno);
       return -1;

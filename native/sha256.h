@@ -34,11 +34,12 @@ class Sha256 {
   bool ok_ = false;
 };
 
-// Hashes a whole descriptor from offset 0 (no size bound: a listing hashes whole files), asking
-// `stop` before every chunk and, given a held `lease`, whether it is still intact (a waiting
-// writer makes it let go at once; the caller sees lease->broken()). Returns the bytes hashed, or
-// -1 with `failure` set (Cancelled, TimeBudget or IoError).
+// Hashes a descriptor from offset 0 to its end, or only its first `limit` bytes when limit >= 0
+// (a body is the first size bytes its fstat gave: bytes appended since are the next version's),
+// asking `stop` before every chunk and, given a held `lease`, whether it is still intact (a waiting
+// writer makes it let go at once; the caller sees lease->broken()). Returns the bytes hashed (fewer
+// than `limit` if the file ends first), or -1 with `failure` set (Cancelled, TimeBudget or IoError).
 int64_t hash_whole_fd(int fd, unsigned char out[32], const StopSignal& stop, Failure* failure,
-                      ReadLease* lease = nullptr);
+                      ReadLease* lease = nullptr, int64_t limit = -1);
 
 }  // namespace rp

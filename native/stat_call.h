@@ -18,7 +18,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
+#include <cstdint>
 
 namespace rp {
 
@@ -49,5 +51,45 @@ inline int stat_at(int dirfd, const char* path, struct stat* st, int flags) {
   return ::fstatat(dirfd, path, st, flags);
 }
 #endif
+
+// statx(2) on a descriptor, with the kernel's own layout (include/uapi/linux/stat.h, fixed ABI):
+// declared here so that neither glibc's wrapper (2.28) nor a build host's header age decides which
+// fields exist. Only what the digest cache's key needs is named.
+struct StatxTimestamp {
+  int64_t tv_sec;
+  uint32_t tv_nsec;
+  int32_t reserved;
+};
+struct KernelStatx {
+  uint32_t mask, blksize;
+  uint64_t attributes;
+  uint32_t nlink, uid, gid;
+  uint16_t mode, spare0;
+  uint64_t ino, size, blocks, attributes_mask;
+  StatxTimestamp atime, btime, ctime, mtime;
+  uint32_t rdev_major, rdev_minor, dev_major, dev_minor;
+  uint64_t mnt_id;
+  uint32_t dio_mem_align, dio_offset_align;
+  uint64_t spare3[12];
+};
+static_assert(sizeof(KernelStatx) == 256 && offsetof(KernelStatx, btime) == 0x50 &&
+                  offsetof(KernelStatx, dev_major) == 0x88 && offsetof(KernelStatx, mnt_id) == 0x90,
+              "KernelStatx is not the kernel's struct statx");
+constexpr uint32_t kStatxBasicStats = 0x7ffU;
+constexpr uint32_t kStatxBtime = 0x800U;
+// A mount id never reused while the system runs (Linux 6.8); the older STATX_MNT_ID (0x1000) is
+// reused once its mount is gone, so it cannot tell a remounted image from the one before.
+constexpr uint32_t kStatxMntIdUnique = 0x4000U;
+
+// statx(fd, "", AT_EMPTY_PATH, mask): 0, or -1 with errno set (ENOSYS before Linux 4.11).
+inline int statx_fd(int fd, uint32_t mask, KernelStatx* out) {
+#if defined(SYS_statx)
+  return static_cast<int>(syscall(SYS_statx, fd, "", AT_EMPTY_PATH, mask, out));
+#else
+  (void)fd, (void)mask, (void)out;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
 
 }  // namespace rp

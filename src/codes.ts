@@ -185,7 +185,6 @@ export const NATIVE_TO_CODE: Readonly<Record<NativeCode, PlaneCode>> = Object.fr
   // "the listing exceeded its time budget of N ms") and becomes the io_error message.
   CANCELLED: 'io_error',
   TIME_BUDGET: 'io_error',
-  OVER_BUDGET: 'over_capacity',
   // Only a stream's chunk rejects with it, after the headers: never rendered, the connection is reset.
   FILE_CHANGED: 'io_error',
   IO_ERROR: 'io_error',

@@ -25,7 +25,6 @@ export type NativeCode =
   | 'UNSAFE_INBOX'
   | 'CANCELLED'
   | 'TIME_BUDGET'
-  | 'OVER_BUDGET'
   | 'FILE_CHANGED'
   | 'IO_ERROR';
 
@@ -39,7 +38,7 @@ export const NATIVE_CODES: readonly string[] = Object.freeze([...binding.codes])
 export interface Limits {
   /** Files up to this size are read synchronously on the JS thread (readSmall). */
   syncReadMaxBytes: number;
-  /** A body larger than this is streamed under a verified etag (openStream), never held whole. */
+  /** A body larger than this is never read whole in one buffer: it is streamed or snapshot in chunks (OpenFile.body). */
   streamThresholdBytes: number;
   /** The chunk of a streamed body, and the size of a pooled body buffer. */
   streamChunkBytes: number;
@@ -74,17 +73,6 @@ export interface CancelToken {
 
 export interface ReadOptions extends ResolveOptions {
   cancel?: CancelToken;
-  /**
-   * Bytes the caller can hold for this file now (its memory budget); a larger file is refused with
-   * OVER_BUDGET after the fstat, before any buffer is allocated. Absent: no limit.
-   */
-  budgetBytes?: number;
-  /**
-   * A buffer to read into instead of a fresh allocation (a reused one): longer than the most the
-   * read may take (budgetBytes when set and below maxBytes, else maxBytes). The bytes are then a
-   * view of it. Not to be touched until the read settles.
-   */
-  into?: Buffer;
 }
 
 export interface ListOptions extends ResolveOptions {
@@ -114,6 +102,8 @@ export interface ReadResult {
  */
 export interface StreamHandle {
   next(into: Buffer): Promise<{ bytes: number; final: boolean }>;
+  /** A snapshot's sha256 (hex), once its final chunk was read; throws before that. */
+  digest(): string;
   close(): void;
   /**
    * Sent under the read lease of a cached digest: its chunks are not hashed again, because no
@@ -124,13 +114,30 @@ export interface StreamHandle {
   leaseIntact(): boolean;
 }
 
-export interface StreamOpened {
-  /** The bytes the digest covers: the body's content-length. */
-  size: number;
-  mtimeMs: number;
-  sha256: string;
-  digestCached: boolean;
-  stream: StreamHandle;
+/**
+ * How a large body goes (native/stream.h). Settled: `stream` sends `size` bytes under `sha256`,
+ * verified before its final chunk. Unsettled (the file is being written): `stream` is a snapshot,
+ * at most `size` bytes, to be read whole into memory the caller holds, then sent under
+ * `stream.digest()`.
+ */
+export type BodyOpened =
+  | { settled: true; size: number; mtimeMs: number; sha256: string; digestCached: boolean; stream: StreamHandle }
+  | { settled: false; size: number; mtimeMs: number; digestCached: boolean; stream: StreamHandle };
+
+/**
+ * The one descriptor a read opened (readSmall, for a file above its synchronous size), with that
+ * fstat's `size`. Everything the read serves comes from it, once: read() (the whole body, its first
+ * `size` bytes) or body(); then it is spent. close() lets the descriptor go; idempotent.
+ */
+export interface OpenFile {
+  readonly size: number;
+  read(opts: { cancel?: CancelToken }): Promise<ReadResult>;
+  /**
+   * The digest cache under its lease, else (for a file that is not moving, or when no snapshot can
+   * be held: `snapshotOk` false) a hashing pass over the first `size` bytes; see BodyOpened.
+   */
+  body(opts: { maxBytes: number; snapshotOk: boolean; cancel?: CancelToken }): Promise<BodyOpened>;
+  close(): void;
 }
 
 export interface StatResult {
@@ -213,6 +220,8 @@ export interface DigestCacheStats {
   racy: number;
   /** Hashed without the cache: the file's filesystem is not one whose mapped writes move the times (tmpfs, overlayfs, ...). */
   fsUncached: number;
+  /** Hashed without the cache: the kernel named no unique mount id, or neither a birth time nor an inode generation. */
+  noIdentity: number;
 }
 
 interface Binding {
@@ -224,10 +233,10 @@ interface Binding {
   probeOpenat2(): boolean;
   openDirectory(path: string): Promise<number>;
   closeFd(fd: number): void;
-  read(call: ExportCall & { relpath: string; maxBytes: number; budgetBytes?: number; into?: Buffer; cancel?: CancelToken }): Promise<ReadResult>;
-  readSmall(call: ExportCall & { relpath: string; maxBytes: number; smallBytes: number }): ReadResult | { size: number };
+  read(call: ExportCall & { relpath: string; maxBytes: number; cancel?: CancelToken }): Promise<ReadResult>;
+  readSmall(call: ExportCall & { relpath: string; maxBytes: number; smallBytes: number }): ReadResult | { size: number; file: OpenFile };
   stat(call: ExportCall & { relpath: string }): Promise<StatResult>;
-  openStream(call: ExportCall & { relpath: string; maxBytes: number; cancel?: CancelToken }): Promise<StreamOpened>;
+  exportResolutions(): number;
   releasePages(buffer: Buffer): number;
   limits: Limits;
   list(call: ExportCall & { cancel?: CancelToken; timeBudgetMs?: number }): Promise<ListResult>;
@@ -337,20 +346,18 @@ export function cancelToken(signal?: AbortSignal): CancelToken {
   return token;
 }
 
+/** One resolution, max_bytes refused by fstat, then the first size bytes of that descriptor, hashed. */
 export function readFile(workdirFd: WorkdirRef, root: string, relpath: string, maxBytes: number, opts: ReadOptions): Promise<ReadResult> {
-  return call(binding.read({
-    workdirFd, root, relpath, maxBytes, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel,
-    ...(opts.budgetBytes !== undefined ? { budgetBytes: opts.budgetBytes } : {}),
-    ...(opts.into !== undefined ? { into: opts.into } : {}),
-  }));
+  return call(binding.read({ workdirFd, root, relpath, maxBytes, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel }));
 }
 
 /**
- * The read of a small file, synchronously on this thread (no pool round trip): the same
- * resolution, checks and hash as readFile. A file larger than `smallBytes` by its fstat is not
- * read; its size is returned instead, for the caller to reserve memory and readFile it.
+ * The one resolution of a read, synchronously on this thread (no pool round trip): max_bytes
+ * refused by the fstat, and a file of at most `smallBytes` read and hashed here. A larger file is
+ * not read: its size and the descriptor (an OpenFile) are returned, for the caller to reserve
+ * memory and read or stream it from that same descriptor.
  */
-export function readSmall(workdirFd: WorkdirRef, root: string, relpath: string, maxBytes: number, smallBytes: number, opts: ResolveOptions): ReadResult | { size: number } {
+export function readSmall(workdirFd: WorkdirRef, root: string, relpath: string, maxBytes: number, smallBytes: number, opts: ResolveOptions): ReadResult | { size: number; file: OpenFile } {
   try {
     return binding.readSmall({ workdirFd, root, relpath, maxBytes, smallBytes, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver });
   } catch (raw) {
@@ -359,13 +366,19 @@ export function readSmall(workdirFd: WorkdirRef, root: string, relpath: string, 
   }
 }
 
-/**
- * Opens a body for streaming: the same resolution and checks as readFile, max_bytes refused by
- * fstat before a byte is read, then its digest (from the digest cache where sound, else a hashing
- * pass over the same descriptor) before anything is sent.
- */
-export function openStream(workdirFd: WorkdirRef, root: string, relpath: string, maxBytes: number, opts: ResolveOptions & { cancel?: CancelToken }): Promise<StreamOpened> {
-  return call(binding.openStream({ workdirFd, root, relpath, maxBytes, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel }));
+/** The whole body of an opened file, from its descriptor (see OpenFile.read). */
+export function readOpened(file: OpenFile, cancel?: CancelToken): Promise<ReadResult> {
+  return call(file.read({ cancel }));
+}
+
+/** How an opened file's large body goes (see OpenFile.body). */
+export function openBody(file: OpenFile, maxBytes: number, snapshotOk: boolean, cancel?: CancelToken): Promise<BodyOpened> {
+  return call(file.body({ maxBytes, snapshotOk, cancel }));
+}
+
+/** How many times this process resolved a served path in the addon (a read resolves once). */
+export function exportResolutions(): number {
+  return binding.exportResolutions();
 }
 
 /** Streams a chunk, with FILE_CHANGED and IO_ERROR rejections as NativeError. */

@@ -53,9 +53,9 @@ export interface WholeBody extends native.ReadResult {
 }
 
 /**
- * A body above LIMITS.streamThresholdBytes: its digest and size are known, its bytes are still in
- * the file, and `stream` sends them under that etag (native.StreamHandle). `release` gives back its
- * window and closes the stream.
+ * A body above LIMITS.streamThresholdBytes whose file was shown not to move: its digest and size
+ * are known, its bytes are still in the file, and `stream` sends them under that etag
+ * (native.StreamHandle). `release` gives back its window and closes the stream.
  */
 export interface StreamedBody {
   kind: 'stream';
@@ -67,7 +67,55 @@ export interface StreamedBody {
   release: Release;
 }
 
-export type Body = WholeBody | StreamedBody;
+/**
+ * A body above LIMITS.streamThresholdBytes whose file is being written: a snapshot, every byte
+ * already read from the one descriptor into `chunks` (pooled buffers, held in the budget) and
+ * hashed, sent whole under that digest: torn or short as the writer made it. `release` gives the
+ * buffers and their share back.
+ */
+export interface SnapshotBody {
+  kind: 'snapshot';
+  size: number;
+  mtimeMs: number;
+  sha256: string;
+  /** Never: a snapshot is hashed as it is read. */
+  digestCached: false;
+  chunks: Buffer[];
+  release: Release;
+}
+
+export type Body = WholeBody | StreamedBody | SnapshotBody;
+
+/** Where a large body's chunk buffers come from and go back to (the budget's pool, or fresh ones). */
+export interface ChunkBuffers {
+  take(): Buffer;
+  give(buffer: Buffer): void;
+}
+
+/** What a read may hold and wait for. */
+export interface ReadContext {
+  /** The one memory budget; absent, nothing is counted (tests, direct use). */
+  budget?: MemoryBudget;
+  /** The client-gone signal, asked for only where a read can wait. */
+  gone?: () => AbortSignal;
+  /** Chunk buffers for a snapshot; default fresh ones. */
+  buffers?: ChunkBuffers;
+}
+
+const freshBuffers: ChunkBuffers = {
+  take: () => Buffer.allocUnsafeSlow(native.LIMITS.streamChunkBytes),
+  give: () => undefined,
+};
+
+/**
+ * The largest snapshot a read may hold: a quarter of the budget (so a few changing files cannot
+ * take all of it), or DEFAULT_SNAPSHOT_MAX_BYTES without one. A changing file above it is hashed
+ * and streamed if it holds still meanwhile, else refused over_capacity.
+ */
+export const DEFAULT_SNAPSHOT_MAX_BYTES = 64 * 1024 * 1024;
+export function snapshotMaxBytes(budget?: MemoryBudget): number {
+  return budget ? Math.floor(budget.limit / 4) : DEFAULT_SNAPSHOT_MAX_BYTES;
+}
 
 export class ExportView {
   readonly opts: Readonly<ExportViewOptions>;
@@ -90,62 +138,109 @@ export class ExportView {
   }
 
   /**
-   * Reads one file as a Body, never more than max_bytes (refused by fstat before a byte is read).
-   * Up to LIMITS.syncReadMaxBytes it is read on this thread (no pool round trip), counted against
-   * `budget` but never refused for memory. Up to LIMITS.streamThresholdBytes it is read whole on the
-   * pool once its size is held in `budget`. Above that it is streamed: only its window (two chunks)
-   * is held, and its digest is taken before anything is sent. A share that cannot be had within the
-   * budget's wait is refused over_capacity; `gone` (the client left) stops the wait and the digest.
-   * It is asked for only on those paths: a small read never waits, and its signal (an
-   * AbortController and a close listener) would be built for nothing.
+   * Reads one file as a Body from one resolution and one descriptor, never more than max_bytes
+   * (refused by fstat before a byte is read): the first `size` bytes its fstat gave (growth after
+   * that is the next version's). Up to LIMITS.syncReadMaxBytes it is read on this thread (no pool
+   * round trip), counted against the budget but never refused for memory. Up to
+   * LIMITS.streamThresholdBytes it is read whole on the pool once its size is held in the budget.
+   * Above that it streams (only its window, two chunks, held) when it can be shown not to move
+   * while sent, else it is served as a snapshot held in the budget (native/stream.h). A share that
+   * cannot be had within the budget's wait, or a changing file too large to snapshot, is refused
+   * over_capacity; `gone` (the client left) stops the wait and the digest. It is asked for only on
+   * those paths: a small read never waits, and its signal (an AbortController and a close listener)
+   * would be built for nothing.
    */
-  async read(relpath: string, budget?: MemoryBudget, gone?: () => AbortSignal): Promise<Body> {
+  async read(relpath: string, ctx: ReadContext = {}): Promise<Body> {
     const { workdirFd, root, maxBytes } = this.opts;
-    let signal: AbortSignal | undefined;
-    for (;;) {
-      let first: native.ReadResult | { size: number };
-      try {
-        first = native.readSmall(workdirFd(), root, relpath, maxBytes, native.LIMITS.syncReadMaxBytes, this.resolveOpts);
-      } catch (error) {
-        throw refusalFromNative(error);
-      }
-      if ('bytes' in first) {
-        return Object.assign(first, { kind: 'whole' as const, size: first.bytes.length, release: budget ? budget.count(first.bytes.length) : noRelease });
-      }
-      const size = first.size;
-      signal ??= gone?.();
-      if (size > native.LIMITS.streamThresholdBytes) {
-        const release = budget ? await budget.acquire(2 * native.LIMITS.streamChunkBytes, signal) : noRelease;
-        let opened: native.StreamOpened;
-        try {
-          opened = await native.openStream(workdirFd(), root, relpath, maxBytes, { ...this.resolveOpts, cancel: native.cancelToken(signal) });
-        } catch (error) {
-          release();
-          throw refusalFromNative(error);
-        }
-        const { stream } = opened;
-        return { kind: 'stream', size: opened.size, mtimeMs: opened.mtimeMs, sha256: opened.sha256, digestCached: opened.digestCached, stream, release: () => {
-          release();
-          stream.close();
-        } };
-      }
+    const { budget } = ctx;
+    let first: native.ReadResult | { size: number; file: native.OpenFile };
+    try {
+      first = native.readSmall(workdirFd(), root, relpath, maxBytes, native.LIMITS.syncReadMaxBytes, this.resolveOpts);
+    } catch (error) {
+      throw refusalFromNative(error);
+    }
+    if ('bytes' in first) {
+      return Object.assign(first, { kind: 'whole' as const, size: first.bytes.length, release: budget ? budget.count(first.bytes.length) : noRelease });
+    }
+    const { size, file } = first;
+    try {
+      const signal = ctx.gone?.();
+      if (size > native.LIMITS.streamThresholdBytes) return await this.large(file, size, ctx, signal);
       const release = budget ? await budget.acquire(size, signal) : noRelease;
       let result: native.ReadResult;
       try {
-        // Never more than the streaming threshold in memory: a file that grew past it since the
-        // first look is OVER_BUDGET, and is looked at again (and streamed).
-        result = await native.readFile(workdirFd(), root, relpath, maxBytes, { ...this.resolveOpts, budgetBytes: native.LIMITS.streamThresholdBytes });
+        result = await native.readOpened(file);
       } catch (error) {
         release();
-        if (error instanceof native.NativeError && error.code === 'OVER_BUDGET') continue;
         throw refusalFromNative(error);
       }
-      // It may have grown (up to the threshold) since the first look: what it holds is counted.
-      const extra = budget && result.bytes.length > size ? budget.count(result.bytes.length - size) : noRelease;
-      return Object.assign(result, { kind: 'whole' as const, size: result.bytes.length, release: () => {
-        release();
-        extra();
-      } });
+      // It may have shrunk since the fstat; what was held for it is given back with the response.
+      return Object.assign(result, { kind: 'whole' as const, size: result.bytes.length, release });
+    } finally {
+      file.close(); // spent by read() or body(); closes it on a path that used neither
+    }
+  }
+
+  /** A body above the streaming threshold: streamed if settled, else a snapshot (see read). */
+  private async large(file: native.OpenFile, size: number, ctx: ReadContext, signal?: AbortSignal): Promise<StreamedBody | SnapshotBody> {
+    const { budget } = ctx;
+    const chunkBytes = native.LIMITS.streamChunkBytes;
+    const window = budget ? await budget.acquire(2 * chunkBytes, signal) : noRelease;
+    const snapshotOk = size <= snapshotMaxBytes(budget);
+    let opened: native.BodyOpened;
+    try {
+      opened = await native.openBody(file, this.opts.maxBytes, snapshotOk, native.cancelToken(signal));
+    } catch (error) {
+      window();
+      throw refusalFromNative(error);
+    }
+    const { stream } = opened;
+    if (opened.settled) {
+      const { size: length, mtimeMs, sha256, digestCached } = opened;
+      return { kind: 'stream', size: length, mtimeMs, sha256, digestCached, stream, release: () => {
+        window();
+        stream.close();
+      } };
+    }
+    window();
+    if (!snapshotOk) {
+      stream.close();
+      throw new Refusal('over_capacity');
+    }
+    try {
+      return await this.snapshot(stream, opened.size, opened.mtimeMs, ctx, signal);
+    } finally {
+      stream.close();
+    }
+  }
+
+  /** Reads a snapshot's every chunk into buffers held in the budget, then names them by their digest. */
+  private async snapshot(stream: native.StreamHandle, size: number, mtimeMs: number, ctx: ReadContext, signal?: AbortSignal): Promise<SnapshotBody> {
+    const { budget } = ctx;
+    const buffers = ctx.buffers ?? freshBuffers;
+    const chunkBytes = native.LIMITS.streamChunkBytes;
+    const held = budget ? await budget.acquire(Math.ceil(size / chunkBytes) * chunkBytes, signal) : noRelease;
+    const taken: Buffer[] = [];
+    const release = () => {
+      for (const buffer of taken.splice(0)) buffers.give(buffer);
+      held();
+    };
+    try {
+      const chunks: Buffer[] = [];
+      let length = 0;
+      for (;;) {
+        if (signal?.aborted) throw new Refusal('io_error', 'the read was cancelled');
+        const buffer = buffers.take();
+        taken.push(buffer);
+        const { bytes, final } = await native.nextChunk(stream, buffer);
+        if (bytes > 0) chunks.push(buffer.subarray(0, bytes));
+        length += bytes;
+        if (final) break;
+      }
+      return { kind: 'snapshot', size: length, mtimeMs, sha256: stream.digest(), digestCached: false, chunks, release };
+    } catch (error) {
+      release();
+      throw refusalFromNative(error);
     }
   }
 

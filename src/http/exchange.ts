@@ -3,14 +3,14 @@
 // a trace that cannot be written fails the request closed (500 io_error, no file bytes). The trace
 // is the only account of what left the capsule, so nothing leaves unrecorded.
 import { Refusal, renderHttp, type Rendered } from '../codes.js';
-import type { Body } from '../export/export-view.js';
+import type { Body, ChunkBuffers } from '../export/export-view.js';
 import type { MemoryBudget } from '../export/memory.js';
 import { responseUndelivered, type BodyEventType, type Outcome, type TraceEvent } from '../trace/events.js';
 import type { Trace } from '../trace/trace.js';
 import { onceClosed } from './admission.js';
 import type { Metrics } from './metrics.js';
 import { etagOf, sendError, type HeaderList, type PlaneReply, type StreamPayload } from './reply.js';
-import { StreamBody, type ChunkBuffers } from './stream-body.js';
+import { SnapshotBody, StreamBody } from './stream-body.js';
 
 export interface Exchange {
   reply: PlaneReply;
@@ -106,7 +106,7 @@ export function sendTracedBody(x: Exchange, headers: HeaderList, body: Buffer | 
   res.once('finish', () => (finished = !socket.destroyed));
   onceClosed(x.reply.req, res, () => {
     if (finished) return;
-    const failure = Buffer.isBuffer(body) ? null : (body.stream as StreamBody).failure ?? null;
+    const failure = Buffer.isBuffer(body) ? null : (body.stream as StreamBody | SnapshotBody).failure ?? null;
     x.trace.record(responseUndelivered(of, body.length, failure ?? undefined)).catch((error: unknown) => x.reply.logError({ err: (error as Error).message }, 'trace write failed for an undelivered body'));
   });
   x.reply.send(200, headers, body);
@@ -156,6 +156,8 @@ export async function answerRead(x: Exchange, body: Body, headers: HeaderList, b
   const sent = build({ outcome: 'ok', reason: null, bytes: body.size, sha256: body.sha256 });
   if (!(await traced(x, sent))) return;
   x.observe?.('ok', body.size);
-  const payload = body.kind === 'whole' ? body.bytes : { stream: new StreamBody(body.stream, buffers), length: body.size };
+  const payload = body.kind === 'whole' ? body.bytes
+    : body.kind === 'snapshot' ? { stream: new SnapshotBody(body.chunks), length: body.size }
+    : { stream: new StreamBody(body.stream, buffers), length: body.size };
   sendTracedBody(x, headers, payload, sent);
 }

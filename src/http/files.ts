@@ -71,13 +71,14 @@ async function handleRead(ctx: PlaneContext, x: Exchange, method: string, raw: s
   if (method !== 'GET') return refused(new Refusal('method_not_allowed'));
   if (!view) return refused(new Refusal('no_resource_plane'));
   if (!lowered.ok) return refused(new Refusal('outside_root'));
+  const buffers = chunkBuffers(session.memory, ctx.reuseBuffers);
   let body: Body;
   try {
-    body = await view.read(lowered.relpath, session.memory, () => clientGone(x));
+    body = await view.read(lowered.relpath, { budget: session.memory, gone: () => clientGone(x), buffers });
   } catch (error) {
     return refused(asRefusal(error));
   }
   releaseOnClose(x, body.release);
   const headers: HeaderList = [...readHeaders(body, generation, session.containment), [HEADER.exportRoot, headerSafe(view.opts.root)]];
-  await answerRead(x, body, headers, chunkBuffers(session.memory, ctx.reuseBuffers), read);
+  await answerRead(x, body, headers, buffers, read);
 }

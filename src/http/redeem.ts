@@ -66,14 +66,15 @@ export async function handleRedeem(ctx: PlaneContext, method: string, rest: stri
   // The payload is ours (the MAC proved it), but it is judged again rather than trusted.
   const relpath = canonicalRelpath(verdict.payload.p);
   if (relpath === null) return refused(new Refusal('outside_root'));
+  const buffers = chunkBuffers(session.memory, ctx.reuseBuffers);
   let body: Body;
   try {
-    body = await view.read(relpath, session.memory, () => clientGone(x));
+    body = await view.read(relpath, { budget: session.memory, gone: () => clientGone(x), buffers });
   } catch (error) {
     return refused(asRefusal(error));
   }
   releaseOnClose(x, body.release);
   // Never x-murmur-export-root: the peer plane discloses no path structure.
   const headers: HeaderList = [...readHeaders(body, generation, session.containment), [HEADER.handleId, hid]];
-  await answerRead(x, body, headers, chunkBuffers(session.memory, ctx.reuseBuffers), redeemed);
+  await answerRead(x, body, headers, buffers, redeemed);
 }

