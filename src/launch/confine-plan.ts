@@ -22,7 +22,8 @@ const SYSTEM_READ_FILES = [
 const READ_DIR: native.LandlockFsRight[] = ['read_file', 'read_dir'];
 const READ_FILE: native.LandlockFsRight[] = ['read_file'];
 const EXECUTE: native.LandlockFsRight[] = ['read_file', 'execute'];
-const APPEND: native.LandlockFsRight[] = ['write_file'];
+/** The trace: appended to, and a line the disk cut short truncated away (src/trace/trace.ts). */
+const TRACE: native.LandlockFsRight[] = ['write_file', 'truncate'];
 /** The landing (native/write.cc): a temp file created, written, renamed in place or removed. */
 const LANDING: native.LandlockFsRight[] = ['read_file', 'read_dir', 'write_file', 'make_reg', 'remove_file'];
 /** The operator plane's unix socket: bound (made) in its directory, unlinked by libuv on close. */
@@ -244,7 +245,7 @@ export function planConfinement(input: PlanInput): Plan {
   // What the session writes: its trace (the file itself, created before confinement) and, when it
   // may fetch, the landing directory. peer-in lies in the capsule's workdir, so it is optional: a
   // capsule that replaced it with a link or a file loses the landing, never the confinement.
-  add(input.tracePath, APPEND, false, 'write');
+  add(input.tracePath, TRACE, false, 'write');
   if (input.manifest.peerFetchAllow !== null) add(join(input.workdir, PEER_INBOX_DIR), LANDING, true, 'write', true);
   const operator = input.operatorListen ?? null;
   const sides = [operator, input.metricsListen ?? null];

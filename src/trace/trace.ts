@@ -1,9 +1,11 @@
 // The append-only audit trace (trace.jsonl, SPEC section 8). One JSON object per line, each line
-// one write(2) on an O_APPEND descriptor so concurrent lines never interleave. Every line passes the
+// one write(2) on an O_APPEND descriptor so concurrent lines never interleave. An append is all or
+// nothing: a write the disk cut short is rolled back to the start of its line (ftruncate), so every
+// line parses whatever the disk did, and the next append, once there is room, starts a line. Every line passes the
 // redaction boundary here: any `mh1.<seg>.<seg>` in it becomes `<handle:<id>>`, whoever built it.
 // A write that fails rejects, and callers send no file bytes unless their event was written.
 import { createHash, randomFillSync } from 'node:crypto';
-import { closeSync, constants, fstatSync, fsync, mkdirSync, openSync, write, writeSync } from 'node:fs';
+import { closeSync, constants, fstatSync, fsync, ftruncateSync, mkdirSync, openSync, write, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { redactHandles } from '../redact.js';
 import { sessionEnd, type TraceEvent, type TraceFields } from './events.js';
@@ -88,6 +90,8 @@ export class Trace {
    */
   private readonly syncWrites: boolean;
   private parentId: string | null = null;
+  /** Where a cut-short line began, while its rollback has not succeeded yet: nothing is appended after it. */
+  private tornAt: number | null = null;
   private pending = new Set<Promise<void>>();
   /** Lines written, by event type: what `session_end` reports. */
   readonly counts: Record<string, number> = {};
@@ -114,13 +118,17 @@ export class Trace {
   start(event: TraceEvent<'session_start'>): string {
     const id = newEventId();
     const line = this.render('session_start', id, null, event.fields);
-    try {
-      const buf = Buffer.from(line);
-      let off = 0;
-      // A regular file takes the whole line in one write; the loop only guards odd targets.
-      while (off < buf.length) off += writeSync(this.fd, buf.subarray(off));
-    } catch (error) {
-      throw new TraceWriteError(error);
+    const buf = Buffer.from(line);
+    if (this.syncWrites) {
+      this.appendLine(buf);
+    } else {
+      try {
+        let off = 0;
+        // A pipe or device takes what it takes; there is nothing to roll back on one.
+        while (off < buf.length) off += writeSync(this.fd, buf.subarray(off));
+      } catch (error) {
+        throw new TraceWriteError(error);
+      }
     }
     this.parentId = id;
     return id;
@@ -136,10 +144,9 @@ export class Trace {
     const buf = Buffer.from(this.render(eventType, newEventId(), this.parentId, fields));
     if (this.syncWrites) {
       try {
-        if (this.fd < 0) throw Object.assign(new Error('trace closed'), { code: 'EBADF' });
-        if (writeSync(this.fd, buf) !== buf.length) throw new Error('short write');
+        this.appendLine(buf);
       } catch (error) {
-        return Promise.reject(new TraceWriteError(error));
+        return Promise.reject(error);
       }
       this.counts[eventType] = (this.counts[eventType] ?? 0) + 1;
       return Promise.resolve();
@@ -158,6 +165,45 @@ export class Trace {
     const forget = () => this.pending.delete(op);
     op.then(forget, forget);
     return op;
+  }
+
+  /**
+   * Appends one whole line to a regular file with one write(2), or nothing: a write the disk cut
+   * short (a full filesystem takes the last bytes of a page, then ENOSPC) is rolled back to where
+   * the line began. The line is then lost, and the caller fails its request closed; if even the
+   * rollback fails, the next append tries it again first and appends nothing until it succeeds.
+   * Throws TraceWriteError.
+   */
+  private appendLine(buf: Buffer): void {
+    if (this.fd < 0) throw new TraceWriteError(Object.assign(new Error('trace closed'), { code: 'EBADF' }));
+    this.rollBack();
+    let written: number;
+    try {
+      written = writeSync(this.fd, buf);
+    } catch (error) {
+      throw new TraceWriteError(error); // write(2) failed having written nothing
+    }
+    if (written === buf.length) return;
+    try {
+      // O_APPEND put the line at the end, and this process is the only writer: it began `written`
+      // bytes before the end.
+      this.tornAt = fstatSync(this.fd).size - written;
+    } catch (error) {
+      throw new TraceWriteError(error);
+    }
+    this.rollBack();
+    throw new TraceWriteError(Object.assign(new Error(`the disk took ${written} of ${buf.length} bytes`), { code: 'ENOSPC' }));
+  }
+
+  /** Truncates a cut-short line away, if one is left; throws TraceWriteError while it cannot. */
+  private rollBack(): void {
+    if (this.tornAt === null) return;
+    try {
+      ftruncateSync(this.fd, this.tornAt);
+    } catch (error) {
+      throw new TraceWriteError(error);
+    }
+    this.tornAt = null;
   }
 
   /**

@@ -35,6 +35,7 @@ const EXEMPT: Exemption[] = [
   { file: 'src/trace/trace.ts', call: 'writeSync', match: 'writeSync(this.fd, buf.subarray', reason: 'appends session_start to the trace' },
   { file: 'src/trace/trace.ts', call: 'writeSync', match: 'writeSync(this.fd, buf)', reason: 'appends an event to a trace that is a regular file' },
   { file: 'src/trace/trace.ts', call: 'write', match: 'write(this.fd', reason: 'appends an event to the trace' },
+  { file: 'src/trace/trace.ts', call: 'ftruncateSync', match: 'ftruncateSync(this.fd, this.tornAt)', reason: 'rolls a line the disk cut short back out of the trace (all or nothing)' },
   { file: 'src/session/open-session.ts', call: 'mkdirSync', match: 'mkdirSync(requested', reason: 'creates the workdir itself when it does not exist yet, not a path beneath it' },
   { file: 'src/launch/confine-apply.ts', call: 'mkdirSync', match: 'mkdirSync(dirname(tracePath)', reason: 'a confined launch creates the trace\'s directory in the records directory before the re-exec, outside the workdir' },
   { file: 'src/launch/confine-apply.ts', call: 'unlinkSync', match: 'unlinkSync(tracePath)', reason: 'a launch that goes on unconfined removes the trace file it created before the re-exec, which no session uses' },

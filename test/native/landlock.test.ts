@@ -149,7 +149,7 @@ describe('the plan', () => {
 
   it('writes only the trace file and, when it may fetch, peer-in (optional: it lies in the capsule\'s workdir)', () => {
     const writes = (m: string) => planConfinement({ ...base, manifest: manifest(m) }).rules.filter((r) => r.role === 'write');
-    expect(writes('')).toEqual([{ path: base.tracePath, access: ['write_file'], directory: false, optional: false, role: 'write' }]);
+    expect(writes('')).toEqual([{ path: base.tracePath, access: ['write_file', 'truncate'], directory: false, optional: false, role: 'write' }]);
     expect(writes('capabilities:\n  peer_fetch:\n    allow:\n      - localhost:1\n').map((r) => [r.path, r.optional])).toEqual([
       [base.tracePath, false], ['/nonexistent-workdir/peer-in', true],
     ]);
