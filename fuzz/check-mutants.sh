@@ -32,7 +32,9 @@ copy() {
   local scratch
   scratch="$(mktemp -d /tmp/rp-mutant-XXXXXX)"
   tar -C "$repo" --exclude=./node_modules --exclude=./.git --exclude=./fuzz/native/out --exclude=./fuzz/logs -cf - . | tar -C "$scratch" -xf -
-  ln -s "$repo/node_modules" "$scratch/node_modules"
+  # Hard links (a copy where they cannot be made), not a symlink: a property that runs the real
+  # `serve` is confined by Landlock to its own install, and a symlink would lead outside it.
+  cp -al "$repo/node_modules" "$scratch/node_modules" 2>/dev/null || cp -a "$repo/node_modules" "$scratch/node_modules"
   echo "$scratch"
 }
 
