@@ -167,7 +167,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     if (activated && (opts.operatorListen !== undefined || opts.metricsListen !== undefined || listenGiven)) {
       throw new UsageError('the listening sockets come from systemd (LISTEN_FDS): drop --listen, --operator-listen and --metrics-listen');
     }
-    notifyFd = openNotifySocket();
+    notifyFd = openNotifySocket(process.env, (why) => early('warn', {}, why));
     if (mode === 'off') {
       confinement = notConfined(why ?? 'disabled');
       if (activated) opts = { ...opts, listeners: asLaunchListeners(activated) };
