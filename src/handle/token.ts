@@ -16,6 +16,7 @@ export interface HandlePayload {
   v: number;
   iss: string;
   p: string;
+  /** Unix ms. Above 2^53-1 (a reference handle's saturated expiry) this number is rounded; verification compares the exact digits. */
   exp: number;
   n: string;
 }
@@ -126,14 +127,85 @@ function toPayload(value: unknown): HandlePayload | null {
   return { v, iss, p, exp, n };
 }
 
-const UTF8 = new TextDecoder('utf-8', { fatal: true });
+// The reference reads a payload with serde_json into a struct of `v: u8`, `exp: u64` and three
+// strings, and this reader agrees with it on every input: a BOM, a duplicate field, a fraction or
+// an exponent in `v` or `exp`, or an `exp` outside 0..2^64-1 is malformed; unknown fields are
+// ignored. An `exp` above 2^53-1 (the reference saturates a huge ttl to 2^64-1) is read from its
+// own digits, so its comparison with the clock is exact.
 
-function parsePayload(bytes: Buffer): HandlePayload | null {
+/** ignoreBOM: a BOM stays in the text, where JSON.parse refuses it (as serde_json does). */
+const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+const U64_MAX = 2n ** 64n - 1n;
+const UNSIGNED_LITERAL = /^(0|[1-9][0-9]*)$/;
+const PAYLOAD_FIELDS = new Set(['v', 'iss', 'p', 'exp', 'n']);
+
+/** A payload as read, with its expiry exact (the `exp` field may be rounded above 2^53-1). */
+interface ReadPayload {
+  payload: HandlePayload;
+  expExact: bigint;
+}
+
+/** Whether one of the five fields appears twice at the top level of `text` (valid JSON already). */
+function duplicateField(text: string): boolean {
+  const seen = new Set<string>();
+  let depth = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '"') {
+      let j = i + 1;
+      while (text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
+      if (depth === 1) {
+        let k = j + 1;
+        while (/\s/.test(text[k] ?? '')) k++;
+        if (text[k] === ':') {
+          const key = JSON.parse(text.slice(i, j + 1)) as string;
+          if (PAYLOAD_FIELDS.has(key)) {
+            if (seen.has(key)) return true;
+            seen.add(key);
+          }
+        }
+      }
+      i = j;
+    } else if (c === '{' || c === '[') depth++;
+    else if (c === '}' || c === ']') depth--;
+  }
+  return false;
+}
+
+/** `exp > nowMs`, exactly: an exp above 2^53-1 is compared by its digits, not by the rounded number. */
+function expiresAfter(expExact: bigint, exp: number, nowMs: number): boolean {
+  if (Number.isSafeInteger(exp)) return exp > nowMs;
+  if (!Number.isFinite(nowMs)) return nowMs < 0;
+  return expExact > BigInt(Math.floor(nowMs));
+}
+
+function parsePayload(bytes: Buffer): ReadPayload | null {
+  let text: string;
+  let root: unknown;
+  // The literal digits of the top-level `v` and `exp`, as the reviver saw them.
+  const sources = new Map<object, { v?: string; exp?: string }>();
   try {
-    return toPayload(JSON.parse(UTF8.decode(bytes)));
+    text = UTF8.decode(bytes);
+    root = JSON.parse(text, function (this: object, key: string, value: unknown, context?: { source?: string }) {
+      if ((key === 'v' || key === 'exp') && typeof value === 'number') {
+        const at = sources.get(this) ?? {};
+        at[key] = context?.source;
+        sources.set(this, at);
+      }
+      return value;
+    });
   } catch {
     return null;
   }
+  if (!isRecord(root)) return null;
+  const { v, iss, p, exp, n } = root;
+  const literal = sources.get(root) ?? {};
+  if (v !== PAYLOAD_VERSION || literal.v !== '1') return null;
+  if (typeof iss !== 'string' || typeof p !== 'string' || typeof n !== 'string') return null;
+  if (typeof exp !== 'number' || literal.exp === undefined || !UNSIGNED_LITERAL.test(literal.exp)) return null;
+  const expExact = BigInt(literal.exp);
+  if (expExact > U64_MAX || duplicateField(text)) return null;
+  return { payload: { v, iss, p, exp, n }, expExact };
 }
 
 /** Compact JSON with the keys in the contract's order, whatever order the caller built them in. */
@@ -201,10 +273,11 @@ export function verifyParsed(
 ): VerifyResult {
   const expected = macFor(key, parts.payloadSegment, audience);
   if (!constantTimeEqual(expected, parts.mac)) return { ok: false, reason: 'not_valid' };
-  const payload = parsePayload(parts.payload);
-  if (payload === null) return { ok: false, reason: 'malformed' };
+  const read = parsePayload(parts.payload);
+  if (read === null) return { ok: false, reason: 'malformed' };
+  const { payload, expExact } = read;
   if (payload.iss !== sessionId) return { ok: false, reason: 'not_valid' };
-  if (!(payload.exp > nowMs)) return { ok: false, reason: 'expired', payload };
+  if (!expiresAfter(expExact, payload.exp, nowMs)) return { ok: false, reason: 'expired', payload };
   return { ok: true, payload };
 }
 
@@ -216,7 +289,7 @@ export function verifyParsed(
  */
 export function readUnverified(token: string): { payload: HandlePayload | null } | null {
   const parts = parseToken(token);
-  return parts === null ? null : { payload: parsePayload(parts.payload) };
+  return parts === null ? null : { payload: parsePayload(parts.payload)?.payload ?? null };
 }
 
 /** The payload of a token this process cannot verify, or null (see readUnverified). */
