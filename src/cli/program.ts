@@ -13,6 +13,7 @@ import { UsageError } from '../codes.js';
 import { notConfined, type Confinement } from '../session/confinement.js';
 import { checkExportRoots, checkExportRootsAt } from '../session/checks.js';
 import { confineAndReexec, landlockMode, takeHandoff } from '../launch/confine-apply.js';
+import { COMPILE_CACHE_DIR, compileCacheOutcome } from './compile-cache.js';
 import { earlyLogger, LOG_LEVELS } from './early-log.js';
 import type { LaunchOptions } from '../launch/launch.js';
 import { activatedListeners, notify, openNotifySocket, type HeldListener } from '../launch/sockets.js';
@@ -156,6 +157,11 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   let confinement: Confinement;
   let notifyFd: number | null;
   const handoff = takeHandoff();
+  // Said once, by the first stage (the confined image decides the same again).
+  if (!handoff) {
+    const cache = compileCacheOutcome();
+    if (cache?.why) early(cache.level, { compile_cache: COMPILE_CACHE_DIR }, `compile cache: ${cache.why}`);
+  }
   if (handoff) {
     const { confinement: applied, listeners, notifyFd: fd, ...settled } = handoff;
     opts = { ...opts, ...settled, manifestPath: undefined, ...(listeners.length > 0 ? { listeners: asLaunchListeners(listeners) } : {}) };
