@@ -156,6 +156,8 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   // unavailable here. Either way every listening socket is bound once, before the session exists.
   let confinement: Confinement;
   let notifyFd: number | null;
+  // The trace as the first stage held it across the exec, closed once the session has it open.
+  let traceHoldFd: number | null = null;
   const handoff = takeHandoff();
   // Said once, by the first stage (the confined image decides the same again).
   if (!handoff) {
@@ -163,7 +165,8 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     if (cache?.why) early(cache.level, { compile_cache: COMPILE_CACHE_DIR }, `compile cache: ${cache.why}`);
   }
   if (handoff) {
-    const { confinement: applied, listeners, notifyFd: fd, ...settled } = handoff;
+    const { confinement: applied, listeners, notifyFd: fd, traceHoldFd: held, ...settled } = handoff;
+    traceHoldFd = held ?? null;
     opts = { ...opts, ...settled, manifestPath: undefined, ...(listeners.length > 0 ? { listeners: asLaunchListeners(listeners) } : {}) };
     confinement = applied;
     notifyFd = fd;
@@ -178,7 +181,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
       confinement = notConfined(why ?? 'disabled');
       if (activated) opts = { ...opts, listeners: asLaunchListeners(activated) };
     } else {
-      const first = await confineAndReexec(opts, (fields, msg) => early('debug', fields, msg), activated, notifyFd, opts.onStaleSocket);
+      const first = await confineAndReexec(opts, (fields, msg) => early('debug', fields, msg), activated, notifyFd, opts.onStaleSocket, await testPauseBeforeExec());
       confinement = first.confinement;
       opts = { ...opts, sessionId: first.sessionId, tracePath: first.tracePath, ...(first.listeners ? { listeners: asLaunchListeners(first.listeners) } : {}) };
     }
@@ -188,6 +191,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   const SHUTDOWN_BOUND_MS = DRAIN_TIMEOUT_MS + SHUTDOWN_GRACE_MS;
   const root = stderrLogger();
   const launched = await launch({ ...opts, logger: root, confinement });
+  if (traceHoldFd !== null) native.closeFd(traceHoldFd);
   const { session, server } = launched;
   // From here on every line carries the session id (launch binds the request logs the same way).
   const logger = root.child({ session_id: session.sessionId });
@@ -291,14 +295,18 @@ async function recordsCommand(flags: { json?: boolean; prune?: string; dryRun?: 
   const { listSessions, pruneSessions } = await import('./records.js');
   const { recordsDirectory } = await import('../session/records.js');
   const when = (ms: number | null) => (ms === null ? '-' : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z'));
-  const row = (s: import('./records.js').RecordedSession) =>
-    flags.json
-      ? JSON.stringify({ session_id: s.sessionId, workdir_digest: s.workdir, start_ms: s.startMs, end_ms: s.endMs, end_reason: s.endReason, bytes: s.bytes, live: s.live, dir: s.dir })
-      : `${s.sessionId.padEnd(36)}  ${when(s.startMs).padEnd(20)}  ${(s.live ? 'live' : when(s.endMs)).padEnd(20)}  ${humanBytes(s.bytes).padStart(9)}`;
+  // The name comes from a manifest the capsule may have written: shown with its controls escaped.
+  const { printable } = await import('./client.js');
+  const nameOf = (s: import('./records.js').RecordedSession) => (s.capsule === null ? '-' : printable(s.capsule));
   if (flags.prune === undefined) {
     if (flags.dryRun) throw new UsageError('--dry-run goes with --prune');
     const sessions = listSessions();
-    if (!flags.json) process.stdout.write(`${'SESSION'.padEnd(36)}  ${'START'.padEnd(20)}  ${'END'.padEnd(20)}  ${'SIZE'.padStart(9)}\n`);
+    const width = Math.max('CAPSULE'.length, ...sessions.map((s) => nameOf(s).length));
+    const row = (s: import('./records.js').RecordedSession) =>
+      flags.json
+        ? JSON.stringify({ session_id: s.sessionId, capsule: s.capsule, workdir_digest: s.workdir, start_ms: s.startMs, end_ms: s.endMs, end_reason: s.endReason, bytes: s.bytes, live: s.live, dir: s.dir })
+        : `${s.sessionId.padEnd(36)}  ${nameOf(s).padEnd(width)}  ${when(s.startMs).padEnd(20)}  ${(s.live ? 'live' : when(s.endMs)).padEnd(20)}  ${humanBytes(s.bytes).padStart(9)}`;
+    if (!flags.json) process.stdout.write(`${'SESSION'.padEnd(36)}  ${'CAPSULE'.padEnd(width)}  ${'START'.padEnd(20)}  ${'END'.padEnd(20)}  ${'SIZE'.padStart(9)}\n`);
     for (const s of sessions) process.stdout.write(`${row(s)}\n`);
     if (!flags.json && sessions.length === 0) process.stderr.write(`no sessions under ${recordsDirectory()}\n`);
     return;
@@ -307,7 +315,9 @@ async function recordsCommand(flags: { json?: boolean; prune?: string; dryRun?: 
   if (seconds === null) throw new UsageError(`--prune must be a duration like 30d, 12h or 90m (got '${flags.prune}')`);
   const { removed, kept } = pruneSessions(seconds * 1000, { dryRun: flags.dryRun === true });
   const verb = flags.dryRun ? 'would remove' : 'removed';
-  for (const s of removed) process.stdout.write(flags.json ? `${JSON.stringify({ [verb.replace(' ', '_')]: s.sessionId, dir: s.dir, bytes: s.bytes })}\n` : `${verb} ${s.sessionId} (ended ${when(s.endMs)}, ${humanBytes(s.bytes)})\n`);
+  for (const s of removed) process.stdout.write(flags.json ? `${JSON.stringify({ [verb.replace(' ', '_')]: s.sessionId, capsule: s.capsule, dir: s.dir, bytes: s.bytes })}\n` : `${verb} ${s.sessionId} (${nameOf(s)}, ended ${when(s.endMs)}, ${humanBytes(s.bytes)})\n`);
+  // Silence would read as "did it run?": said on stderr, like the kept ones, so stdout stays the list.
+  if (removed.length === 0) process.stderr.write(`nothing to prune: no session under ${recordsDirectory()} ended more than ${flags.prune} ago\n`);
   for (const { session, why } of kept) process.stderr.write(`kept ${session.sessionId}: ${why}\n`);
 }
 
@@ -491,7 +501,7 @@ Examples:
 
   const records = cmd
     .command('records')
-    .description('list the sessions in the records directory (id, start, end, size), or prune the ended ones')
+    .description("list the sessions in the records directory (id, the capsule's name, start, end, size), or prune the ended ones")
     .option('--json', 'one JSON line per session')
     .option('--prune <duration>', 'remove the sessions that ended longer ago than this, e.g. 30d (never a live one, never one without session_end)')
     .option('--dry-run', 'with --prune: print what would be removed, remove nothing')
@@ -618,6 +628,16 @@ export async function main(): Promise<void> {
   }
 }
 
+
+/** A test's pause between the first stage's trace and the re-exec (src/testing/), only when a test asks for one. */
+async function testPauseBeforeExec(): Promise<(() => Promise<void>) | undefined> {
+  if (process.env.RESOURCE_PLANE_TEST_PAUSE_BEFORE_EXEC === undefined) return undefined;
+  try {
+    return (await import('../testing/probes.js')).pauseBeforeExec;
+  } catch {
+    return undefined; // not in the published package
+  }
+}
 
 /**
  * The test probes of src/testing/ (what a confined server can reach, bypassing every check), loaded

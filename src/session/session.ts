@@ -12,7 +12,7 @@ import type { Manifest } from '../manifest/model.js';
 import * as native from '../native.js';
 import { effectiveGrants, type EffectiveGrants } from '../manifest/scope.js';
 import { refusalsSuppressed, sessionStart } from '../trace/events.js';
-import type { Trace } from '../trace/trace.js';
+import { boundedField, type Trace } from '../trace/trace.js';
 import type { Containment } from '../wire.js';
 
 export type ToolName = 'share-file' | 'fetch-peer-file';
@@ -94,7 +94,7 @@ export class Session {
     this.peerFiles = peerFiles ? new ExportView({ ...common, root: peerFiles.root, maxBytes: peerFiles.maxBytes }) : null;
     // Written before the key exists, so a launch that cannot record its start leaves no key behind.
     this.trace.start(
-      sessionStart({ containment: init.containment, resolver: init.resolver, toolsDeclared: this.toolsDeclared(), confinement: init.confinement, effectiveGrants: this.grants }),
+      sessionStart({ containment: init.containment, resolver: init.resolver, toolsDeclared: this.toolsDeclared(), capsule: boundedField(init.manifest.name), confinement: init.confinement, effectiveGrants: this.grants }),
     );
     // The key exists only when something can be minted, and only in locked memory.
     this.key = peerFiles ? InstanceKey.generate() : null;
