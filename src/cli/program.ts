@@ -56,6 +56,13 @@ function parseMaxBytes(value: string | undefined): number | undefined {
   return n;
 }
 
+/** `--refusal-trace-rate`: a whole number of traced refusals per second, 0 (summaries only) to 100000. */
+function parseRefusalTraceRate(value: string): number {
+  const n = /^[0-9]{1,6}$/.test(value) ? Number(value) : NaN;
+  if (!(n >= 0 && n <= 100_000)) throw new UsageError(`--refusal-trace-rate must be a whole number of refusals per second, 0 to 100000 (got '${value}')`);
+  return n;
+}
+
 function parseBudgetSeconds(value: string): number {
   const n = parseDuration(value);
   if (n === null || n > 2_000_000) throw new UsageError(`--listing-budget must be a duration such as 30s (got '${value}')`);
@@ -119,6 +126,7 @@ interface ServeFlags {
   accessLog: boolean;
   strict?: boolean;
   memoryBudget?: string;
+  refusalTraceRate?: string;
   fetchMaxBytes?: string;
   metrics?: boolean;
   listingBudget?: string;
@@ -137,7 +145,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   checkLogLevel();
   checkResolverChoice();
   const early = earlyLogger();
-  const { manifest, trace, control: _control, memoryBudget, listingBudget, landlock, listenGiven, strict: _strict, fetchMaxBytes, ...rest } = flags;
+  const { manifest, trace, control: _control, memoryBudget, refusalTraceRate, listingBudget, landlock, listenGiven, strict: _strict, fetchMaxBytes, ...rest } = flags;
   let opts: LaunchOptions = {
     ...rest,
     listen: rest.listen ?? '127.0.0.1:0',
@@ -147,6 +155,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     notice: (level, fields, message) => early(level, fields, message),
     strictManifest: flags.strict,
     ...(memoryBudget !== undefined ? { memoryBudgetBytes: parseBudgetBytes(memoryBudget) } : {}),
+    ...(refusalTraceRate !== undefined ? { refusalTraceRate: parseRefusalTraceRate(refusalTraceRate) } : {}),
     ...(fetchMaxBytes !== undefined ? { fetchMaxBytes: parseFetchMaxBytes(fetchMaxBytes) } : {}),
     ...(listingBudget !== undefined ? { listingBudgetMs: parseBudgetSeconds(listingBudget) * 1000 } : {}),
   };
@@ -438,6 +447,7 @@ Run '${PROGRAM} <command> --help' for a command's options.`,
     .option('--metrics', 'count answers and serve Prometheus metrics at GET /metrics (on the --operator-listen listener when there is one)')
     .option('--metrics-listen <addr>', 'serve GET /metrics alone on its own listener, HOST:PORT or unix:PATH (implies --metrics), e.g. for a Prometheus scrape beside a unix operator socket')
     .option('--memory-budget <bytes>', 'bytes reads and redeems in flight may hold, e.g. 256Mi (default 256Mi)')
+    .option('--refusal-trace-rate <n>', 'refusals traced one by one per second, all clients together (default 200, burst 10x); past it they are summarised: bounds the trace\'s growth under refusals')
     .option('--fetch-max-bytes <bytes>', 'the largest file fetch-peer-file lands, e.g. 64Mi (default 10Mi)')
     .option('--listing-budget <duration>', 'how long one listing may run, e.g. 30s (default 30s)')
     .option('--operator-listen <addr>', 'serve the operator plane on its own listener, HOST:PORT or unix:PATH (a unix socket outside the workdir, created 0600, is recommended); the main listener then serves only the peer plane and the card')

@@ -173,3 +173,25 @@ describe('records and a session that is still being written', () => {
     expect(kinds.indexOf('session_end')).toBeLessThan(kinds.lastIndexOf('session_start'));
   });
 });
+
+describe("the trace's growth under refusals", () => {
+  it('--refusal-trace-rate bounds how many refusals are traced one by one; the rest are summarised', async () => {
+    const base = scratch([]);
+    const trace = join(base, 'trace.jsonl');
+    const s = await startServe(['--workdir', capsuleDir(base, 'e'), '--trace', trace, '--no-landlock', '--refusal-trace-rate', '0'], {});
+    for (let i = 0; i < 30; i++) expect((await fetch(`${s.ready.url}/resources/files/missing-${i}.txt`)).status).toBe(404);
+    s.child.kill('SIGTERM');
+    await s.exited;
+    const events = readFileSync(trace, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { event_type: string; suppressed?: number });
+    // Rate 0: not one refusal line, and every one of them counted in the summaries.
+    expect(events.filter((e) => e.event_type === 'resource_read')).toEqual([]);
+    expect(events.filter((e) => e.event_type === 'refusals_suppressed').reduce((n, e) => n + (e.suppressed ?? 0), 0)).toBe(30);
+    expect(events.at(-1)!.event_type).toBe('session_end');
+  });
+
+  it('refuses a rate that is not a whole number of refusals per second', () => {
+    const r = runCli(['serve', '--workdir', join(scratch([]), 'none'), '--refusal-trace-rate', '1.5']);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain("--refusal-trace-rate must be a whole number of refusals per second, 0 to 100000 (got '1.5')");
+  });
+});
