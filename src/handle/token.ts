@@ -145,9 +145,15 @@ interface ReadPayload {
   expExact: bigint;
 }
 
-/** Whether one of the five fields appears twice at the top level of `text` (valid JSON already). */
-function duplicateField(text: string): boolean {
+/**
+ * The top level of a payload already known to be valid JSON: whether one of the five fields appears
+ * twice, and the literal text of `v` and `exp` when they are numbers (JSON.parse has rounded them
+ * already). A scan rather than JSON.parse's source-text reviver, which Node 20 (the arm64 test's) lacks.
+ */
+function topLevel(text: string): { duplicate: boolean; literals: Map<string, string> } {
   const seen = new Set<string>();
+  const literals = new Map<string, string>();
+  let duplicate = false;
   let depth = 0;
   for (let i = 0; i < text.length; i++) {
     const c = text[i];
@@ -160,8 +166,12 @@ function duplicateField(text: string): boolean {
         if (text[k] === ':') {
           const key = JSON.parse(text.slice(i, j + 1)) as string;
           if (PAYLOAD_FIELDS.has(key)) {
-            if (seen.has(key)) return true;
+            if (seen.has(key)) duplicate = true;
             seen.add(key);
+            let v = k + 1;
+            while (/\s/.test(text[v] ?? '')) v++;
+            const number = /^-?[0-9][0-9.eE+-]*/.exec(text.slice(v, v + 64));
+            if (number) literals.set(key, number[0]);
           }
         }
       }
@@ -169,7 +179,7 @@ function duplicateField(text: string): boolean {
     } else if (c === '{' || c === '[') depth++;
     else if (c === '}' || c === ']') depth--;
   }
-  return false;
+  return { duplicate, literals };
 }
 
 /** `exp > nowMs`, exactly: an exp above 2^53-1 is compared by its digits, not by the rounded number. */
@@ -182,29 +192,22 @@ function expiresAfter(expExact: bigint, exp: number, nowMs: number): boolean {
 function parsePayload(bytes: Buffer): ReadPayload | null {
   let text: string;
   let root: unknown;
-  // The literal digits of the top-level `v` and `exp`, as the reviver saw them.
-  const sources = new Map<object, { v?: string; exp?: string }>();
   try {
     text = UTF8.decode(bytes);
-    root = JSON.parse(text, function (this: object, key: string, value: unknown, context?: { source?: string }) {
-      if ((key === 'v' || key === 'exp') && typeof value === 'number') {
-        const at = sources.get(this) ?? {};
-        at[key] = context?.source;
-        sources.set(this, at);
-      }
-      return value;
-    });
+    root = JSON.parse(text);
   } catch {
     return null;
   }
   if (!isRecord(root)) return null;
   const { v, iss, p, exp, n } = root;
-  const literal = sources.get(root) ?? {};
-  if (v !== PAYLOAD_VERSION || literal.v !== '1') return null;
+  const { duplicate, literals } = topLevel(text);
+  if (duplicate) return null;
+  if (v !== PAYLOAD_VERSION || literals.get('v') !== '1') return null;
   if (typeof iss !== 'string' || typeof p !== 'string' || typeof n !== 'string') return null;
-  if (typeof exp !== 'number' || literal.exp === undefined || !UNSIGNED_LITERAL.test(literal.exp)) return null;
-  const expExact = BigInt(literal.exp);
-  if (expExact > U64_MAX || duplicateField(text)) return null;
+  const expLiteral = literals.get('exp');
+  if (typeof exp !== 'number' || expLiteral === undefined || !UNSIGNED_LITERAL.test(expLiteral)) return null;
+  const expExact = BigInt(expLiteral);
+  if (expExact > U64_MAX) return null;
   return { payload: { v, iss, p, exp, n }, expExact };
 }
 
