@@ -28,8 +28,15 @@
 //   (even one whose last byte came just before the reset: a reset is not an end).
 // undici 8 drains a paused parser in finish() itself; there the guard finds it unpaused or
 // resumes it the same way, and changes nothing.
+//
+// The guard reads undici's private fields, so an undici whose fields moved (the dependency range
+// lets an install move past the tested version) would leave it doing nothing, silently. So whether
+// it can attach is checked once per process, before the first fetch (outboundGuardProblem: undici
+// is handed an unconnected socket, on which it builds its parser exactly as on a real one, and the
+// guard looks for it there), and fetch-peer-file refuses to run when it cannot. Moving to undici 8
+// instead would need Node 22.19 or later, above this package's engines (STACK.md).
 import { createRequire } from 'node:module';
-import type { Socket } from 'node:net';
+import { Socket } from 'node:net';
 import { buildConnector, Client } from 'undici';
 
 /** What the guard reads of undici's parser: its pause flag, its own resume, and its llhttp instance. */
@@ -114,4 +121,46 @@ export interface OutboundClientOptions extends Omit<Client.Options, 'connect' | 
 export function outboundClient(origin: string, options: OutboundClientOptions = {}): Client {
   const { connect = {}, ...rest } = options;
   return new Client(origin, { ...rest, allowH2: false, connect: guardedConnector({ ...connect, allowH2: false }) });
+}
+
+let guardChecked: Promise<string | null> | null = null;
+
+/**
+ * Null when the guard attaches to this undici's sockets; else why it cannot (an undici whose
+ * private parser fields moved). Checked once per process and remembered: no socket, no network.
+ */
+export function outboundGuardProblem(): Promise<string | null> {
+  return (guardChecked ??= checkGuard());
+}
+
+async function checkGuard(): Promise<string | null> {
+  let version = 'of unknown version';
+  try {
+    version = (createRequire(import.meta.url)('undici/package.json') as { version: string }).version;
+  } catch {
+    // the name is enough
+  }
+  let verdict = `undici ${version} never handed the guard's check a socket`;
+  let calls = 0;
+  const stop = new AbortController();
+  const client = new Client('http://outbound-guard.check', {
+    allowH2: false,
+    connect: (_opts, callback) => {
+      const reply = callback as (error: Error | null, socket: Socket | null) => void;
+      // Once: a retry after the check's socket is gone is refused, and the request aborted.
+      if (calls++ > 0) return reply(new Error('the outbound guard check is over'), null);
+      // Never connected: undici builds its HTTP/1 parser on whatever socket it is given, at once.
+      const socket = new Socket();
+      reply(null, socket);
+      verdict = parserOf(socket) === null ? `undici ${version} keeps its HTTP/1 parser where the outbound guard cannot find it (nodejs/undici#5360)` : '';
+      stop.abort();
+      socket.destroy();
+    },
+  });
+  try {
+    await client.request({ path: '/', method: 'GET', signal: stop.signal }).then((r) => r.body.dump(), () => undefined);
+  } finally {
+    await client.destroy().catch(() => undefined);
+  }
+  return verdict === '' ? null : verdict;
 }

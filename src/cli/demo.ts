@@ -3,7 +3,8 @@
 // reporter's operator plane listens on a unix socket apart from its peer listener (the recommended
 // deployment); the reporter shares a file with the reader through a handle, the reader fetches it,
 // every step is printed, and both keep serving until Ctrl-C. The scratch directory is removed on
-// every way out: a signal, an error, or the process ending.
+// every way out: a signal, an error, or the process ending. The traces are not in it: they go to
+// the records directory like any session's, and stay there (`resource-plane records` lists them).
 import { createHash } from 'node:crypto';
 import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -34,7 +35,7 @@ export async function runDemo(out: (line: string) => void = (l) => process.stdou
     const start = async (name: string, operatorListen?: string) => {
       cpSync(join(examples, name), join(scratch, name), { recursive: true });
       const launched = await launch({
-        workdir: join(scratch, name), containment: 'sealed', tracePath: join(scratch, `${name}.trace.jsonl`), logger, operatorListen,
+        workdir: join(scratch, name), containment: 'sealed', logger, operatorListen,
       });
       running.push(launched);
       return launched;
@@ -72,7 +73,8 @@ export async function runDemo(out: (line: string) => void = (l) => process.stdou
     out('  (in a checkout, `resource-plane` is `node dist/cli/main.js`)');
     out(`traces: ${reporter.session.trace.path}`);
     out(`        ${reader.session.trace.path}`);
-    out(`scratch: ${scratch} (removed when the demo stops)`);
+    out('        (kept when the demo stops, like any session\'s: resource-plane records lists them)');
+    out(`scratch: ${scratch} (the workdirs; removed when the demo stops)`);
     out('Ctrl-C to stop.');
     return running;
   } catch (error) {

@@ -13,6 +13,7 @@ import { UsageError } from '../codes.js';
 import { notConfined, type Confinement } from '../session/confinement.js';
 import { checkExportRoots, checkExportRootsAt } from '../session/checks.js';
 import { confineAndReexec, landlockMode, takeHandoff } from '../launch/confine-apply.js';
+import { COMPILE_CACHE_DIR, compileCacheOutcome } from './compile-cache.js';
 import { earlyLogger, LOG_LEVELS } from './early-log.js';
 import type { LaunchOptions } from '../launch/launch.js';
 import { activatedListeners, notify, openNotifySocket, type HeldListener } from '../launch/sockets.js';
@@ -52,6 +53,13 @@ function parseMaxBytes(value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
   const n = parseByteCount(value);
   if (n === null) throw new UsageError(`--max-bytes must be a byte count such as 64Mi (got '${value}')`);
+  return n;
+}
+
+/** `--refusal-trace-rate`: a whole number of traced refusals per second, 0 (summaries only) to 100000. */
+function parseRefusalTraceRate(value: string): number {
+  const n = /^[0-9]{1,6}$/.test(value) ? Number(value) : NaN;
+  if (!(n >= 0 && n <= 100_000)) throw new UsageError(`--refusal-trace-rate must be a whole number of refusals per second, 0 to 100000 (got '${value}')`);
   return n;
 }
 
@@ -118,6 +126,7 @@ interface ServeFlags {
   accessLog: boolean;
   strict?: boolean;
   memoryBudget?: string;
+  refusalTraceRate?: string;
   fetchMaxBytes?: string;
   metrics?: boolean;
   listingBudget?: string;
@@ -136,7 +145,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   checkLogLevel();
   checkResolverChoice();
   const early = earlyLogger();
-  const { manifest, trace, control: _control, memoryBudget, listingBudget, landlock, listenGiven, strict: _strict, fetchMaxBytes, ...rest } = flags;
+  const { manifest, trace, control: _control, memoryBudget, refusalTraceRate, listingBudget, landlock, listenGiven, strict: _strict, fetchMaxBytes, ...rest } = flags;
   let opts: LaunchOptions = {
     ...rest,
     listen: rest.listen ?? '127.0.0.1:0',
@@ -146,6 +155,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     notice: (level, fields, message) => early(level, fields, message),
     strictManifest: flags.strict,
     ...(memoryBudget !== undefined ? { memoryBudgetBytes: parseBudgetBytes(memoryBudget) } : {}),
+    ...(refusalTraceRate !== undefined ? { refusalTraceRate: parseRefusalTraceRate(refusalTraceRate) } : {}),
     ...(fetchMaxBytes !== undefined ? { fetchMaxBytes: parseFetchMaxBytes(fetchMaxBytes) } : {}),
     ...(listingBudget !== undefined ? { listingBudgetMs: parseBudgetSeconds(listingBudget) * 1000 } : {}),
   };
@@ -155,9 +165,17 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   // unavailable here. Either way every listening socket is bound once, before the session exists.
   let confinement: Confinement;
   let notifyFd: number | null;
+  // The trace as the first stage held it across the exec, closed once the session has it open.
+  let traceHoldFd: number | null = null;
   const handoff = takeHandoff();
+  // Said once, by the first stage (the confined image decides the same again).
+  if (!handoff) {
+    const cache = compileCacheOutcome();
+    if (cache?.why) early(cache.level, { compile_cache: COMPILE_CACHE_DIR }, `compile cache: ${cache.why}`);
+  }
   if (handoff) {
-    const { confinement: applied, listeners, notifyFd: fd, ...settled } = handoff;
+    const { confinement: applied, listeners, notifyFd: fd, traceHoldFd: held, ...settled } = handoff;
+    traceHoldFd = held ?? null;
     opts = { ...opts, ...settled, manifestPath: undefined, ...(listeners.length > 0 ? { listeners: asLaunchListeners(listeners) } : {}) };
     confinement = applied;
     notifyFd = fd;
@@ -167,12 +185,12 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     if (activated && (opts.operatorListen !== undefined || opts.metricsListen !== undefined || listenGiven)) {
       throw new UsageError('the listening sockets come from systemd (LISTEN_FDS): drop --listen, --operator-listen and --metrics-listen');
     }
-    notifyFd = openNotifySocket();
+    notifyFd = openNotifySocket(process.env, (why) => early('warn', {}, why));
     if (mode === 'off') {
       confinement = notConfined(why ?? 'disabled');
       if (activated) opts = { ...opts, listeners: asLaunchListeners(activated) };
     } else {
-      const first = await confineAndReexec(opts, (fields, msg) => early('debug', fields, msg), activated, notifyFd, opts.onStaleSocket);
+      const first = await confineAndReexec(opts, (fields, msg) => early('debug', fields, msg), activated, notifyFd, opts.onStaleSocket, await testPauseBeforeExec());
       confinement = first.confinement;
       opts = { ...opts, sessionId: first.sessionId, tracePath: first.tracePath, ...(first.listeners ? { listeners: asLaunchListeners(first.listeners) } : {}) };
     }
@@ -182,6 +200,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   const SHUTDOWN_BOUND_MS = DRAIN_TIMEOUT_MS + SHUTDOWN_GRACE_MS;
   const root = stderrLogger();
   const launched = await launch({ ...opts, logger: root, confinement });
+  if (traceHoldFd !== null) native.closeFd(traceHoldFd);
   const { session, server } = launched;
   // From here on every line carries the session id (launch binds the request logs the same way).
   const logger = root.child({ session_id: session.sessionId });
@@ -285,14 +304,18 @@ async function recordsCommand(flags: { json?: boolean; prune?: string; dryRun?: 
   const { listSessions, pruneSessions } = await import('./records.js');
   const { recordsDirectory } = await import('../session/records.js');
   const when = (ms: number | null) => (ms === null ? '-' : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z'));
-  const row = (s: import('./records.js').RecordedSession) =>
-    flags.json
-      ? JSON.stringify({ session_id: s.sessionId, workdir_digest: s.workdir, start_ms: s.startMs, end_ms: s.endMs, end_reason: s.endReason, bytes: s.bytes, live: s.live, dir: s.dir })
-      : `${s.sessionId.padEnd(36)}  ${when(s.startMs).padEnd(20)}  ${(s.live ? 'live' : when(s.endMs)).padEnd(20)}  ${humanBytes(s.bytes).padStart(9)}`;
+  // The name comes from a manifest the capsule may have written: shown with its controls escaped.
+  const { printable } = await import('./client.js');
+  const nameOf = (s: import('./records.js').RecordedSession) => (s.capsule === null ? '-' : printable(s.capsule));
   if (flags.prune === undefined) {
     if (flags.dryRun) throw new UsageError('--dry-run goes with --prune');
     const sessions = listSessions();
-    if (!flags.json) process.stdout.write(`${'SESSION'.padEnd(36)}  ${'START'.padEnd(20)}  ${'END'.padEnd(20)}  ${'SIZE'.padStart(9)}\n`);
+    const width = Math.max('CAPSULE'.length, ...sessions.map((s) => nameOf(s).length));
+    const row = (s: import('./records.js').RecordedSession) =>
+      flags.json
+        ? JSON.stringify({ session_id: s.sessionId, capsule: s.capsule, workdir_digest: s.workdir, start_ms: s.startMs, end_ms: s.endMs, end_reason: s.endReason, bytes: s.bytes, live: s.live, dir: s.dir })
+        : `${s.sessionId.padEnd(36)}  ${nameOf(s).padEnd(width)}  ${when(s.startMs).padEnd(20)}  ${(s.live ? 'live' : when(s.endMs)).padEnd(20)}  ${humanBytes(s.bytes).padStart(9)}`;
+    if (!flags.json) process.stdout.write(`${'SESSION'.padEnd(36)}  ${'CAPSULE'.padEnd(width)}  ${'START'.padEnd(20)}  ${'END'.padEnd(20)}  ${'SIZE'.padStart(9)}\n`);
     for (const s of sessions) process.stdout.write(`${row(s)}\n`);
     if (!flags.json && sessions.length === 0) process.stderr.write(`no sessions under ${recordsDirectory()}\n`);
     return;
@@ -301,7 +324,9 @@ async function recordsCommand(flags: { json?: boolean; prune?: string; dryRun?: 
   if (seconds === null) throw new UsageError(`--prune must be a duration like 30d, 12h or 90m (got '${flags.prune}')`);
   const { removed, kept } = pruneSessions(seconds * 1000, { dryRun: flags.dryRun === true });
   const verb = flags.dryRun ? 'would remove' : 'removed';
-  for (const s of removed) process.stdout.write(flags.json ? `${JSON.stringify({ [verb.replace(' ', '_')]: s.sessionId, dir: s.dir, bytes: s.bytes })}\n` : `${verb} ${s.sessionId} (ended ${when(s.endMs)}, ${humanBytes(s.bytes)})\n`);
+  for (const s of removed) process.stdout.write(flags.json ? `${JSON.stringify({ [verb.replace(' ', '_')]: s.sessionId, capsule: s.capsule, dir: s.dir, bytes: s.bytes })}\n` : `${verb} ${s.sessionId} (${nameOf(s)}, ended ${when(s.endMs)}, ${humanBytes(s.bytes)})\n`);
+  // Silence would read as "did it run?": said on stderr, like the kept ones, so stdout stays the list.
+  if (removed.length === 0) process.stderr.write(`nothing to prune: no session under ${recordsDirectory()} ended more than ${flags.prune} ago\n`);
   for (const { session, why } of kept) process.stderr.write(`kept ${session.sessionId}: ${why}\n`);
 }
 
@@ -422,6 +447,7 @@ Run '${PROGRAM} <command> --help' for a command's options.`,
     .option('--metrics', 'count answers and serve Prometheus metrics at GET /metrics (on the --operator-listen listener when there is one)')
     .option('--metrics-listen <addr>', 'serve GET /metrics alone on its own listener, HOST:PORT or unix:PATH (implies --metrics), e.g. for a Prometheus scrape beside a unix operator socket')
     .option('--memory-budget <bytes>', 'bytes reads and redeems in flight may hold, e.g. 256Mi (default 256Mi)')
+    .option('--refusal-trace-rate <n>', 'refusals traced one by one per second, all clients together (default 200, burst 10x); past it they are summarised: bounds the trace\'s growth under refusals')
     .option('--fetch-max-bytes <bytes>', 'the largest file fetch-peer-file lands, e.g. 64Mi (default 10Mi)')
     .option('--listing-budget <duration>', 'how long one listing may run, e.g. 30s (default 30s)')
     .option('--operator-listen <addr>', 'serve the operator plane on its own listener, HOST:PORT or unix:PATH (a unix socket outside the workdir, created 0600, is recommended); the main listener then serves only the peer plane and the card')
@@ -485,7 +511,7 @@ Examples:
 
   const records = cmd
     .command('records')
-    .description('list the sessions in the records directory (id, start, end, size), or prune the ended ones')
+    .description("list the sessions in the records directory (id, the capsule's name, start, end, size), or prune the ended ones")
     .option('--json', 'one JSON line per session')
     .option('--prune <duration>', 'remove the sessions that ended longer ago than this, e.g. 30d (never a live one, never one without session_end)')
     .option('--dry-run', 'with --prune: print what would be removed, remove nothing')
@@ -612,6 +638,16 @@ export async function main(): Promise<void> {
   }
 }
 
+
+/** A test's pause between the first stage's trace and the re-exec (src/testing/), only when a test asks for one. */
+async function testPauseBeforeExec(): Promise<(() => Promise<void>) | undefined> {
+  if (process.env.RESOURCE_PLANE_TEST_PAUSE_BEFORE_EXEC === undefined) return undefined;
+  try {
+    return (await import('../testing/probes.js')).pauseBeforeExec;
+  } catch {
+    return undefined; // not in the published package
+  }
+}
 
 /**
  * The test probes of src/testing/ (what a confined server can reach, bypassing every check), loaded

@@ -4,12 +4,14 @@
 // trace ends with `session_end`, and that no process holds open, is ever pruned. The records
 // directory is the operator's (outside every workdir), but its entries are still checked: a
 // symlink or anything but a directory of one trace is left alone and reported.
-import { closeSync, fstatSync, lstatSync, openSync, readdirSync, readlinkSync, readSync, rmSync, rmdirSync, constants } from 'node:fs';
-import { join } from 'node:path';
+import { closeSync, fstatSync, lstatSync, openSync, readdirSync, readlinkSync, readSync, renameSync, rmSync, rmdirSync, statSync, constants } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
 import { recordsDirectory } from '../session/records.js';
 
 export interface RecordedSession {
   sessionId: string;
+  /** The capsule's name (the manifest's `name`, from `session_start`), or null when the trace does not say. */
+  capsule: string | null;
   /** The directory holding it: `<records>/<workdir digest>/<session id>`. */
   dir: string;
   /** The 16-hex digest of the workdir's real path it was served from. */
@@ -44,7 +46,11 @@ function parseLine(line: string | undefined): Record<string, unknown> | null {
   }
 }
 
-/** Every trace file some process has open now (this user's processes: /proc/<pid>/fd). */
+/**
+ * Every trace file some process has open now (this user's processes: /proc/<pid>/fd), as the
+ * (st_dev, st_ino) of the open file: a descriptor's link names the path the kernel resolved, which
+ * is not the path this command built when the records directory is reached through a symlink.
+ */
 export function openTraces(): Set<string> {
   const open = new Set<string>();
   let pids: string[];
@@ -62,14 +68,20 @@ export function openTraces(): Set<string> {
     }
     for (const fd of fds) {
       try {
-        const target = readlinkSync(`/proc/${pid}/fd/${fd}`);
-        if (target.endsWith('/trace.jsonl')) open.add(target);
+        // Only trace-named files are stat'ed (cheap to skip the rest); the identity is the inode's.
+        if (!readlinkSync(`/proc/${pid}/fd/${fd}`).endsWith('/trace.jsonl')) continue;
+        const st = statSync(`/proc/${pid}/fd/${fd}`);
+        open.add(fileKey(st));
       } catch {
         // gone meanwhile
       }
     }
   }
   return open;
+}
+
+function fileKey(st: { dev: number; ino: number }): string {
+  return `${st.dev}:${st.ino}`;
 }
 
 /** One session directory, or null when it is not one this command manages (a link, a stray file). */
@@ -94,13 +106,14 @@ function readSession(digestDir: string, workdir: string, sessionId: string, open
     const ended = last?.event_type === 'session_end';
     return {
       sessionId,
+      capsule: first?.event_type === 'session_start' && typeof first.capsule === 'string' ? first.capsule : null,
       dir,
       workdir,
       startMs: first?.event_type === 'session_start' && typeof first.timestamp === 'number' ? first.timestamp : null,
       endMs: ended && typeof last.timestamp === 'number' ? last.timestamp : null,
       endReason: ended && typeof last.reason === 'string' ? last.reason : null,
       bytes: tst.size,
-      live: open.has(trace),
+      live: open.has(fileKey(tst)),
     };
   } finally {
     closeSync(fd);
@@ -122,6 +135,8 @@ export function listSessions(root = recordsDirectory()): RecordedSession[] {
     const digestDir = join(root, digest);
     if (!/^[0-9a-f]{16}$/.test(digest) || !lstatSync(digestDir).isDirectory()) continue;
     for (const id of readdirSync(digestDir)) {
+      // A session being pruned (renamed aside) is not listed.
+      if (id.startsWith('.')) continue;
       const s = readSession(digestDir, digest, id, open);
       if (s) found.push(s);
     }
@@ -139,14 +154,21 @@ export interface Pruned {
  * Removes the sessions that ended more than `olderThanMs` before `now`: never one whose trace a
  * process holds, never one without `session_end` (it may be running, or died mid-write: an
  * operator decides). With `dryRun`, says what it would remove and removes nothing.
+ *
+ * A session id may be reused (`serve --session-id`): a new launch then appends to a trace that
+ * still ends with the old `session_end`. So the check and the removal must not race: the session's
+ * directory is first renamed aside (a launch that opens the trace by path from then on makes a new
+ * one), then the open traces are read again, and a trace some process opened before the rename is
+ * put back and kept. `beforeRemove` runs between the first check and the rename (tests).
  */
-export function pruneSessions(olderThanMs: number, opts: { root?: string; now?: number; dryRun?: boolean } = {}): Pruned {
+export function pruneSessions(olderThanMs: number, opts: { root?: string; now?: number; dryRun?: boolean; beforeRemove?: (s: RecordedSession) => void } = {}): Pruned {
   const now = opts.now ?? Date.now();
   const result: Pruned = { removed: [], kept: [] };
+  const live = (s: RecordedSession) => result.kept.push({ session: s, why: 'live: a process has its trace open' });
   for (const s of listSessions(opts.root)) {
     const age = s.endMs === null ? null : now - s.endMs;
     if (s.live) {
-      if (s.startMs !== null && now - s.startMs > olderThanMs) result.kept.push({ session: s, why: 'live: a process has its trace open' });
+      if (s.startMs !== null && now - s.startMs > olderThanMs) live(s);
       continue;
     }
     if (age === null) {
@@ -155,9 +177,33 @@ export function pruneSessions(olderThanMs: number, opts: { root?: string; now?: 
     }
     if (age <= olderThanMs) continue;
     if (!opts.dryRun) {
-      rmSync(s.dir, { recursive: true });
+      opts.beforeRemove?.(s);
+      const aside = join(dirname(s.dir), `.pruning-${basename(s.dir)}-${process.pid}`);
       try {
-        rmdirSync(join(s.dir, '..'));
+        renameSync(s.dir, aside);
+      } catch {
+        continue; // gone or replaced meanwhile: not this run's to remove
+      }
+      let taken: boolean;
+      try {
+        taken = openTraces().has(fileKey(lstatSync(join(aside, 'trace.jsonl'))));
+      } catch {
+        taken = true;
+      }
+      if (taken) {
+        try {
+          renameSync(aside, s.dir);
+        } catch {
+          // A launch made the directory anew meanwhile: the held trace stays aside, reported.
+          result.kept.push({ session: { ...s, dir: aside }, why: `live: a process opened its trace while it was being pruned (left at ${aside})` });
+          continue;
+        }
+        live(s);
+        continue;
+      }
+      rmSync(aside, { recursive: true });
+      try {
+        rmdirSync(dirname(s.dir));
       } catch {
         // other sessions of the same workdir remain
       }

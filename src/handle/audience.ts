@@ -12,13 +12,27 @@ const NO_JSONRPC_URL =
   "the peer's agent card has no 'supportedInterfaces' entry " +
   "with 'protocolBinding' JSONRPC and a 'url'";
 
+/**
+ * Unicode `White_Space`, the set Rust's `str::trim` strips: the reference's audience is trimmed
+ * with it. JavaScript's `trim` differs on two code points (it keeps U+0085 NEXT LINE and strips
+ * U+FEFF, which is not white space), so the same card would give two audiences and no MAC would
+ * ever verify between a Rust capsule and this server.
+ */
+const WHITE_SPACE = '\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000';
+const EDGE_WHITE_SPACE = new RegExp(`^[${WHITE_SPACE}]+|[${WHITE_SPACE}]+$`, 'g');
+
+/** `text` without leading and trailing Unicode White_Space: exactly Rust's `str::trim`. */
+export function trimWhiteSpace(text: string): string {
+  return text.replace(EDGE_WHITE_SPACE, '');
+}
+
 function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 /** `host:port` out of a URL or a bare address: the scheme stripped, then cut at the first `/`. */
 function hostPort(url: string): string {
-  const trimmed = url.trim();
+  const trimmed = trimWhiteSpace(url);
   const schemeEnd = trimmed.indexOf('://');
   const rest = schemeEnd === -1 ? trimmed : trimmed.slice(schemeEnd + 3);
   const slash = rest.indexOf('/');
@@ -41,7 +55,7 @@ function jsonRpcUrl(card: Record<string, unknown>): string | null {
 }
 
 function audienceOf(name: string, url: string): string {
-  return `${name.trim()}@${hostPort(url)}`.toLowerCase();
+  return `${trimWhiteSpace(name)}@${hostPort(url)}`.toLowerCase();
 }
 
 /**
@@ -51,7 +65,7 @@ function audienceOf(name: string, url: string): string {
 export function audienceFromCard(card: unknown): string {
   if (!isRecord(card)) throw new Error(NO_NAME);
   const name = card['name'];
-  if (typeof name !== 'string' || name.trim() === '') throw new Error(NO_NAME);
+  if (typeof name !== 'string' || trimWhiteSpace(name) === '') throw new Error(NO_NAME);
   const url = jsonRpcUrl(card);
   // A url that is blank, or only a scheme, names no host a peer could be reached at.
   if (url === null || hostPort(url) === '') throw new Error(NO_JSONRPC_URL);

@@ -16,6 +16,7 @@ export interface HandlePayload {
   v: number;
   iss: string;
   p: string;
+  /** Unix ms. Above 2^53-1 (a reference handle's saturated expiry) this number is rounded; verification compares the exact digits. */
   exp: number;
   n: string;
 }
@@ -126,14 +127,88 @@ function toPayload(value: unknown): HandlePayload | null {
   return { v, iss, p, exp, n };
 }
 
-const UTF8 = new TextDecoder('utf-8', { fatal: true });
+// The reference reads a payload with serde_json into a struct of `v: u8`, `exp: u64` and three
+// strings, and this reader agrees with it on every input: a BOM, a duplicate field, a fraction or
+// an exponent in `v` or `exp`, or an `exp` outside 0..2^64-1 is malformed; unknown fields are
+// ignored. An `exp` above 2^53-1 (the reference saturates a huge ttl to 2^64-1) is read from its
+// own digits, so its comparison with the clock is exact.
 
-function parsePayload(bytes: Buffer): HandlePayload | null {
+/** ignoreBOM: a BOM stays in the text, where JSON.parse refuses it (as serde_json does). */
+const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+const U64_MAX = 2n ** 64n - 1n;
+const UNSIGNED_LITERAL = /^(0|[1-9][0-9]*)$/;
+const PAYLOAD_FIELDS = new Set(['v', 'iss', 'p', 'exp', 'n']);
+
+/** A payload as read, with its expiry exact (the `exp` field may be rounded above 2^53-1). */
+interface ReadPayload {
+  payload: HandlePayload;
+  expExact: bigint;
+}
+
+/**
+ * The top level of a payload already known to be valid JSON: whether one of the five fields appears
+ * twice, and the literal text of `v` and `exp` when they are numbers (JSON.parse has rounded them
+ * already). A scan rather than JSON.parse's source-text reviver, which Node 20 (the arm64 test's) lacks.
+ */
+function topLevel(text: string): { duplicate: boolean; literals: Map<string, string> } {
+  const seen = new Set<string>();
+  const literals = new Map<string, string>();
+  let duplicate = false;
+  let depth = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '"') {
+      let j = i + 1;
+      while (text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
+      if (depth === 1) {
+        let k = j + 1;
+        while (/\s/.test(text[k] ?? '')) k++;
+        if (text[k] === ':') {
+          const key = JSON.parse(text.slice(i, j + 1)) as string;
+          if (PAYLOAD_FIELDS.has(key)) {
+            if (seen.has(key)) duplicate = true;
+            seen.add(key);
+            let v = k + 1;
+            while (/\s/.test(text[v] ?? '')) v++;
+            const number = /^-?[0-9][0-9.eE+-]*/.exec(text.slice(v, v + 64));
+            if (number) literals.set(key, number[0]);
+          }
+        }
+      }
+      i = j;
+    } else if (c === '{' || c === '[') depth++;
+    else if (c === '}' || c === ']') depth--;
+  }
+  return { duplicate, literals };
+}
+
+/** `exp > nowMs`, exactly: an exp above 2^53-1 is compared by its digits, not by the rounded number. */
+function expiresAfter(expExact: bigint, exp: number, nowMs: number): boolean {
+  if (Number.isSafeInteger(exp)) return exp > nowMs;
+  if (!Number.isFinite(nowMs)) return nowMs < 0;
+  return expExact > BigInt(Math.floor(nowMs));
+}
+
+function parsePayload(bytes: Buffer): ReadPayload | null {
+  let text: string;
+  let root: unknown;
   try {
-    return toPayload(JSON.parse(UTF8.decode(bytes)));
+    text = UTF8.decode(bytes);
+    root = JSON.parse(text);
   } catch {
     return null;
   }
+  if (!isRecord(root)) return null;
+  const { v, iss, p, exp, n } = root;
+  const { duplicate, literals } = topLevel(text);
+  if (duplicate) return null;
+  if (v !== PAYLOAD_VERSION || literals.get('v') !== '1') return null;
+  if (typeof iss !== 'string' || typeof p !== 'string' || typeof n !== 'string') return null;
+  const expLiteral = literals.get('exp');
+  if (typeof exp !== 'number' || expLiteral === undefined || !UNSIGNED_LITERAL.test(expLiteral)) return null;
+  const expExact = BigInt(expLiteral);
+  if (expExact > U64_MAX) return null;
+  return { payload: { v, iss, p, exp, n }, expExact };
 }
 
 /** Compact JSON with the keys in the contract's order, whatever order the caller built them in. */
@@ -201,10 +276,11 @@ export function verifyParsed(
 ): VerifyResult {
   const expected = macFor(key, parts.payloadSegment, audience);
   if (!constantTimeEqual(expected, parts.mac)) return { ok: false, reason: 'not_valid' };
-  const payload = parsePayload(parts.payload);
-  if (payload === null) return { ok: false, reason: 'malformed' };
+  const read = parsePayload(parts.payload);
+  if (read === null) return { ok: false, reason: 'malformed' };
+  const { payload, expExact } = read;
   if (payload.iss !== sessionId) return { ok: false, reason: 'not_valid' };
-  if (!(payload.exp > nowMs)) return { ok: false, reason: 'expired', payload };
+  if (!expiresAfter(expExact, payload.exp, nowMs)) return { ok: false, reason: 'expired', payload };
   return { ok: true, payload };
 }
 
@@ -216,7 +292,7 @@ export function verifyParsed(
  */
 export function readUnverified(token: string): { payload: HandlePayload | null } | null {
   const parts = parseToken(token);
-  return parts === null ? null : { payload: parsePayload(parts.payload) };
+  return parts === null ? null : { payload: parsePayload(parts.payload)?.payload ?? null };
 }
 
 /** The payload of a token this process cannot verify, or null (see readUnverified). */

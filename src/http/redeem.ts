@@ -2,6 +2,7 @@
 // in the spec's fixed order and nothing downstream of the MAC is evaluated before it; the file is
 // then served by the same ExportView (resolver, reader, symlink policy) as the operator plane.
 import { asRefusal, Refusal, renderHttp } from '../codes.js';
+import { trimWhiteSpace } from '../handle/audience.js';
 import { parseToken, verifyParsed } from '../handle/token.js';
 import type { Body } from '../export/export-view.js';
 import { canonicalRelpath } from '../paths.js';
@@ -34,7 +35,8 @@ export async function handleRedeem(ctx: PlaneContext, method: string, rest: stri
   }
   const generation = session.generation;
   const hid = handleId(token);
-  const audience = audienceHeader?.trim() ?? '';
+  // Trimmed as the reference trims (Unicode White_Space), so both derive one audience.
+  const audience = trimWhiteSpace(audienceHeader ?? '');
   const view = session.peerFiles;
   const x: Exchange = {
     reply,

@@ -25,7 +25,7 @@
 //
 // Nothing here runs for a library launch (launch()): confining the caller's process would be a
 // surprise, so those sessions record that they are not confined.
-import { closeSync, mkdirSync, openSync, unlinkSync } from 'node:fs';
+import { closeSync, constants as fsConstants, mkdirSync, openSync, unlinkSync } from 'node:fs';
 import { rmdir, unlink } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { UsageError } from '../codes.js';
@@ -68,6 +68,13 @@ interface Handoff {
   listeners: HeldListener[];
   /** The sd_notify socket, connected, or null. */
   notifyFd: number | null;
+  /**
+   * A read-only descriptor of the trace, held from its creation in phase 1 until phase 2 has the
+   * trace open itself: across the exec, `records --prune` sees it live (a reused --session-id's
+   * trace still ends with the old session_end), and the file the Landlock rule names stays the one
+   * served. Optional: absent in a handoff that has none.
+   */
+  traceHoldFd?: number | null;
 }
 
 function report(plan: Plan, applied: native.LandlockApplied): Confinement {
@@ -163,6 +170,7 @@ export async function confineAndReexec(
   activated: HeldListener[] | null,
   notifyFd: number | null,
   onStale?: (path: string) => void,
+  beforeExec?: () => Promise<void>,
 ): Promise<Unconfined> {
   const { listen, operator: operatorListen, metrics: metricsListen } = parseAddresses(opts, activated !== null, onStale);
   // Every check a launch makes, with the same diagnostics; the workdir is created if missing.
@@ -212,6 +220,16 @@ export async function confineAndReexec(
     prepared.abandon();
     throw error;
   }
+  // Held open from here to phase 2's own open (see Handoff.traceHoldFd).
+  let traceHoldFd: number;
+  try {
+    traceHoldFd = openSync(tracePath, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK);
+  } catch (error) {
+    trace.undo();
+    closeListeners(listeners);
+    prepared.abandon();
+    throw error;
+  }
   let inboxMade = false;
   if (manifest.peerFetchAllow !== null) {
     try {
@@ -229,6 +247,7 @@ export async function confineAndReexec(
     connectPorts: plan.connectPorts ?? [],
   });
   if (!applied.ok) {
+    closeSync(traceHoldFd);
     trace.undo();
     return {
       confinement: notConfined(`the Landlock ruleset was not applied: ${applied.code} (${applied.detail})`, applied.abi || abi.abi),
@@ -242,19 +261,22 @@ export async function confineAndReexec(
     confinement: report(plan, applied),
     listeners: listeners.map(({ role, fd, url, defaultAdvertisedUrl, unlinkOnClose }) => ({ role, fd, url, defaultAdvertisedUrl, unlinkOnClose })),
     notifyFd,
+    traceHoldFd,
   };
   const env = Object.entries({ ...process.env, [HANDOFF_ENV]: JSON.stringify(handoff) })
     .filter((e): e is [string, string] => e[1] !== undefined)
     .map(([k, v]) => `${k}=${v}`);
   log({ session_id: sessionId }, 'confined: re-executing inside the Landlock domain');
   const argv = [process.execPath, ...process.execArgv, ...process.argv.slice(1)];
-  const keep = [...listeners.map((l) => l.fd), ...(notifyFd === null ? [] : [notifyFd])];
+  const keep = [...listeners.map((l) => l.fd), ...(notifyFd === null ? [] : [notifyFd]), traceHoldFd];
+  await beforeExec?.();
   const failed = native.replaceProcessImage(process.execPath, argv, env, keep);
   // Still here: the main thread is confined for good, the threads already running are not. No
   // session is served from a half-confined process; what this launch made is removed through
   // libuv's pool, whose threads predate the domain (the main thread itself may no longer remove
   // the trace or the directories it created).
   closeListeners(listeners);
+  closeSync(traceHoldFd);
   await unlink(tracePath).catch(() => undefined);
   if (trace.firstMade !== undefined) await removeEmptyUpToOffThread(dirname(tracePath), trace.firstMade);
   if (inboxMade) await rmdir(join(workdir, PEER_INBOX_DIR)).catch(() => undefined);
@@ -285,7 +307,8 @@ export function takeHandoff(env: NodeJS.ProcessEnv = process.env): Omit<Handoff,
       typeof handoff.confinement?.applied !== 'boolean' || !Array.isArray(handoff.listeners) ||
       !handoff.listeners.every((l) => Number.isInteger(l?.fd) && (LISTENER_ROLES as readonly string[]).includes(l?.role) && typeof l.url === 'string' &&
         typeof l.defaultAdvertisedUrl === 'string' && (l.unlinkOnClose === null || typeof l.unlinkOnClose === 'string')) ||
-      !(handoff.notifyFd === null || Number.isInteger(handoff.notifyFd))) {
+      !(handoff.notifyFd === null || Number.isInteger(handoff.notifyFd)) ||
+      !(handoff.traceHoldFd === undefined || handoff.traceHoldFd === null || Number.isInteger(handoff.traceHoldFd))) {
     throw new UsageError(`${HANDOFF_ENV} is not a confined launch's handoff`);
   }
   let confinement = handoff.confinement;
@@ -302,9 +325,11 @@ export function takeHandoff(env: NodeJS.ProcessEnv = process.env): Omit<Handoff,
     native.setCloexec(l.fd);
   }
   if (handoff.notifyFd !== null) native.setCloexec(handoff.notifyFd);
+  const traceHoldFd = handoff.traceHoldFd ?? null;
+  if (traceHoldFd !== null) native.setCloexec(traceHoldFd);
   return {
     workdir: handoff.workdir, manifest: handoff.manifest, sessionId: handoff.sessionId, tracePath: handoff.tracePath, confinement,
-    listeners: handoff.listeners, notifyFd: handoff.notifyFd,
+    listeners: handoff.listeners, notifyFd: handoff.notifyFd, traceHoldFd,
   };
 }
 

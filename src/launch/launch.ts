@@ -112,6 +112,12 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
     await session.close();
     throw error;
   }
+  // Checked at start-up, so the log says it before the first fetch refuses (src/outbound-client.ts).
+  if (session.manifest.peerFetchAllow !== null && logger) {
+    const { outboundGuardProblem } = await import('../outbound-client.js');
+    const problem = await outboundGuardProblem();
+    if (problem !== null) logger.error({ problem }, 'fetch-peer-file is disabled: the outbound guard cannot attach to this undici');
+  }
   let stopping: Promise<void> | null = null;
   const sequence = (reason: string) =>
     (stopping ??= (async () => {

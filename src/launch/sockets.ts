@@ -89,22 +89,26 @@ const LISTEN_FDS_START = 3;
 /** More than a server of three listeners could use: a count above it is not ours. */
 const MAX_LISTEN_FDS = LISTENER_ROLES.length;
 
+/** The variables of a hand-over (sd_listen_fds): all removed once read, so no child inherits them. */
+const ACTIVATION_VARIABLES = ['LISTEN_FDS', 'LISTEN_PID', 'LISTEN_FDNAMES'] as const;
+
 /**
- * The sockets systemd socket activation hands over, or null without LISTEN_FDS (or when
- * LISTEN_PID names another process, as sd_listen_fds ignores them). One socket is the peer
- * listener; two or three must be named by LISTEN_FDNAMES (FileDescriptorName=): `peer`, and
- * `operator` and/or `metrics`, each at most once.
- * Each must be a listening stream socket (TCP or unix). They are marked close-on-exec and the
- * variables removed, so nothing this process might start inherits them.
+ * The sockets systemd socket activation hands over, or null when there is no hand-over for this
+ * process. sd_listen_fds' rule exactly: the variables count only when LISTEN_PID names this process
+ * (the first stage: the confined re-exec keeps its PID and never reads them again). A LISTEN_FDS
+ * without LISTEN_PID, or with another process's, was left behind by a parent that was itself
+ * activated and did not clear them: whatever fd 3 is then is not ours to serve. Either way the
+ * variables are removed, so nothing this process starts inherits them either.
+ * One socket is the peer listener; two or three must be named by LISTEN_FDNAMES
+ * (FileDescriptorName=): `peer`, and `operator` and/or `metrics`, each at most once.
+ * Each must be a listening stream socket (TCP or unix). They are marked close-on-exec.
  */
 export function activatedListeners(env: NodeJS.ProcessEnv = process.env, pid = process.pid): HeldListener[] | null {
   const count = env.LISTEN_FDS;
-  if (count === undefined) return null;
-  if (env.LISTEN_PID !== undefined && env.LISTEN_PID !== String(pid)) return null;
+  const forUs = count !== undefined && env.LISTEN_PID === String(pid);
   const names = env.LISTEN_FDNAMES;
-  delete env.LISTEN_FDS;
-  delete env.LISTEN_PID;
-  delete env.LISTEN_FDNAMES;
+  for (const name of ACTIVATION_VARIABLES) delete env[name];
+  if (!forUs) return null;
   const n = /^[0-9]{1,3}$/.test(count) ? Number(count) : NaN;
   if (!(n >= 1 && n <= MAX_LISTEN_FDS)) {
     throw new UsageError(`LISTEN_FDS must be 1 to ${MAX_LISTEN_FDS} sockets (peer, then operator and/or metrics) (got '${count}')`);
@@ -134,14 +138,23 @@ export function activatedListeners(env: NodeJS.ProcessEnv = process.env, pid = p
   });
 }
 
+/** `vsock:CID:PORT` (systemd 253+; `vsock-stream:`, `vsock-dgram:`, `vsock-seqpacket:` later): a VM's host. */
+const VSOCK_NOTIFY = /^vsock(-stream|-dgram|-seqpacket)?:/;
+
 /**
- * The sd_notify socket NOTIFY_SOCKET names, connected now, or null when it is unset. A socket
- * that cannot be reached fails the launch: a unit of Type=notify would otherwise wait out its
- * start timeout for a READY=1 that never comes.
+ * The sd_notify socket NOTIFY_SOCKET names, connected now, or null when it is unset. A unix socket
+ * (a path, or `@name`) that cannot be reached fails the launch: a unit of Type=notify would
+ * otherwise wait out its start timeout for a READY=1 that never comes. The AF_VSOCK forms are not
+ * supported (the addon speaks AF_UNIX only): the launch goes on without readiness, and
+ * `unsupported` is told why, so the operator reads it in the log rather than in a start timeout.
  */
-export function openNotifySocket(env: NodeJS.ProcessEnv = process.env): number | null {
+export function openNotifySocket(env: NodeJS.ProcessEnv = process.env, unsupported?: (why: string) => void): number | null {
   const target = env.NOTIFY_SOCKET;
   if (target === undefined || target === '') return null;
+  if (VSOCK_NOTIFY.test(target)) {
+    unsupported?.(`NOTIFY_SOCKET '${target}' is an AF_VSOCK address, which this server does not support: it serves without sending READY=1 or STOPPING=1 (use a unix socket path, or Type=simple/exec)`);
+    return null;
+  }
   const out = native.notifyOpen(target);
   if (!out.ok) throw new UsageError(`NOTIFY_SOCKET '${target}' cannot be reached: ${out.detail || out.code}`);
   return out.fd;

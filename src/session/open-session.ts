@@ -32,6 +32,11 @@ export interface SessionOptions {
   advertisedUrl?: string | null;
   /** Bytes reads and redeems in flight may hold (default 256 MiB). */
   memoryBudgetBytes?: number;
+  /**
+   * Refusals traced one by one per second from all clients together (default 200, burst ten times
+   * it): what bounds the trace's growth under refusals; past it they are summarised.
+   */
+  refusalTraceRate?: number;
   /** The largest file fetch-peer-file lands (default 10 MiB): raise it to fetch larger handoffs. */
   fetchMaxBytes?: number;
   /** How long one listing may run before it answers io_error (default 30 s). */
@@ -128,7 +133,7 @@ export async function prepareSession(opts: SessionOptions, settleOnly = false): 
       let trace: Trace | null = null;
       try {
         trace = Trace.open(tracePath, sessionId);
-        return new SessionClass({ manifest: grants, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl, memoryBudgetBytes: opts.memoryBudgetBytes, listingBudgetMs: opts.listingBudgetMs, fetchMaxBytes: opts.fetchMaxBytes, confinement: opts.confinement ?? IN_PROCESS_LAUNCH, now: opts.now });
+        return new SessionClass({ manifest: grants, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl, memoryBudgetBytes: opts.memoryBudgetBytes, refusalTraceRate: opts.refusalTraceRate, listingBudgetMs: opts.listingBudgetMs, fetchMaxBytes: opts.fetchMaxBytes, confinement: opts.confinement ?? IN_PROCESS_LAUNCH, now: opts.now });
       } catch (error) {
         void trace?.close();
         native.closeFd(workdirFd);

@@ -1,6 +1,6 @@
 // Launch options as typed on a command line, each validated in one place: the listen address, the
 // advertised URL and the containment class. (The session id's one validation is parseSessionId in src/session/records.ts.)
-import { existsSync, lstatSync, realpathSync, unlinkSync, type Stats } from 'node:fs';
+import { existsSync, lstatSync, realpathSync, statSync, unlinkSync, type Stats } from 'node:fs';
 import { basename, dirname, isAbsolute, resolve } from 'node:path';
 import { UsageError } from '../codes.js';
 import * as native from '../native.js';
@@ -119,6 +119,39 @@ function checkPrivateSocketDir(flag: string, dir: string): void {
   if (uid !== undefined && st.uid !== uid) refuse(`is owned by uid ${st.uid}, not by this server's uid ${uid}`);
   const writers = [st.mode & 0o020 ? 'group' : null, st.mode & 0o002 ? 'others' : null].filter(Boolean);
   if (writers.length > 0) refuse(`is writable by ${writers.join(' and ')} (mode ${(st.mode & 0o7777).toString(8).padStart(4, '0')})`);
+  checkSocketDirAncestors(flag, dir, uid);
+}
+
+/**
+ * Every ancestor of the socket directory, as the kernel reaches it (symlinks resolved), judged as
+ * OpenSSH's StrictModes judges the path to a key: owned by this user or root, and writable by no
+ * one else, unless it is root's and sticky (/tmp), where others can add entries but not rename or
+ * remove ours. Whoever can write an ancestor can rename the private directory away and put their
+ * own in its place, so a private last component alone proves nothing.
+ */
+function checkSocketDirAncestors(flag: string, dir: string, uid: number | undefined): void {
+  let at: string;
+  try {
+    at = realpathSync(dir);
+  } catch (error) {
+    throw new UsageError(`${flag} unix:PATH: the directory '${dir}' cannot be resolved (${(error as NodeJS.ErrnoException).code ?? String(error)})`);
+  }
+  while (at !== '/') {
+    at = dirname(at);
+    const refuse = (what: string): never => {
+      throw new UsageError(`${flag} unix:PATH: the directory '${dir}' lies under '${at}', which ${what}; every directory above the socket must be owned by this user or root and writable by no one else (unless root's and sticky, as /tmp)`);
+    };
+    let st: Stats;
+    try {
+      st = statSync(at);
+    } catch (error) {
+      return refuse(`cannot be examined (${(error as NodeJS.ErrnoException).code ?? String(error)})`);
+    }
+    if (uid !== undefined && st.uid !== uid && st.uid !== 0) refuse(`is owned by uid ${st.uid}`);
+    const writable = (st.mode & 0o022) !== 0;
+    const stickyOfRoot = (st.mode & 0o1000) !== 0 && st.uid === 0;
+    if (writable && !stickyOfRoot) refuse(`is writable by ${st.mode & 0o002 ? 'others' : 'its group'} (mode ${(st.mode & 0o7777).toString(8).padStart(4, '0')})`);
+  }
 }
 
 export function parseContainment(value: string | undefined): Containment {

@@ -12,7 +12,7 @@ import type { Manifest } from '../manifest/model.js';
 import * as native from '../native.js';
 import { effectiveGrants, type EffectiveGrants } from '../manifest/scope.js';
 import { refusalsSuppressed, sessionStart } from '../trace/events.js';
-import type { Trace } from '../trace/trace.js';
+import { boundedField, type Trace } from '../trace/trace.js';
 import type { Containment } from '../wire.js';
 
 export type ToolName = 'share-file' | 'fetch-peer-file';
@@ -34,6 +34,8 @@ export interface SessionInit {
   advertisedUrl: string | null;
   /** Bytes reads in flight may hold; default DEFAULT_MEMORY_BUDGET_BYTES. */
   memoryBudgetBytes?: number;
+  /** Refusals traced one by one per second, all clients together (default SERVER_REFUSALS_PER_SECOND; burst ten times it). */
+  refusalTraceRate?: number;
   /** How long one listing may run; default DEFAULT_LISTING_BUDGET_MS. */
   listingBudgetMs?: number;
   /** The largest file fetch-peer-file lands; default DEFAULT_FETCH_MAX_BYTES. */
@@ -86,7 +88,8 @@ export class Session {
     this.now = init.now ?? Date.now;
     this.memory = new MemoryBudget(init.memoryBudgetBytes);
     this.fetchMaxBytes = init.fetchMaxBytes ?? DEFAULT_FETCH_MAX_BYTES;
-    this.refusals = new RefusalLimiter((f) => this.trace.record(refusalsSuppressed({ client: f.client, suppressed: f.suppressed, sinceMs: f.since_ms, clients: f.clients })));
+    const serverRate = init.refusalTraceRate === undefined ? undefined : { burst: 10 * init.refusalTraceRate, perSecond: init.refusalTraceRate };
+    this.refusals = new RefusalLimiter((f) => this.trace.record(refusalsSuppressed({ client: f.client, suppressed: f.suppressed, sinceMs: f.since_ms, clients: f.clients })), undefined, undefined, undefined, serverRate);
     this.grants = effectiveGrants(init.manifest, init.containment);
     const common = { workdirFd: () => this.workdirDescriptor, containment: init.containment, resolver: init.resolver, listingBudgetMs: init.listingBudgetMs };
     const { files, peerFiles } = init.manifest;
@@ -94,7 +97,7 @@ export class Session {
     this.peerFiles = peerFiles ? new ExportView({ ...common, root: peerFiles.root, maxBytes: peerFiles.maxBytes }) : null;
     // Written before the key exists, so a launch that cannot record its start leaves no key behind.
     this.trace.start(
-      sessionStart({ containment: init.containment, resolver: init.resolver, toolsDeclared: this.toolsDeclared(), confinement: init.confinement, effectiveGrants: this.grants }),
+      sessionStart({ containment: init.containment, resolver: init.resolver, toolsDeclared: this.toolsDeclared(), capsule: boundedField(init.manifest.name), confinement: init.confinement, effectiveGrants: this.grants }),
     );
     // The key exists only when something can be minted, and only in locked memory.
     this.key = peerFiles ? InstanceKey.generate() : null;

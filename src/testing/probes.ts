@@ -10,8 +10,11 @@
 // EACCES from all of them.
 // RESOURCE_PLANE_TEST_UNCHECKED_CONNECT=HOST:PORT: open one TCP connection there, outside the
 // allow list's check, and report the outcome in the same line.
+// RESOURCE_PLANE_TEST_PAUSE_BEFORE_EXEC=/abs/path: a confined launch's first stage, its trace made,
+// prints {"test_hook":"paused_before_exec"} and waits until that path exists before re-executing,
+// so a test can act in the window between the two stages.
 import { readFile } from 'node:fs/promises';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { constants } from 'node:os';
 import { dirname } from 'node:path';
@@ -20,6 +23,14 @@ import * as native from '../native.js';
 
 export const UNCHECKED_READ_ENV = 'RESOURCE_PLANE_TEST_UNCHECKED_READ';
 export const UNCHECKED_CONNECT_ENV = 'RESOURCE_PLANE_TEST_UNCHECKED_CONNECT';
+/** Waits (see the header) until RESOURCE_PLANE_TEST_PAUSE_BEFORE_EXEC's path exists. */
+export async function pauseBeforeExec(): Promise<void> {
+  const path = process.env.RESOURCE_PLANE_TEST_PAUSE_BEFORE_EXEC;
+  if (path === undefined) return;
+  process.stderr.write(`${JSON.stringify({ test_hook: 'paused_before_exec' })}\n`);
+  while (!existsSync(path)) await new Promise((resolve) => setTimeout(resolve, 10));
+}
+
 /** More concurrent operations than libuv has pool threads (4 unless UV_THREADPOOL_SIZE says), so each thread takes some. */
 const CONCURRENT = 16;
 

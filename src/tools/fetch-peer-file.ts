@@ -14,6 +14,7 @@ import { readUnverified } from '../handle/token.js';
 import { destinationMatches, targetFromPeer, type Destination, type Target } from '../manifest/destinations.js';
 import * as native from '../native.js';
 import { BodyFailure, ERROR_BODY_MAX_BYTES, readVerifiedBody, type VerifiedBody } from '../response-body.js';
+import { outboundGuardProblem } from '../outbound-client.js';
 import { handleId } from '../redact.js';
 import { PEER_INBOX_DIR } from '../manifest/scope.js';
 import { peerFileFetch } from '../trace/events.js';
@@ -115,6 +116,7 @@ export async function fetchPeerFile(
     try {
       // Before any connection: the operator's allow list, then the token's shape.
       const target = matchPeer(session.manifest.peerFetchAllow, input.peer);
+      await refuseWithoutGuard();
       handle = parseHandle(input.handle, id);
       const audience = assertedAudience(session);
       await checkIssuer(target, handle, input.peer, limits);
@@ -134,6 +136,17 @@ export async function fetchPeerFile(
     return { path: handle.stored, bytes: body.bytes, sha256: body.sha256, peer: input.peer, generation: answer.generation };
   } finally {
     await held.release();
+  }
+}
+
+/**
+ * No fetch without the outbound guard (src/outbound-client.ts): with an undici whose private fields
+ * moved, a peer could end this process in the middle of a fetch, session_end and all.
+ */
+async function refuseWithoutGuard(): Promise<void> {
+  const problem = await outboundGuardProblem();
+  if (problem !== null) {
+    throw new Refusal('io_error', `fetch-peer-file is disabled: ${problem}, so a peer could end this process in the middle of a fetch; install the undici version this package's lockfile names`);
   }
 }
 

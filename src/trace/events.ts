@@ -6,7 +6,7 @@
 export type TraceFields = Record<string, unknown>;
 
 export const EVENT_FIELDS = Object.freeze({
-  session_start: ['containment_achieved', 'resolver', 'tools_declared', 'confinement', 'effective_grants'],
+  session_start: ['containment_achieved', 'resolver', 'tools_declared', 'capsule', 'confinement', 'effective_grants'],
   resource_list: ['root', 'entry_count', 'total_bytes', 'generation', 'containment_achieved', 'outcome', 'reason'],
   resource_read: ['path', 'outcome', 'bytes', 'sha256', 'generation', 'containment_achieved', 'reason'],
   peer_handle_mint: ['handle_id', 'path', 'audience', 'expires_at_ms', 'outcome', 'reason'],
@@ -41,12 +41,14 @@ function event<T extends EventType>(type: T, values: Partial<Record<(typeof EVEN
   return { type, fields };
 }
 
-export function sessionStart(f: { containment: string; resolver: string; toolsDeclared: unknown; confinement: unknown; effectiveGrants: unknown }): TraceEvent<'session_start'> {
+export function sessionStart(f: { containment: string; resolver: string; toolsDeclared: unknown; capsule: string | null; confinement: unknown; effectiveGrants: unknown }): TraceEvent<'session_start'> {
   // effective_grants last on the line: explain-scope --json is this object byte for byte, read to the line's end.
   return event('session_start', {
     containment_achieved: f.containment,
     resolver: f.resolver,
     tools_declared: f.toolsDeclared,
+    // The manifest's name: what `records` shows beside the session id.
+    capsule: f.capsule,
     confinement: f.confinement,
     effective_grants: f.effectiveGrants,
   });

@@ -53,7 +53,7 @@ describe('the trace catalogue against docs/trace.md', () => {
     const dir = mkdtempSync(join(tmpdir(), 'rp-trace-bound-'));
     try {
       const trace = Trace.open(join(dir, 'trace.jsonl'), 'ses_bound');
-      trace.start(sessionStart({ containment: 'sealed', resolver: 'openat2', toolsDeclared: [], confinement: null, effectiveGrants: {} }));
+      trace.start(sessionStart({ containment: 'sealed', resolver: 'openat2', toolsDeclared: [], capsule: 'cap', confinement: null, effectiveGrants: {} }));
       await trace.record(peerHandleMint({ handleId: null, path: 'a.txt', audience: `${'n'.repeat(65_536)}@localhost:1`, expiresAtMs: null, outcome: 'ok', reason: null }));
       await trace.close();
       const line = JSON.parse(readFileSync(join(dir, 'trace.jsonl'), 'utf8').trim().split('\n')[1]!) as { audience: string };
@@ -94,7 +94,7 @@ describe('a request\'s line, byte for byte', () => {
     const dir = mkdtempSync(join(tmpdir(), 'rp-trace-flat-'));
     try {
       const trace = Trace.open(join(dir, 'trace.jsonl'), 'ses_"flat"\\');
-      const parent = trace.start(sessionStart({ containment: 'sealed', resolver: 'openat2', toolsDeclared: [], confinement: null, effectiveGrants: {} }));
+      const parent = trace.start(sessionStart({ containment: 'sealed', resolver: 'openat2', toolsDeclared: [], capsule: 'cap', confinement: null, effectiveGrants: {} }));
       const fields = { path, outcome: 'ok', reason: null, bytes: 1e21, sha256: 'f'.repeat(64), generation: -0, containment: 'sealed' };
       await trace.record(resourceRead(fields));
       await trace.close();

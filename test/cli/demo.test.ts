@@ -7,13 +7,15 @@ import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { defer } from '../helpers/cleanup.js';
-import { CLI } from '../helpers/cli.js';
+import { CLI, runCli } from '../helpers/cli.js';
+import { scratch } from '../helpers/tree.js';
 
 const sha256 = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
 
 describe('resource-plane demo', () => {
   it('hands a file from the reporter to the reader, verifiably, then serves until SIGINT', async () => {
-    const child = spawn(process.execPath, [CLI, 'demo'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const records = join(scratch(), 'records');
+    const child = spawn(process.execPath, [CLI, 'demo'], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, RESOURCE_PLANE_RECORDS_DIR: records } });
     let out = '';
     await new Promise<void>((resolve, reject) => {
       child.stdout.on('data', (d: Buffer) => {
@@ -68,8 +70,16 @@ describe('resource-plane demo', () => {
       const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
       child.kill('SIGINT');
       expect(await exited).toBe(0);
-      // The demo removes its scratch directory on the way out.
+      // The demo removes its scratch directory on the way out, and keeps its traces where every
+      // session's go: in the records directory, where `records` lists them, ended.
       expect(existsSync(scratchDir)).toBe(false);
+      for (const t of [traces[1]!, traces[2]!]) {
+        expect(t.startsWith(`${records}/`)).toBe(true);
+        expect(readFileSync(t, 'utf8').trim().split('\n').at(-1)).toContain('"session_end"');
+      }
+      const listed = runCli(['records', '--json'], { RESOURCE_PLANE_RECORDS_DIR: records });
+      const rows = listed.stdout.trim().split('\n').map((l) => JSON.parse(l) as { capsule: string; live: boolean });
+      expect(rows.map((r) => [r.capsule, r.live]).sort()).toEqual([['reader', false], ['reporter', false]]);
     } finally {
       child.kill('SIGKILL');
     }

@@ -111,6 +111,34 @@ describe('--operator-listen unix:PATH in a directory that is not private', () =>
     await refused(join(base, 'missing', 'op.sock'), workdir, /the directory '.*\/missing' does not exist/);
   });
 
+  it('refuses a private directory under a 0777 parent reached through a symlink (every ancestor is checked, StrictModes-like)', async () => {
+    const { base, workdir } = layout();
+    const shared = join(base, 'shared');
+    mkdirSync(join(shared, 'priv'), { recursive: true });
+    chmodSync(shared, 0o777);
+    chmodSync(join(shared, 'priv'), 0o700);
+    symlinkSync(shared, join(base, 'publink'));
+    await refused(join(base, 'publink', 'priv', 'op.sock'), workdir, new RegExp(`the directory '.*/publink/priv' lies under '${shared}', which is writable by others \\(mode 0777\\)`));
+    // Named directly, the same.
+    await refused(join(shared, 'priv', 'op.sock'), workdir, /lies under '.*\/shared', which is writable by others/);
+    // A group-writable ancestor too; a root-owned sticky one (as /tmp, where this test's scratch lives) is not refused.
+    chmodSync(shared, 0o775);
+    await refused(join(shared, 'priv', 'op.sock'), workdir, /lies under '.*\/shared', which is writable by its group \(mode 0775\)/);
+    chmodSync(shared, 0o755);
+    const l = await up(`unix:${join(base, 'publink', 'priv', 'op.sock')}`);
+    expect(await unixGet(join(shared, 'priv', 'op.sock'), '/resources/files/a.txt')).toEqual({ status: 200, body: 'operator bytes' });
+    await l.close();
+  });
+
+  it.skipIf(process.getuid?.() !== 0)('refuses a private directory under an ancestor another user owns', async () => {
+    const { base, workdir } = layout();
+    const theirs = join(base, 'theirs');
+    mkdirSync(join(theirs, 'priv'), { recursive: true });
+    chmodSync(join(theirs, 'priv'), 0o700);
+    chownSync(theirs, 65534, 65534);
+    await refused(join(theirs, 'priv', 'op.sock'), workdir, /lies under '.*\/theirs', which is owned by uid 65534/);
+  });
+
   it('accepts a private one (0700, or 0750: readable, not writable, by the group) and serves there', async () => {
     for (const mode of [0o700, 0o750]) {
       const { sock } = socketIn(mode);

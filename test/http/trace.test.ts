@@ -18,7 +18,7 @@ import { makeTree, removeTree, tempDir } from '../helpers/tree.js';
 
 const COMMON = ['event_type', 'event_id', 'parent_id', 'session_id', 'timestamp'];
 const FIELDS: Record<string, string[]> = {
-  session_start: ['containment_achieved', 'resolver', 'tools_declared', 'confinement', 'effective_grants'],
+  session_start: ['containment_achieved', 'resolver', 'tools_declared', 'capsule', 'confinement', 'effective_grants'],
   resource_list: ['root', 'entry_count', 'total_bytes', 'generation', 'containment_achieved', 'outcome', 'reason'],
   resource_read: ['path', 'outcome', 'bytes', 'sha256', 'generation', 'containment_achieved', 'reason'],
   session_end: ['reason', 'counts'],

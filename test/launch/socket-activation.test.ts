@@ -9,6 +9,7 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { activatedListeners, openNotifySocket } from '../../src/launch/sockets.js';
 import type { Confinement } from '../../src/session/confinement.js';
 import { landlockAbi } from '../../src/native.js';
 import { defer } from '../helpers/cleanup.js';
@@ -131,6 +132,63 @@ describe.skipIf(!HAVE_ACTIVATE)('systemd socket activation', () => {
   });
 });
 
+/**
+ * A parent that was itself socket-activated and did not clear the variables: serve is spawned by
+ * systemd-socket-activate through `env -u LISTEN_PID` (env execs, so the PID stays; only the
+ * variable is gone), so fd 3 is a listening socket and LISTEN_FDS=1 says so, but nothing says the
+ * hand-over is for this process. sd_listen_fds ignores such variables; so must serve.
+ */
+describe.skipIf(!HAVE_ACTIVATE)('a stray LISTEN_FDS (no LISTEN_PID) is not a hand-over', () => {
+  for (const [name, extra] of [['without --listen (confined)', []], ['with --listen (unconfined)', ['--listen', '127.0.0.1:0', '--no-landlock']]] as const) {
+    it(`${name}: serve binds its own listener, and fd 3 is left alone`, async () => {
+      const { workdir, trace } = capsule();
+      const port = await freePort();
+      const args = [`-l`, `127.0.0.1:${port}`, '--', '/usr/bin/env', '-u', 'LISTEN_PID', process.execPath, CLI, 'serve', '--workdir', workdir, '--trace', trace, ...extra];
+      const child = spawn(ACTIVATE, args, { env: process.env });
+      let stdout = '';
+      let stderr = '';
+      child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+      child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+      const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+      defer(async () => {
+        if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+        await exited;
+      });
+      for (let i = 0; i < 10_000 && !stderr.includes('Listening on') && child.exitCode === null; i++) await new Promise((resolve) => setTimeout(resolve, 5));
+      // The first connection spawns serve; it is never answered (nobody serves fd 3), so it is dropped.
+      const trigger = connect({ host: '127.0.0.1', port });
+      trigger.on('error', () => undefined);
+      defer(() => {
+        trigger.destroy();
+      });
+      for (let i = 0; i < 10_000 && !stdout.includes('\n') && child.exitCode === null; i++) await new Promise((resolve) => setTimeout(resolve, 5));
+      expect(stderr).not.toContain('come from systemd');
+      const ready = JSON.parse(stdout.split('\n')[0]!) as { url: string };
+      // Its own listener, not the one on fd 3.
+      expect(ready.url).not.toBe(`http://127.0.0.1:${port}`);
+      const answer = await get({ port: Number(new URL(ready.url).port) }, '/resources/files/a.txt');
+      expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+    });
+  }
+});
+
+describe('the hand-over variables', () => {
+  it('count only with LISTEN_PID equal to this process, and are removed either way', () => {
+    for (const env of [{ LISTEN_FDS: '1' }, { LISTEN_FDS: '1', LISTEN_PID: String(process.pid + 1), LISTEN_FDNAMES: 'peer' }, { LISTEN_FDS: '1', LISTEN_PID: '' }]) {
+      const copy: NodeJS.ProcessEnv = { ...env, OTHER: 'kept' };
+      expect(activatedListeners(copy, process.pid)).toBeNull();
+      expect(copy).toEqual({ OTHER: 'kept' });
+    }
+  });
+
+  it('a vsock NOTIFY_SOCKET is said to be unsupported, and the launch goes on without readiness', () => {
+    const said: string[] = [];
+    expect(openNotifySocket({ NOTIFY_SOCKET: 'vsock:2:9999' }, (why) => said.push(why))).toBeNull();
+    expect(said).toHaveLength(1);
+    expect(said[0]).toMatch(/NOTIFY_SOCKET 'vsock:2:9999' is an AF_VSOCK address, which this server does not support/);
+  });
+});
+
 /** A datagram socket bound by python3 at `path`, printing each message it receives as a line. */
 function notifyReceiver(path: string) {
   const script = `import socket, sys
@@ -171,6 +229,18 @@ describe.skipIf(!HAVE_PYTHON)('readiness with NOTIFY_SOCKET', () => {
       expect(receiver.lines()).toEqual(['bound', 'READY=1', 'STOPPING=1']);
     });
   }
+
+  it('a vsock NOTIFY_SOCKET (systemd 253+): serve starts, serves, and says readiness is not sent', async () => {
+    const { workdir, trace } = capsule();
+    const s = await startServe(['--workdir', workdir, '--trace', trace], { NOTIFY_SOCKET: 'vsock:2:9999' });
+    defer(async () => {
+      s.child.kill('SIGTERM');
+      await s.exited;
+    });
+    const r = await runCliAsync(['ls', s.ready.url]);
+    expect(r.stdout).toContain('a.txt');
+    expect(s.stderr()).toContain("NOTIFY_SOCKET 'vsock:2:9999' is an AF_VSOCK address, which this server does not support");
+  });
 
   it('an unreachable NOTIFY_SOCKET fails the launch before anything exists', async () => {
     const { workdir, trace } = capsule();

@@ -7,7 +7,7 @@ import * as nodeModule from 'node:module';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { COMPILE_CACHE_DIR, compileCacheProblem } from '../../src/cli/compile-cache.js';
+import { COMPILE_CACHE_DIR, compileCacheOutcome, compileCacheProblem, useCompileCache } from '../../src/cli/compile-cache.js';
 import { landlockAbi } from '../../src/native.js';
 import { defer } from '../helpers/cleanup.js';
 import { startServe } from '../helpers/cli.js';
@@ -57,6 +57,46 @@ describe('compileCacheProblem', () => {
     expect(compileCacheProblem(dir)).toMatch(/v24-x64-0 is a symbolic link/);
   });
 
+  it('refuses the cache for one file in it that is a link, writable by others, or not a regular file', () => {
+    const fresh = () => {
+      const dir = join(scratch(), 'cache');
+      mkdirSync(join(dir, 'v22-x64-0'), { recursive: true, mode: 0o755 });
+      chmodSync(dir, 0o755);
+      chmodSync(join(dir, 'v22-x64-0'), 0o755);
+      writeFileSync(join(dir, 'v22-x64-0', '0a1b2c3d'), 'code', { mode: 0o600 });
+      return dir;
+    };
+    expect(compileCacheProblem(fresh())).toBeNull();
+    // A planted link to a world-writable file (anyone could put code there).
+    let dir = fresh();
+    const planted = join(scratch(), 'planted');
+    writeFileSync(planted, 'their code');
+    chmodSync(planted, 0o666);
+    symlinkSync(planted, join(dir, 'v22-x64-0', '9f8e7d6c'));
+    expect(compileCacheProblem(dir)).toMatch(/v22-x64-0\/9f8e7d6c is a symbolic link/);
+    // A file others may write, in place.
+    dir = fresh();
+    writeFileSync(join(dir, 'v22-x64-0', '9f8e7d6c'), 'code');
+    chmodSync(join(dir, 'v22-x64-0', '9f8e7d6c'), 0o646);
+    expect(compileCacheProblem(dir)).toMatch(/v22-x64-0\/9f8e7d6c is writable by group or others \(mode 646\)/);
+    dir = fresh();
+    mkdirSync(join(dir, 'v22-x64-0', 'nested'), { mode: 0o755 });
+    expect(compileCacheProblem(dir)).toMatch(/v22-x64-0\/nested is not a regular file/);
+    // useCompileCache then leaves the cache off, and says why loudly enough for serve's log.
+    expect(useCompileCache(dir)).toMatch(/nested is not a regular file: the compile cache is off/);
+    expect(compileCacheOutcome()).toMatchObject({ used: false, level: 'warn' });
+  });
+
+  it.skipIf(!ROOT)('refuses the cache for one file another user owns', () => {
+    const dir = join(scratch(), 'cache');
+    mkdirSync(join(dir, 'v22-x64-0'), { recursive: true, mode: 0o755 });
+    chmodSync(dir, 0o755);
+    chmodSync(join(dir, 'v22-x64-0'), 0o755);
+    writeFileSync(join(dir, 'v22-x64-0', '0a1b2c3d'), 'code', { mode: 0o644 });
+    chownSync(join(dir, 'v22-x64-0', '0a1b2c3d'), 65534, 65534);
+    expect(compileCacheProblem(dir)).toMatch(/0a1b2c3d is owned by uid 65534/);
+  });
+
   it.skipIf(!ROOT)('refuses a directory another user owns', () => {
     const dir = join(scratch(), 'cache');
     mkdirSync(dir, { mode: 0o755 });
@@ -64,6 +104,19 @@ describe('compileCacheProblem', () => {
     expect(compileCacheProblem(dir)).toMatch(/is owned by uid 65534/);
     // Root's own is trusted by any user, as root's install of the package is.
     expect(compileCacheProblem(dir, 65534)).toBeNull();
+  });
+});
+
+describe("serve's log about the compile cache", () => {
+  it.skipIf(!HAS_COMPILE_CACHE)("says that a caller's NODE_COMPILE_CACHE is used unchecked", async () => {
+    const callers = join(scratch(), 'callers-cache');
+    const s = await startServe(['--workdir', capsule(), '--no-landlock', '--trace', join(scratch(), 'trace.jsonl')], { NODE_COMPILE_CACHE: callers });
+    defer(async () => {
+      s.child.kill('SIGTERM');
+      await s.exited;
+    });
+    const line = s.stderr().split('\n').filter(Boolean).map((l) => JSON.parse(l) as { level: number; msg: string; compile_cache?: string }).find((l) => l.msg.startsWith('compile cache:'));
+    expect(line).toMatchObject({ level: 30, msg: `compile cache: NODE_COMPILE_CACHE is set: the caller's cache (${callers}) is used as Node opened it, unchecked` });
   });
 });
 
