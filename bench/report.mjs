@@ -44,6 +44,7 @@ const INFO = [
   { id: 'start_vs_bare', what: 'start to ready: ours / bare node:http listener', expect: '' },
   { id: 'fastify_start_vs_bare', what: 'start to ready: bare Fastify / bare node:http listener (Fastify\'s own cost)', expect: '' },
   { id: 'read64m_vs_nginx', what: '64 MiB read: ours / nginx (MB/s)', expect: '' },
+  { id: 'rewritten_vs_nginx', what: '1 MiB file rewritten in place while read, 4 connections: ours / nginx (MB/s of whole bodies; ours serves snapshots, nginx whatever it reads)', expect: '' },
   { id: 'rss_minus_bare_mib', what: 'idle RSS: ours − bare node:http listener (MiB)', expect: '', unit: 'MiB' },
 ];
 
@@ -108,6 +109,7 @@ export function summarise(raw, serverIds, cases) {
     read64m_vs_sha256: perRound((r) => raw.streamed[r].ours_64m.mbps / raw.sha256[r]),
     read64m_vs_nginx: perRound((r) => raw.streamed[r].ours_64m.mbps / raw.streamed[r].nginx_64m.mbps),
     size_cycle_distinct_vs_same: perRound((r) => raw.streamed[r].cycle_distinct.mbps / raw.streamed[r].cycle_same.mbps),
+    rewritten_vs_nginx: perRound((r) => raw.rewritten[r]?.ours?.mbps / raw.rewritten[r]?.nginx?.mbps),
   };
   const ratioStats = Object.fromEntries(Object.entries(ratios).map(([k, v]) => [k, stat(v)]));
   const targets = TARGETS.map((t) => {
@@ -126,6 +128,11 @@ export function summarise(raw, serverIds, cases) {
       redeem: { rps: stat(raw.peer.map((p) => p.redeem.rps)), p99_ms: stat(raw.peer.map((p) => p.redeem.p99_ms)) },
     },
     sha256_mbps: stat(raw.sha256),
+    rewritten: Object.fromEntries(['ours', 'nginx'].map((id) => [id, {
+      share: stat((raw.rewritten ?? []).map((w) => w[id]?.share)),
+      mbps: stat((raw.rewritten ?? []).map((w) => w[id]?.mbps)),
+      mismatched: (raw.rewritten ?? []).reduce((a, w) => a + (w[id]?.mismatched ?? 0), 0),
+    }])),
     listing: {
       sha256sum_s: stat(raw.listing.flatMap((l) => l.sha256sum_s)),
       first_s: stat(raw.listing.map((l) => l.first_s)),
@@ -202,6 +209,8 @@ export function renderReport(meta, s, servers, cases) {
     ['1 KiB operator read, ours with `--control stdio` (req/s; p99 ms)', `${cell(s.peer.read.rps)}; ${cell(s.peer.read.p99_ms)}`],
     ['1 KiB redeem, same server, handle from share-file over MCP (req/s; p99 ms)', `${cell(s.peer.redeem.rps)}; ${cell(s.peer.redeem.p99_ms)}`],
     ['SHA-256, node:crypto, one core, 64 MiB buffer (MB/s)', cell(s.sha256_mbps)],
+    ['1 MiB file rewritten in place by another process, 4 connections: ours, share of reads served whole; MB/s; bodies unlike their etag', `${cell(s.rewritten.ours.share)}; ${cell(s.rewritten.ours.mbps)}; ${s.rewritten.ours.mismatched}`],
+    ['the same file and writer, nginx: share served whole; MB/s', `${cell(s.rewritten.nginx.share)}; ${cell(s.rewritten.nginx.mbps)}`],
     [`\`find … -print0 | xargs -0 sha256sum\`, ${meta.listing_files.toLocaleString('en-US')} × 4 KiB (s)`, cell(s.listing.sha256sum_s)],
     [`age of the listing tree (newest change) at the first listing; its filesystem (\`stat -f\`)`, `${cell(s.listing.tree_age_s, ' s')}; ${meta.listing_fs}`],
     ['ours (`serve`, default options, Landlock on), first listing after start, timed by curl (s)', cell(s.listing.first_s)],

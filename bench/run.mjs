@@ -36,6 +36,7 @@
 import { spawnSync } from 'node:child_process';
 import { createHash, randomBytes, randomFillSync } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { Agent, request } from 'node:http';
 import { createServer } from 'node:net';
 import { cpus, loadavg, release, tmpdir, totalmem } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -111,6 +112,9 @@ writeFileSync(join(capsule, 'murmur.yaml'), [
   '  peer_files:', '    root: out/', '    max_ttl: 15m', '    max_bytes: 1Mi',
   'capabilities:', '  network:', '    allow:', '      - localhost', '',
 ].join('\n'));
+// The file rewritten in place while it is read (rewrittenRound).
+const REWRITTEN = 'rewritten.bin';
+writeFileSync(join(outDir, REWRITTEN), Buffer.alloc(MiB, 64), { mode: 0o644 });
 const files = {};
 for (const c of CASES) {
   const bytes = randomBytes(c.size);
@@ -277,7 +281,7 @@ async function mint() {
 }
 
 // ---- measurements ----
-const raw = { reads: {}, peer: [], sha256: [], listing: [], start: [], streamed: [] };
+const raw = { reads: {}, peer: [], sha256: [], listing: [], start: [], streamed: [], rewritten: [] };
 const push = (obj, key, v) => (obj[key] ??= []).push(v);
 
 async function timedLoad(url, size, headers) {
@@ -384,6 +388,65 @@ async function nodeListing(url) {
 // The listing server is `resource-plane serve` as a user runs it: default options (containment
 // advisory, trace in the records directory, Landlock on), a fresh process each round, so the first
 // listing finds the digest cache empty and the repeats find it filled.
+// A 1 MiB file rewritten in place in a tight loop by another process (an agent saving a report),
+// read on 4 keep-alive connections for SECONDS by ours and by nginx: how many reads are served
+// whole, at what rate, and (ours) whether each body is what its etag vouches for. The client hashes
+// every body from both servers, so the two sides cost the client the same.
+const REWRITER = `const fs = require('node:fs'); const fd = fs.openSync(process.argv[1], 'r+'); const n = fs.fstatSync(fd).size;
+const bufs = Array.from({ length: 26 }, (_, i) => Buffer.alloc(n, 65 + i)); for (let i = 0; ; i++) fs.writeSync(fd, bufs[i % 26], 0, n, 0);`;
+
+function rewrittenLoad(url, seconds, checkEtag) {
+  const agent = new Agent({ keepAlive: true, maxSockets: 4 });
+  const until = performance.now() + seconds * 1000;
+  const m = { total: 0, served: 0, mismatched: 0, bytes: 0 };
+  const one = () => new Promise((resolve) => {
+    const req = request(url, { agent }, (res) => {
+      const hash = createHash('sha256');
+      let got = 0;
+      res.on('data', (d) => { hash.update(d); got += d.length; });
+      res.on('error', () => resolve());
+      res.on('end', () => {
+        const whole = res.statusCode === 200 && got === Number(res.headers['content-length']);
+        const digest = hash.digest('hex');
+        if (whole) {
+          m.served++;
+          m.bytes += got;
+          if (checkEtag && res.headers.etag !== `"sha256:${digest}"`) m.mismatched++;
+        }
+        resolve();
+      });
+    });
+    req.on('error', () => resolve());
+    req.end();
+  });
+  const worker = async () => {
+    while (performance.now() < until) {
+      m.total++;
+      await one();
+    }
+  };
+  const t = performance.now();
+  return Promise.all([worker(), worker(), worker(), worker()]).then(() => {
+    agent.destroy();
+    const s = (performance.now() - t) / 1000;
+    return { ...m, share: m.total ? m.served / m.total : 0, rps: m.served / s, mbps: m.bytes / s / 1e6 };
+  });
+}
+
+async function rewrittenRound(r) {
+  const writer = track(process.execPath, ['-e', REWRITER, join(outDir, REWRITTEN)]);
+  const row = { round: r };
+  try {
+    for (const s of rotate(servers.filter((x) => x.id === 'ours' || x.id === 'nginx'), r)) {
+      row[s.id] = await rewrittenLoad(`${s.url}/resources/files/${REWRITTEN}`, SECONDS, s.id === 'ours');
+      if (s.id === 'ours' && row.ours.mismatched) odd.push(`ours, 1 MiB under an in-place writer, round ${r + 1}: ${row.ours.mismatched} bodies differ from their etag`);
+    }
+  } finally {
+    await stop(writer);
+  }
+  raw.rewritten.push(row);
+}
+
 async function listingRound(r) {
   const sums = await sha256sumTree();
   const ageS = (Date.now() - listingWrittenAt) / 1000;
@@ -485,6 +548,7 @@ try {
     }
     raw.peer.push(pair);
     await streamedRound(r);
+    await rewrittenRound(r);
     await listingRound(r);
     for (let i = 0; i < START_SAMPLES; i++) {
       for (const kind of rotate(['fastify', 'ours', 'bare', 'unconfined'], r + i)) await startSample(kind, r);
