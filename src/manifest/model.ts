@@ -12,7 +12,7 @@ import type { Document } from 'yaml';
 import type { Containment } from '../wire.js';
 import { parseDestination, type Destination, type Target } from './destinations.js';
 import { ManifestError } from './diagnostics.js';
-import { BYTE_COUNT, BYTE_MULTIPLIER, DURATION, DURATION_MULTIPLIER, parseScaled } from './grammars.js';
+import { BYTE_COUNT, BYTE_MULTIPLIER, DURATION, DURATION_MULTIPLIER, FLAG_BYTE_COUNT, parseScaled } from './grammars.js';
 
 type Yaml = typeof import('yaml');
 let yamlLib: Yaml | undefined;
@@ -241,7 +241,11 @@ function byteCount(view: ManifestView, block: string[], field: string): number {
   if (text === undefined) return DEFAULT_MAX_BYTES;
   const parsed = parseScaled(text, BYTE_COUNT, BYTE_MULTIPLIER);
   if (parsed.ok) return parsed.value;
-  throw malformed(field, `${BYTE_COUNT_RULE}${qualifier(parsed.why, '')}`, `'${text}'`, hint);
+  // `10MB` is what the command line's flags accept; say why the manifest does not.
+  const si = parsed.why === 'syntax' && FLAG_BYTE_COUNT.test(text.trim())
+    ? `; '${text.trim()}' is a form the command-line flags accept, but the manifest is read by the runtime too and keeps Ki/Mi/Gi only`
+    : '';
+  throw malformed(field, `${BYTE_COUNT_RULE}${qualifier(parsed.why, '')}`, `'${text}'`, `${hint}${si}`);
 }
 
 function duration(view: ManifestView, keys: Key[], field: string): { secs: number; text: string } | null {
