@@ -43,6 +43,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { atExit, fetchOnce, firstJsonLine, rssBytes, sleep, stop, track } from './children.mjs';
 import { mcpClient } from './mcp.mjs';
+import { chartRows, renderChartSvg } from './chart.mjs';
 import { renderReport, summarise } from './report.mjs';
 import { autocannonLoad, ensureTool, startNginx, toolVersion, wrkCycle, wrkLoad } from './tools.mjs';
 
@@ -50,16 +51,18 @@ const HERE = dirname(fileURLToPath(import.meta.url));
 const CLI = join(HERE, '..', 'dist', 'cli', 'main.js');
 
 // ---- options ----
+/** An absolute path that keeps a trailing `/`, which says "a directory" even before it exists. */
+const outPath = (given) => `${resolve(given)}${given.endsWith('/') ? '/' : ''}`;
 const argv = process.argv.slice(2);
 let outFile = null;
 let quick = false;
 for (let i = 0; i < argv.length; i++) {
   const a = argv[i];
   if (a === '--quick') quick = true;
-  else if (a === '--out') outFile = argv[i + 1] && !argv[i + 1].startsWith('--') ? resolve(argv[++i]) : join(HERE, 'results.json');
-  else if (a.startsWith('--out=')) outFile = resolve(a.slice(6));
+  else if (a === '--out') outFile = argv[i + 1] && !argv[i + 1].startsWith('--') ? outPath(argv[++i]) : join(HERE, 'results.json');
+  else if (a.startsWith('--out=')) outFile = outPath(a.slice(6));
   else if (a === '--help' || a === '-h') {
-    process.stdout.write('usage: node bench/run.mjs [--quick] [--out [FILE]]   (FILE defaults to bench/results.json)\n');
+    process.stdout.write('usage: node bench/run.mjs [--quick] [--out [FILE|DIR/]]   (FILE defaults to bench/results.json; a directory gets results.json and bench.svg, the chart)\n');
     process.exit(0);
   } else fail(`unknown argument ${a} (try --help)`);
 }
@@ -597,6 +600,15 @@ const meta = {
 const summary = summarise(raw, servers.map((s) => s.id), CASES);
 process.stdout.write(renderReport(meta, summary, servers, CASES));
 if (outFile) {
-  writeFileSync(outFile, `${JSON.stringify({ ...meta, summary, raw }, null, 2)}\n`);
-  say(`results written to ${outFile}`);
+  // A directory (one that exists, or a path ending in /) gets the results and the chart.
+  const toDir = outFile.endsWith('/') || (existsSync(outFile) && statSync(outFile).isDirectory());
+  const resultsFile = toDir ? join(outFile, 'results.json') : outFile;
+  if (toDir) mkdirSync(outFile, { recursive: true });
+  writeFileSync(resultsFile, `${JSON.stringify({ ...meta, summary, raw }, null, 2)}\n`);
+  say(`results written to ${resultsFile}`);
+  if (toDir) {
+    const caption = `${meta.command}, ${meta.date.slice(0, 10)}, ${meta.machine.cores} cores, Node ${meta.machine.node}: reads, this server beside each peer`;
+    writeFileSync(join(outFile, 'bench.svg'), renderChartSvg(chartRows(summary, meta.servers, CASES), meta.servers, caption));
+    say(`chart written to ${join(outFile, 'bench.svg')}`);
+  }
 }

@@ -153,7 +153,7 @@ export const CATALOGUE: Readonly<Record<Code, CatalogueRow>> = Object.freeze({
     messages: { tool: "'ttl' must be a duration greater than zero: an integer, optionally suffixed s/m/h/d (e.g. 90, 30s, 5m)" },
   },
   unknown_tool: { status: null, messages: { tool: 'no tool of that name exists here' } },
-  peer_not_allowed: { status: null, messages: { tool: 'capabilities.peer_fetch.allow does not include the peer' } },
+  peer_not_allowed: { status: null, messages: { tool: 'the allow list does not include the peer (capabilities.peer_fetch.allow; for share-file, capabilities.network.allow)' } },
   peer_unreachable: { status: null, messages: { tool: 'the peer could not be reached' } },
   issuer_mismatch: {
     status: null,

@@ -20,7 +20,7 @@ import { activatedListeners, notify, openNotifySocket, type HeldListener } from 
 import { DEFAULT_MANIFEST_NAME, loadManifest, missingManifest, readManifestBeneath, type KeyCheck } from '../session/manifest-file.js';
 import { parseContainment } from '../session/options.js';
 import { ManifestError } from '../manifest/diagnostics.js';
-import { parseByteCount, parseDuration } from '../manifest/grammars.js';
+import { FLAG_BYTE_FORMS, parseDuration, parseFlagByteCount } from '../manifest/grammars.js';
 import type { Manifest } from '../manifest/model.js';
 import * as native from '../native.js';
 import { effectiveGrants, renderExplainScope } from '../manifest/scope.js';
@@ -36,24 +36,24 @@ function helpPointer(command: string | null): string {
   return `(see ${PROGRAM}${command ? ` ${command}` : ''} --help)`;
 }
 
-function parseBudgetBytes(value: string): number {
-  const n = parseByteCount(value);
-  if (n === null) throw new UsageError(`--memory-budget must be a byte count such as 256Mi (got '${value}')`);
+/** A byte-count flag: the SI and IEC forms (grammars.ts, FLAG_BYTE_COUNT); a refusal lists them. */
+function parseBytesFlag(flag: string, value: string): number {
+  const n = parseFlagByteCount(value);
+  if (n === null) throw new UsageError(`${flag} must be ${FLAG_BYTE_FORMS} (got '${value}')`);
   return n;
+}
+
+function parseBudgetBytes(value: string): number {
+  return parseBytesFlag('--memory-budget', value);
 }
 
 function parseFetchMaxBytes(value: string): number {
-  const n = parseByteCount(value);
-  if (n === null) throw new UsageError(`--fetch-max-bytes must be a byte count such as 64Mi (got '${value}')`);
-  return n;
+  return parseBytesFlag('--fetch-max-bytes', value);
 }
 
-/** A client's `--max-bytes`: a byte count, as the manifest writes one. */
+/** A client's `--max-bytes`. */
 function parseMaxBytes(value: string | undefined): number | undefined {
-  if (value === undefined) return undefined;
-  const n = parseByteCount(value);
-  if (n === null) throw new UsageError(`--max-bytes must be a byte count such as 64Mi (got '${value}')`);
-  return n;
+  return value === undefined ? undefined : parseBytesFlag('--max-bytes', value);
 }
 
 /** `--refusal-trace-rate`: a whole number of traced refusals per second, 0 (summaries only) to 100000. */
@@ -452,7 +452,7 @@ Run '${PROGRAM} <command> --help' for a command's options.`,
     .option('--listing-budget <duration>', 'how long one listing may run, e.g. 30s (default 30s)')
     .option('--operator-listen <addr>', 'serve the operator plane on its own listener, HOST:PORT or unix:PATH (a unix socket outside the workdir, created 0600, is recommended); the main listener then serves only the peer plane and the card')
     .addOption(new Option('--control <channel>', 'the control channel: stdio speaks MCP').choices(['stdio', 'none']).default('none'))
-    .option('--strict', 'a manifest key this server does not read is an error (E-MAN-003), not a warning')
+    .option('--strict', "a likely typo in the runtime's manifest blocks is an error (E-MAN-003), not a warning (an unknown key in exports.* or the allow lists always is)")
     .option('--no-access-log', 'no info line per request on stderr (it is then logged at debug)')
     .option('--no-landlock', 'serve without confining the process with Landlock (also RESOURCE_PLANE_LANDLOCK=off)')
     .addHelpText(
@@ -479,7 +479,7 @@ ${ENVIRONMENT}`,
     .option('--workdir <dir>', 'the workdir a launch would use: its murmur.yaml is read as serve reads it, and the export roots are checked against it')
     .option('--manifest <file>', 'the manifest to explain instead of <workdir>/murmur.yaml (the workdir then defaults to the manifest\'s directory)')
     .option('--json', 'print the effective grants as one line of JSON (session_start.effective_grants)')
-    .option('--strict', 'a manifest key this server does not read is an error, not a warning')
+    .option('--strict', "a likely typo in the runtime's manifest blocks is an error, not a warning")
     .addOption(new Option('--containment <class>', 'the containment class to assume').choices(['advisory', 'scoped', 'sealed']).default('advisory'))
     .addHelpText(
       'after',

@@ -3,6 +3,7 @@
 // stage of a confined launch, or by systemd), then serves it with the Fastify app of
 // src/http/app.ts, which routes every request; stopping refuses new requests, lets the ones
 // being answered finish (bounded), then closes.
+import { listenFailure, type ListenerRole } from '../listen-failure.js';
 import { unlinkSync } from 'node:fs';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -65,16 +66,18 @@ export function removeSocketFile(listener: Listener): void {
 export type ListenAddress = { host: string; port: number } | { path: string };
 
 /** Binds an HTTP listener; no request is answered until `serve` attaches an app to it. */
-export async function bind(address: ListenAddress = { host: '127.0.0.1', port: 0 }): Promise<Listener> {
+export async function bind(address: ListenAddress = { host: '127.0.0.1', port: 0 }, role: ListenerRole = 'peer'): Promise<Listener> {
   const server = createLimitedServer();
   // A unix socket is created with no permission for anyone but this user: the umask is narrowed for
   // the listen alone (the process is single-threaded here), so there is no window before a chmod.
   const previousUmask = 'path' in address ? process.umask(0o177) : null;
   try {
     await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
+      server.once('error', (error: NodeJS.ErrnoException) =>
+        reject(error.syscall === 'listen' && error.code ? listenFailure(role, address, error.code, error.message) : error),
+      );
       server.listen('path' in address ? { path: address.path } : { host: address.host, port: address.port }, () => {
-        server.off('error', reject);
+        server.removeAllListeners('error');
         resolve();
       });
     });

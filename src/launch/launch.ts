@@ -82,8 +82,8 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
       if (inherited.metrics) listeners.push(await adopt(inherited.metrics));
     } else {
       listeners.push(await bind(listen));
-      if (operatorAddress) listeners.push(await bind(operatorAddress));
-      if (metricsAddress) listeners.push(await bind(metricsAddress));
+      if (operatorAddress) listeners.push(await bind(operatorAddress, 'operator'));
+      if (metricsAddress) listeners.push(await bind(metricsAddress, 'metrics'));
     }
     session = prepared.open(advertise ?? listeners[0]!.defaultAdvertisedUrl);
   } catch (error) {

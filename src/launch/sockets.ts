@@ -10,6 +10,7 @@ import { isIP } from 'node:net';
 import { unlinkSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
 import { UsageError } from '../codes.js';
+import { listenFailure, type ListenerRole } from '../listen-failure.js';
 import * as native from '../native.js';
 
 /** One listening socket the server serves: its descriptor and what it is. */
@@ -27,7 +28,7 @@ export interface HeldListener {
 export type ListenAddress = { host: string; port: number } | { path: string };
 
 /** What a listening socket serves: the peer plane (and the card), the operator plane, or /metrics. */
-export type ListenerRole = 'peer' | 'operator' | 'metrics';
+export type { ListenerRole };
 export const LISTENER_ROLES: readonly ListenerRole[] = Object.freeze(['peer', 'operator', 'metrics']);
 
 function describe(role: HeldListener['role'], fd: number, unlinkOnClose: string | null): HeldListener {
@@ -37,22 +38,22 @@ function describe(role: HeldListener['role'], fd: number, unlinkOnClose: string 
   return { role, fd, url: `http://${host}:${info.port}`, defaultAdvertisedUrl: `http://localhost:${info.port}`, unlinkOnClose };
 }
 
-/** Node's own wording for a failed listen (`listen EADDRINUSE: address already in use 127.0.0.1:80`). */
-function listenError(out: native.SocketOutcome, where: string): Error {
+/** A failed listen, in the words `bind` uses for the same failure (src/http/listener.ts). */
+function listenError(out: native.SocketOutcome, address: ListenAddress, role: ListenerRole): Error {
   const name = Object.entries(osConstants.errno).find(([, n]) => n === out.errno)?.[0] ?? `errno ${out.errno}`;
-  return Object.assign(new Error(`listen ${name}: ${out.detail} ${where}`), { code: name });
+  return listenFailure(role, address, name, out.detail);
 }
 
 /** Binds one address; a host name is resolved first as Node's listen resolves it (the first address). */
 async function bindOne(role: HeldListener['role'], address: ListenAddress): Promise<HeldListener> {
   if ('path' in address) {
     const out = native.listenUnix(address.path);
-    if (!out.ok) throw listenError(out, address.path);
+    if (!out.ok) throw listenError(out, address, role);
     return describe(role, out.fd, address.path);
   }
   const host = isIP(address.host) ? address.host : (await lookup(address.host)).address;
   const out = native.listenTcp(host, address.port);
-  if (!out.ok) throw listenError(out, `${address.host}:${address.port}`);
+  if (!out.ok) throw listenError(out, address, role);
   return describe(role, out.fd, null);
 }
 

@@ -153,6 +153,25 @@ export function destinationMatches(list: readonly Destination[], target: Target)
   });
 }
 
+const LOOPBACK_NAMES = new Set(['localhost', '127.0.0.1', '[::1]', '::1']);
+/** How many allow entries a refusal lists before it cuts the list short. */
+const ALLOW_SHOWN_MAX = 8;
+
+/**
+ * Why `target` is not in `list`, in one clause a person can act on: what the list allows, what was
+ * asked, and, when the two differ only by a loopback alias (`localhost` against `127.0.0.1`), that
+ * hosts are compared as written. `asked` is the peer as the caller wrote it.
+ * `(allowed: localhost:41234; asked: 127.0.0.1:41234; hosts are compared as written: localhost is not 127.0.0.1)`
+ */
+export function notAllowedDetail(list: readonly Destination[], target: Target, asked: string): string {
+  const shown = list.slice(0, ALLOW_SHOWN_MAX).map((d) => d.raw);
+  const allowed = list.length === 0 ? 'nothing' : `${shown.join(', ')}${list.length > ALLOW_SHOWN_MAX ? `, … (${list.length} entries)` : ''}`;
+  const host = target.host.toLowerCase();
+  const alias = LOOPBACK_NAMES.has(host) && list.find((d) => d.host !== host && LOOPBACK_NAMES.has(d.host));
+  const why = alias ? `; hosts are compared as written: ${alias.host} is not ${host}` : '';
+  return `(allowed: ${allowed}; asked: ${asked}${why})`;
+}
+
 /**
  * The concrete target a peer address names: `host:port` (spoken over http) or an http(s) URL
  * (port defaulted by scheme). A bare host is refused because it names no port to connect to. The

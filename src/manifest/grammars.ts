@@ -32,6 +32,34 @@ export function parseByteCount(s: string): number | null {
 }
 
 /**
+ * The byte counts a person types on the command line (`--memory-budget`, `--fetch-max-bytes`,
+ * `--max-bytes`): the manifest's IEC forms and the usual SI ones, so `10GB` and `1k` mean what they
+ * say rather than fail. IEC (powers of 1024): `Ki`, `Mi`, `Gi`, `Ti`, each optionally followed by `B`
+ * (`64MiB`). SI (powers of 1000): `k` or `K`, `M`, `G`, `T`, each optionally followed by `B`
+ * (`10GB`, `1k`). A bare number, or one followed by `B`, is bytes. No space; nothing else. The
+ * manifest keeps its own narrower grammar (SPEC section 2): it is the runtime's file too.
+ */
+export const FLAG_BYTE_COUNT = /^([0-9]+)(?:(Ki|Mi|Gi|Ti|k|K|M|G|T)B?|B)?$/;
+export const FLAG_BYTE_MULTIPLIER: Record<string, bigint> = {
+  Ki: 1024n,
+  Mi: 1024n ** 2n,
+  Gi: 1024n ** 3n,
+  Ti: 1024n ** 4n,
+  k: 1000n,
+  K: 1000n,
+  M: 1000n ** 2n,
+  G: 1000n ** 3n,
+  T: 1000n ** 4n,
+};
+/** What a refusal lists, so a mistake is fixed from the message alone. */
+export const FLAG_BYTE_FORMS = 'a whole number of bytes, optionally suffixed Ki, Mi, Gi, Ti (powers of 1024) or k, M, G, T (powers of 1000), each with an optional B: 65536, 64Mi, 64MiB, 10GB, 1k';
+
+export function parseFlagByteCount(s: string): number | null {
+  const parsed = parseScaled(s, FLAG_BYTE_COUNT, FLAG_BYTE_MULTIPLIER);
+  return parsed.ok ? parsed.value : null;
+}
+
+/**
  * A duration in seconds: trimmed digits with an optional lowercase `s`/`m`/`h`/`d` suffix; a bare
  * integer is seconds. Returns null when refused, zero included (a zero lifetime is never useful and
  * a zero TTL would mint handles that are born expired).

@@ -12,7 +12,7 @@ import type { Document } from 'yaml';
 import type { Containment } from '../wire.js';
 import { parseDestination, type Destination, type Target } from './destinations.js';
 import { ManifestError } from './diagnostics.js';
-import { BYTE_COUNT, BYTE_MULTIPLIER, DURATION, DURATION_MULTIPLIER, parseScaled } from './grammars.js';
+import { BYTE_COUNT, BYTE_MULTIPLIER, DURATION, DURATION_MULTIPLIER, FLAG_BYTE_COUNT, parseScaled } from './grammars.js';
 
 type Yaml = typeof import('yaml');
 let yamlLib: Yaml | undefined;
@@ -241,7 +241,11 @@ function byteCount(view: ManifestView, block: string[], field: string): number {
   if (text === undefined) return DEFAULT_MAX_BYTES;
   const parsed = parseScaled(text, BYTE_COUNT, BYTE_MULTIPLIER);
   if (parsed.ok) return parsed.value;
-  throw malformed(field, `${BYTE_COUNT_RULE}${qualifier(parsed.why, '')}`, `'${text}'`, hint);
+  // `10MB` is what the command line's flags accept; say why the manifest does not.
+  const si = parsed.why === 'syntax' && FLAG_BYTE_COUNT.test(text.trim())
+    ? `; '${text.trim()}' is a form the command-line flags accept, but the manifest is read by the runtime too and keeps Ki/Mi/Gi only`
+    : '';
+  throw malformed(field, `${BYTE_COUNT_RULE}${qualifier(parsed.why, '')}`, `'${text}'`, `${hint}${si}`);
 }
 
 function duration(view: ManifestView, keys: Key[], field: string): { secs: number; text: string } | null {
@@ -385,13 +389,19 @@ export interface UnknownKey {
   /** Dotted, as in a diagnostic: `exports.file`. */
   key: string;
   suggestion: string | null;
+  /**
+   * The key sits in a block this server owns (`exports` and below, the two allow-list blocks):
+   * there it is an error, since a typo there leaves a plane or a grant silently undeclared.
+   */
+  owned: boolean;
 }
 
 /**
  * The keys this server reads. In the blocks it owns (`exports` and below, the two allow-list
- * blocks) every other key is reported; elsewhere the manifest belongs to the runtime, so only a
- * key within two edits of a known one is (`exprots`, `capabilites`): a likely typo, not the
- * runtime's own.
+ * blocks) every other key is reported, and refused: `exports.file:` for `files:` would otherwise
+ * start a server whose every listing is `no_resource_plane`. Elsewhere the manifest belongs to the
+ * runtime, so only a key within two edits of a known one is reported (`exprots`, `capabilites`): a
+ * likely typo, not the runtime's own, and a warning unless --strict.
  */
 const KNOWN_KEYS: ReadonlyArray<{ path: string; keys: readonly string[]; owned: boolean }> = [
   { path: '', keys: ['name', 'version', 'exports', 'capabilities', 'lifecycle'], owned: false },
@@ -437,23 +447,33 @@ export function unknownKeys(text: string, source?: string): UnknownKey[] {
       const suggestion = closest(key, keys);
       if (!owned && suggestion === null) continue;
       const prefix = path === '' ? '' : `${path}.`;
-      found.push({ key: `${prefix}${key}`, suggestion: suggestion === null ? null : `${prefix}${suggestion}` });
+      found.push({ key: `${prefix}${key}`, suggestion: suggestion === null ? null : `${prefix}${suggestion}`, owned });
     }
   }
   return found;
 }
 
-/** How a diagnostic names an unknown key. */
+/** How a diagnostic names an unknown key: the closest known key, or else the keys its block has. */
 export function describeUnknownKey(k: UnknownKey): string {
-  return `unknown key '${k.key}'${k.suggestion ? ` (did you mean '${k.suggestion}'?)` : ''}`;
+  if (k.suggestion) return `unknown key '${k.key}' (did you mean '${k.suggestion}'?)`;
+  const dot = k.key.lastIndexOf('.');
+  const block = KNOWN_KEYS.find((b) => b.path === (dot < 0 ? '' : k.key.slice(0, dot)));
+  return `unknown key '${k.key}'${block ? ` (${block.path || 'the top level'} has ${block.keys.join(', ')})` : ''}`;
 }
 
-/** Under --strict, an unknown key is an E-MAN-003; else the caller warns and goes on. */
-export function strictUnknownKeys(found: readonly UnknownKey[], shown: string): void {
-  if (found.length === 0) return;
+/**
+ * The unknown keys that stop a launch: those in a block this server owns, always; the runtime's
+ * typos too under --strict. Throws one E-MAN-003 naming them all; returns the ones left to warn of.
+ */
+export function refuseUnknownKeys(found: readonly UnknownKey[], shown: string, strict: boolean): UnknownKey[] {
+  const refused = found.filter((k) => strict || k.owned);
+  if (refused.length === 0) return [...found];
+  const owned = refused.some((k) => k.owned);
   throw new ManifestError(
     'E-MAN-003',
-    `${shown}: ${found.map(describeUnknownKey).join(', ')}`,
-    'this server does not read it: fix the key, or drop --strict to have it ignored with a warning',
+    `${shown}: ${refused.map(describeUnknownKey).join(', ')}`,
+    owned
+      ? 'this server reads that block and would ignore the key, leaving what it meant undeclared: fix the key'
+      : 'this server does not read it: fix the key, or drop --strict to have it ignored with a warning',
   );
 }

@@ -6,7 +6,7 @@
 // from the manifest itself, and names the file that was given.
 import { closeSync, constants, fstatSync, openSync, readSync, statSync } from 'node:fs';
 import { ManifestError } from '../manifest/diagnostics.js';
-import { describeUnknownKey, parseManifest, strictUnknownKeys, unknownKeys, type Manifest } from '../manifest/model.js';
+import { describeUnknownKey, parseManifest, refuseUnknownKeys, unknownKeys, type Manifest } from '../manifest/model.js';
 import * as native from '../native.js';
 
 /** A manifest is a few KiB; anything near this is not one. */
@@ -28,17 +28,19 @@ export function missingManifest(shown: string): ManifestError {
   return unreadable(shown, 'ENOENT');
 }
 
-/** What is done with the keys of a manifest this server does not read: warned of, or refused (--strict). */
+/**
+ * What is done with the keys of a manifest this server does not read: one in a block it owns is
+ * always refused (E-MAN-003); a likely typo in the runtime's blocks is warned of, or refused
+ * under --strict.
+ */
 export interface KeyCheck {
   strict?: boolean;
   warn?: (fields: { key: string; suggestion: string | null; manifest: string }, message: string) => void;
 }
 
 function checkKeys(text: string, shown: string, check: KeyCheck | undefined): void {
-  if (check === undefined) return;
-  const found = unknownKeys(text, shown);
-  if (check.strict) strictUnknownKeys(found, shown);
-  for (const k of found) check.warn?.({ key: k.key, suggestion: k.suggestion, manifest: shown }, `${describeUnknownKey(k)} in the manifest: this server ignores it`);
+  const left = refuseUnknownKeys(unknownKeys(text, shown), shown, check?.strict === true);
+  for (const k of left) check?.warn?.({ key: k.key, suggestion: k.suggestion, manifest: shown }, `${describeUnknownKey(k)} in the manifest: this server ignores it`);
 }
 
 /** `murmur.yaml` beneath the workdir descriptor; `shown` is the path a diagnostic names. */

@@ -45,7 +45,7 @@ export interface SessionOptions {
   confinement?: Confinement;
   /** The clock handles are minted and verified against (Unix ms); default Date.now (tests inject one). */
   now?: () => number;
-  /** A manifest key this server does not read is an error (E-MAN-003) instead of a warning. */
+  /** A likely typo in the runtime's manifest blocks is an error (E-MAN-003) instead of a warning; an unknown key in a block this server owns always is. */
   strictManifest?: boolean;
   /** Told what opening did that an operator should hear of: an unknown manifest key, a workdir created. */
   notice?: (level: 'info' | 'warn', fields: Record<string, unknown>, message: string) => void;

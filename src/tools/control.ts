@@ -7,7 +7,7 @@
 // `notifications/resource_plane/listening` notification (and in the initialize instructions).
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
-import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError, type CallToolResult, type Tool } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, type CallToolResult, type Tool } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { renderTool } from '../codes.js';
 import type { Session } from '../session/session.js';
@@ -47,6 +47,15 @@ function listEntry(spec: ToolSpec): Tool {
 }
 
 /**
+ * A JSON-RPC error as the SDK sends it: its `code`, and its `message` verbatim. Not an McpError,
+ * whose message already starts `MCP error -32602: `: sent as the wire message, the SDK's client
+ * wraps it in another McpError and a runtime logs `MCP error -32602: MCP error -32602: …`.
+ */
+function protocolError(code: number, message: string): Error & { code: number } {
+  return Object.assign(new Error(message), { code });
+}
+
+/**
  * Answers one `tools/call`:
  * - a name that is no tool of ours is JSON-RPC error -32602 (Invalid params), as the MCP tools
  *   spec lists unknown tools among protocol errors;
@@ -61,7 +70,7 @@ async function toolCallResult(session: Session, specs: ToolSpec[], name: string,
   const spec = isToolName(name) ? specs.find((s) => s.name === name) : undefined;
   if (!spec) {
     const quoted = shown(name);
-    throw new McpError(ErrorCode.InvalidParams, `Unknown tool: '${quoted.length > NAME_SHOWN_MAX ? `${quoted.slice(0, NAME_SHOWN_MAX)}…` : quoted}'`);
+    throw protocolError(ErrorCode.InvalidParams, `Unknown tool: '${quoted.length > NAME_SHOWN_MAX ? `${quoted.slice(0, NAME_SHOWN_MAX)}…` : quoted}'`);
   }
   try {
     const result = spec.output.parse(await callTool(session, spec.name, args));

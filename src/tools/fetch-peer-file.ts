@@ -11,7 +11,7 @@
 import { isPeerPlaneCode, Refusal, type PeerStatusCode, type PlaneCode } from '../codes.js';
 import { ownAudience, sessionIdFromCard } from '../handle/audience.js';
 import { readUnverified } from '../handle/token.js';
-import { destinationMatches, targetFromPeer, type Destination, type Target } from '../manifest/destinations.js';
+import { destinationMatches, notAllowedDetail, targetFromPeer, type Destination, type Target } from '../manifest/destinations.js';
 import * as native from '../native.js';
 import { BodyFailure, ERROR_BODY_MAX_BYTES, readVerifiedBody, type VerifiedBody } from '../response-body.js';
 import { outboundGuardProblem } from '../outbound-client.js';
@@ -186,7 +186,9 @@ function matchPeer(allow: readonly Destination[] | null, peer: string): Target {
   } catch (error) {
     throw new Refusal('peer_not_allowed', (error as Error).message);
   }
-  if (!destinationMatches(allow, target)) throw new Refusal('peer_not_allowed', `capabilities.peer_fetch.allow does not include the peer '${peer}'`);
+  if (!destinationMatches(allow, target)) {
+    throw new Refusal('peer_not_allowed', `capabilities.peer_fetch.allow does not include the peer ${notAllowedDetail(allow, target, peer)}`);
+  }
   return target;
 }
 

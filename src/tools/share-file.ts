@@ -8,7 +8,7 @@
 import { Refusal, type Code } from '../codes.js';
 import { audienceFromCard } from '../handle/audience.js';
 import { mintToken, PAYLOAD_VERSION, randomNonceHex } from '../handle/token.js';
-import { destinationMatches, targetFromPeer, type Target } from '../manifest/destinations.js';
+import { destinationMatches, notAllowedDetail, targetFromPeer, type Target } from '../manifest/destinations.js';
 import { parseDuration } from '../manifest/grammars.js';
 import { handleId } from '../redact.js';
 import { peerHandleMint } from '../trace/events.js';
@@ -146,8 +146,9 @@ export async function shareFile(session: Session, input: ShareFileInput, opts: S
   // The card fetch is an outbound request like any other: it needs the network allow list, and
   // the check happens before a socket exists, so a refused peer sees nothing.
   if (!destinationMatches(session.manifest.networkAllow, target)) {
-    return refuse(new Refusal('peer_unreachable',
-      `capabilities.network.allow does not include the peer '${input.peer}', so its agent card cannot be fetched`));
+    // Refused, not unreachable: nothing was tried, and the fix is in the manifest or the peer's name.
+    return refuse(new Refusal('peer_not_allowed',
+      `capabilities.network.allow does not include the peer ${notAllowedDetail(session.manifest.networkAllow, target, input.peer)}, so its agent card cannot be fetched`));
   }
   let card: unknown;
   try {

@@ -676,7 +676,7 @@ describe('5. share-file', () => {
 
     // localhost is not 127.0.0.1: the allow list names hosts exactly.
     for (const peer of [`localhost:${w.port}`, `http://[::1]:${w.port}`, `http://127.0.0.1.:${w.port}`]) {
-      expect((await refusal(shareFile(reporter.session, { path: 'report.md', peer }))).code, peer).toBe('peer_unreachable');
+      expect((await refusal(shareFile(reporter.session, { path: 'report.md', peer }))).code, peer).toBe('peer_not_allowed');
     }
     expect(w.connections()).toBe(0);
   });

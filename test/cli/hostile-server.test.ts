@@ -163,10 +163,25 @@ describe('the client caps what it reads', () => {
     expect([r.status, r.stderr]).toEqual([6, 'error: the listing is larger than 67108864 bytes, the most ls reads; pass --max-bytes to raise it\n']);
   });
 
-  it('a --max-bytes that is not a byte count is a usage error', async () => {
-    const r = await runCli(['ls', 'http://127.0.0.1:9', '--max-bytes', '10MB']);
+  it('a --max-bytes that is not a byte count is a usage error that lists the accepted forms', async () => {
+    const r = await runCli(['ls', 'http://127.0.0.1:9', '--max-bytes', '10 MB']);
     expect(r.status).toBe(2);
-    expect(r.stderr).toBe("error: --max-bytes must be a byte count such as 64Mi (got '10MB') (see resource-plane ls --help)\n");
+    expect(r.stderr).toBe(
+      "error: --max-bytes must be a whole number of bytes, optionally suffixed Ki, Mi, Gi, Ti (powers of 1024) or k, M, G, T (powers of 1000), each with an optional B: 65536, 64Mi, 64MiB, 10GB, 1k (got '10 MB') (see resource-plane ls --help)\n",
+    );
+  });
+
+  it.each([
+    ['1k', 1000],
+    ['1kB', 1000],
+    ['1Ki', 1024],
+    ['1KiB', 1024],
+    ['2M', 2_000_000],
+    ['1GB', 1_000_000_000],
+  ])('--max-bytes %s is %i bytes (SI powers of 1000, IEC powers of 1024)', async (given, bytes) => {
+    const url = await hostile((socket) => socket.end(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${bytes + 1}\r\n\r\n{"root":`));
+    const r = await runCli(['ls', url, '--max-bytes', given]);
+    expect([r.status, r.stderr]).toEqual([6, `error: the listing is larger than ${bytes} bytes, the most ls reads; pass --max-bytes to raise it\n`]);
   });
 
   it('get refuses a content-length above --max-bytes before downloading, leaving nothing', async () => {

@@ -38,7 +38,10 @@ describe('serve on a port already in use', () => {
       const r = await runCliAsync(['serve', '--workdir', workdir, '--manifest', manifest, '--listen', `127.0.0.1:${port}`, ...extra],
         { RESOURCE_PLANE_RECORDS_DIR: records });
       expect(r.status, r.stderr).toBe(1);
-      expect(r.stderr).toContain('EADDRINUSE');
+      // One line naming the flag and the address, not Node's bare `listen EADDRINUSE`.
+      expect(r.stderr.split('\n').filter((l) => l.startsWith('error:'))).toEqual([
+        `error: --listen 127.0.0.1:${port}: the address is already in use (EADDRINUSE): another process listens there; give --listen another address, or a port of 0 for any free one`,
+      ]);
       expect(readdirSync(records)).toEqual([]);
       expect(existsSync(join(workdir, '..'))).toBe(false);
     });
@@ -51,7 +54,9 @@ describe('serve on a port already in use', () => {
     writeFileSync(join(workdir, 'murmur.yaml'), YAML);
     const r = await runCliAsync(['serve', '--workdir', workdir, '--operator-listen', `127.0.0.1:${port}`], { RESOURCE_PLANE_RECORDS_DIR: records });
     expect(r.status, r.stderr).toBe(1);
-    expect(r.stderr).toContain('EADDRINUSE');
+    expect(r.stderr).toContain(
+      `error: --operator-listen 127.0.0.1:${port}: the address is already in use (EADDRINUSE): another process listens there; give --operator-listen another address\n`,
+    );
     expect(readdirSync(records)).toEqual([]);
     expect(readdirSync(workdir).sort()).toEqual(['murmur.yaml', 'out']);
   });

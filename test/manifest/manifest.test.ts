@@ -8,7 +8,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { checkExportRootsAt } from '../../src/session/checks.js';
 import { destinationMatches, parseDestination, targetFromPeer, type Destination } from '../../src/manifest/destinations.js';
-import { parseByteCount, parseDuration } from '../../src/manifest/grammars.js';
+import { parseByteCount, parseDuration, parseFlagByteCount } from '../../src/manifest/grammars.js';
 import { ManifestError, parseManifest, type Manifest } from '../../src/manifest/model.js';
 
 /** Runs `fn`, requires it to throw a ManifestError with `code`, and hands the error back. */
@@ -89,6 +89,37 @@ describe('parseByteCount', () => {
   ])('refuses %j', (input) => {
     expect(parseByteCount(input)).toBeNull();
   });
+});
+
+describe('parseFlagByteCount (the command line: SI and IEC)', () => {
+  it.each([
+    ['65536', 65536],
+    ['512B', 512],
+    ['1Ki', 1024],
+    ['1KiB', 1024],
+    ['64Mi', 64 * 1024 ** 2],
+    ['64MiB', 64 * 1024 ** 2],
+    ['1Gi', 1024 ** 3],
+    ['2TiB', 2 * 1024 ** 4],
+    ['1k', 1000],
+    ['1K', 1000],
+    ['1kB', 1000],
+    ['1KB', 1000],
+    ['10M', 10_000_000],
+    ['10MB', 10_000_000],
+    ['10GB', 10_000_000_000],
+    ['1T', 1e12],
+    [' 10GB ', 10_000_000_000],
+  ])('accepts %j as %d', (input, expected) => {
+    expect(parseFlagByteCount(input)).toBe(expected);
+  });
+
+  it.each([['10 MB'], ['10mb'], ['10mi'], ['10KI'], ['10Kib'], ['1.5G'], ['MB'], [''], ['0'], ['0GB'], ['-1k'], ['10bytes'], ['9007199254740992'], ['9007199255T']])(
+    'refuses %j',
+    (input) => {
+      expect(parseFlagByteCount(input)).toBeNull();
+    },
+  );
 });
 
 describe('parseDuration', () => {
@@ -424,7 +455,8 @@ describe('parseManifest: E-MAN-003', () => {
     const err = refuse(withFiles('root: out', 'mode: read-only', 'max_bytes: 10MB'), 'E-MAN-003');
     expect(err.render()).toBe(
       "error[E-MAN-003]: exports.files.max_bytes must be a byte count, optionally suffixed Ki/Mi/Gi (got '10MB')\n" +
-        '  hint: write a whole number of bytes, optionally suffixed Ki, Mi or Gi (powers of 1024), e.g. 10Mi; omit the key for the 10Mi default',
+        '  hint: write a whole number of bytes, optionally suffixed Ki, Mi or Gi (powers of 1024), e.g. 10Mi; omit the key for the 10Mi default' +
+        "; '10MB' is a form the command-line flags accept, but the manifest is read by the runtime too and keeps Ki/Mi/Gi only",
     );
     expect(err).toBeInstanceOf(Error);
     expect(err.name).toBe('ManifestError');

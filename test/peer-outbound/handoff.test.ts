@@ -391,10 +391,29 @@ describe('share-file and the network allow list', () => {
         : `exports:\n  peer_files:\n    root: out/\ncapabilities:\n  network:\n    allow: ${allow}\n`;
       const alpha = await capsule({ name: 'alpha', yaml, tree: ['out/report.md: x'] });
       const error = await refusal(() => shareFile(alpha.session, { path: 'report.md', peer: peer.address }));
-      expect(error.code, String(allow)).toBe('peer_unreachable');
-      expect(error.message).toContain('capabilities.network.allow does not include');
-      expect(eventsOf(alpha, 'peer_handle_mint')[0]).toMatchObject({ handle_id: null, audience: '', outcome: 'peer_unreachable' });
+      // Refused by the manifest, not unreachable: nothing was tried.
+      expect(error.code, String(allow)).toBe('peer_not_allowed');
+      expect(error.message).toContain(`capabilities.network.allow does not include the peer (allowed: ${allow === null ? 'nothing' : JSON.parse(allow).join(', ')}; asked: ${peer.address}`);
+      expect(eventsOf(alpha, 'peer_handle_mint')[0]).toMatchObject({ handle_id: null, audience: '', outcome: 'peer_not_allowed' });
     }
+    expect(peer.connections()).toBe(0);
+  });
+
+  it('names the mismatch when the peer is written as 127.0.0.1 and the list allows localhost (issue 40)', async () => {
+    const peer = await countingListener();
+    const port = peer.address.split(':')[1];
+    const alpha = await capsule({ name: 'alpha', yaml: `exports:\n  peer_files:\n    root: out/\ncapabilities:\n  network:\n    allow: ["localhost:${port}"]\n`, tree: ['out/report.md: x'] });
+    const error = await refusal(() => shareFile(alpha.session, { path: 'report.md', peer: `127.0.0.1:${port}` }));
+    expect([error.code, error.message]).toEqual([
+      'peer_not_allowed',
+      `capabilities.network.allow does not include the peer (allowed: localhost:${port}; asked: 127.0.0.1:${port}; hosts are compared as written: localhost is not 127.0.0.1), so its agent card cannot be fetched`,
+    ]);
+    const beta = await capsule({ name: 'beta', yaml: `capabilities:\n  peer_fetch:\n    allow: ["localhost:${port}"]\n` });
+    const fetched = await refusal(() => fetchPeerFile(beta.session, { peer: `http://127.0.0.1:${port}`, handle: 'mh1.YWJj.YWJj' }));
+    expect([fetched.code, fetched.message]).toEqual([
+      'peer_not_allowed',
+      `capabilities.peer_fetch.allow does not include the peer (allowed: localhost:${port}; asked: http://127.0.0.1:${port}; hosts are compared as written: localhost is not 127.0.0.1)`,
+    ]);
     expect(peer.connections()).toBe(0);
   });
 

@@ -126,7 +126,8 @@ describe('a runtime drives a handoff between two spawned capsules', () => {
     );
     expect(unknown).toBeInstanceOf(McpError);
     expect((unknown as McpError).code).toBe(ErrorCode.InvalidParams);
-    expect((unknown as McpError).message).toContain("Unknown tool: 'rm-rf'");
+    // The client's McpError adds its prefix once: the server's wire message carries none of its own.
+    expect((unknown as McpError).message).toBe("MCP error -32602: Unknown tool: 'rm-rf'");
     const bad = await c.client.callTool({ name: 'share-file', arguments: { path: 1 } });
     expect(JSON.parse((bad.content as Array<{ text: string }>)[0]!.text).error).toBe('invalid_argument');
     const events = readFileSync(c.trace, 'utf8').trim().split('\n').map((l) => JSON.parse(l));

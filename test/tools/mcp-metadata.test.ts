@@ -180,7 +180,7 @@ describe('an unknown tool on the wire', () => {
     const second = lines.find((m) => m.id === 2)!;
     expect(second.result).toBeUndefined();
     expect(second.error?.code).toBe(-32602);
-    expect(second.error?.message).toContain("Unknown tool: 'rm-rf'");
+    expect(second.error?.message).toBe("Unknown tool: 'rm-rf'");
     const third = lines.find((m) => m.id === 3)!;
     expect(third.error?.code).toBe(-32602);
     expect(third.error!.message.length).toBeLessThan(300);
