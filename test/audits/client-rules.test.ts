@@ -16,6 +16,7 @@ import { formatEtag, parseEtag } from '../../src/wire.js';
 import { capsule, offlineCapsule } from '../helpers/capsule.js';
 import { listenLoopback } from '../helpers/loopback.js';
 import { scratch } from '../helpers/tree.js';
+import { agentCardAnswer } from '../helpers/card.js';
 
 const ISSUER = 'ses_rules';
 const FETCHER = `name: gamma
@@ -46,13 +47,7 @@ async function server(answer: string | Buffer): Promise<{ url: string; address: 
       head += chunk.toString('latin1');
       if (!head.includes('\r\n\r\n')) return;
       if (head.startsWith('GET /.well-known/agent-card.json ')) {
-        const port = (srv.address() as { port: number }).port;
-        const card = JSON.stringify({
-          name: 'peer',
-          supportedInterfaces: [{ url: `http://127.0.0.1:${port}`, protocolBinding: 'JSONRPC', protocolVersion: '0.3' }],
-          capabilities: { extensions: [{ uri: 'urn:murmur:capsule:v1', params: { planes: ['peer_files'], sessionId: ISSUER } }] },
-        });
-        socket.end(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(card)}\r\nconnection: close\r\n\r\n${card}`);
+        socket.end(agentCardAnswer((srv.address() as { port: number }).port, ISSUER));
         return;
       }
       socket.end(answer);

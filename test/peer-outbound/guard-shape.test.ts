@@ -16,6 +16,7 @@ import { describe, expect, it } from 'vitest';
 import { answerBody, listenLoopback, onRequestHead } from '../helpers/loopback.js';
 import { startMcpServe } from '../helpers/mcp.js';
 import { scratch } from '../helpers/tree.js';
+import { agentCardAnswer } from '../helpers/card.js';
 
 const ISSUER = 'ses_guard_peer';
 const UNDICI = dirname(createRequire(import.meta.url).resolve('undici/package.json'));
@@ -54,13 +55,7 @@ async function closingPeer(seen: string[]): Promise<string> {
     onRequestHead(socket, (head) => {
       seen.push(head.split('\r\n')[0]!);
       if (head.startsWith('GET /.well-known/agent-card.json ')) {
-        const port = (server.address() as { port: number }).port;
-        const card = JSON.stringify({
-          name: 'peer',
-          supportedInterfaces: [{ url: `http://127.0.0.1:${port}`, protocolBinding: 'JSONRPC', protocolVersion: '0.3' }],
-          capabilities: { extensions: [{ uri: 'urn:murmur:capsule:v1', params: { planes: ['peer_files'], sessionId: ISSUER } }] },
-        });
-        socket.end(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(card)}\r\nconnection: close\r\n\r\n${card}`);
+        socket.end(agentCardAnswer((server.address() as { port: number }).port, ISSUER));
         return;
       }
       answerBody(socket, body, 'close', 0, 'application/octet-stream');
