@@ -42,12 +42,18 @@ export type Verdict = 'ok' | 'malformed' | 'not_valid' | 'expired';
 export interface ModelPayload {
   p: string;
   iss: string;
-  exp: number;
+  /** Unix ms, exact: the reference reads it as a u64, so it may exceed 2^53-1. */
+  exp: bigint;
 }
 
+const U64_MAX = 2n ** 64n - 1n;
+
 /**
- * The payload after the MAC verified: JSON (strict UTF-8) of an object with v = 1, string iss, p
- * and n, and exp a non-negative integer (Unix ms); else malformed.
+ * The payload after the MAC verified, read as the reference's serde_json reads it into
+ * `{ v: u8, iss, p, n: String, exp: u64 }`: strict UTF-8 JSON of an object whose `v` is the
+ * literal 1, whose `iss`, `p` and `n` are strings, and whose `exp` is an integer literal (no sign,
+ * fraction or exponent) in 0..2^64-1; else malformed. JSON.parse says whether it is JSON; the
+ * members' raw texts say what the literals were, so an exp above 2^53-1 is read exactly.
  */
 export function payloadOf(bytes: Buffer): ModelPayload | null {
   const text = bytes.toString('utf8');
@@ -59,10 +65,48 @@ export function payloadOf(bytes: Buffer): ModelPayload | null {
     return null;
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return null;
+  const raw = topLevelMembers(text);
+  if (raw.repeated.some((name) => ['v', 'iss', 'p', 'exp', 'n'].includes(name))) return null;
   const o = value as Record<string, unknown>;
-  if (o.v !== 1 || typeof o.iss !== 'string' || typeof o.p !== 'string' || typeof o.n !== 'string') return null;
-  if (typeof o.exp !== 'number' || !Number.isSafeInteger(o.exp) || o.exp < 0) return null;
-  return { p: o.p, iss: o.iss, exp: o.exp };
+  if (raw.get('v') !== '1' || typeof o.iss !== 'string' || typeof o.p !== 'string' || typeof o.n !== 'string') return null;
+  const exp = raw.get('exp');
+  if (exp === undefined || !/^(0|[1-9][0-9]*)$/.test(exp) || BigInt(exp) > U64_MAX) return null;
+  return { p: o.p, iss: o.iss, exp: BigInt(exp) };
+}
+
+/** The raw text of each member of a valid JSON object, and the names written more than once. */
+function topLevelMembers(text: string): Map<string, string> & { repeated: string[] } {
+  const members = Object.assign(new Map<string, string>(), { repeated: [] as string[] });
+  let depth = 0;
+  let name: string | null = null;
+  let valueStart = -1;
+  const close = (at: number) => {
+    if (name === null) return;
+    if (members.has(name)) members.repeated.push(name);
+    members.set(name, text.slice(valueStart, at).trim());
+    name = null;
+  };
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i]!;
+    if (c === '"') {
+      const end = stringEnd(text, i);
+      if (depth === 1 && name === null) name = JSON.parse(text.slice(i, end + 1)) as string;
+      i = end;
+    } else if (c === ':' && depth === 1) valueStart = i + 1;
+    else if (c === ',' && depth === 1) close(i);
+    else if (c === '{' || c === '[') depth++;
+    else if (c === '}' || c === ']') {
+      if (depth === 1) close(i);
+      depth--;
+    }
+  }
+  return members;
+}
+
+function stringEnd(text: string, open: number): number {
+  let i = open + 1;
+  while (text[i] !== '"') i += text[i] === '\\' ? 2 : 1;
+  return i;
 }
 
 /**
@@ -77,7 +121,7 @@ export function modelVerify(token: string, audience: string, sealed: readonly Se
   const payload = payloadOf(shape.payload);
   if (payload === null) return { verdict: 'malformed' };
   if (payload.iss !== sessionId) return { verdict: 'not_valid' };
-  if (!(payload.exp > nowMs)) return { verdict: 'expired', payload };
+  if (!(payload.exp > BigInt(nowMs))) return { verdict: 'expired', payload };
   return { verdict: 'ok', payload };
 }
 
@@ -99,11 +143,15 @@ export interface PayloadRecipe {
 export const EXP_FUTURE = Symbol('future');
 export const EXP_PAST = Symbol('past');
 export const ISS_SELF = Symbol('self');
+/** A number written as this exact JSON text (a fraction or exponent JSON.stringify would not write). */
+export class Literal {
+  constructor(readonly text: string) {}
+}
 
 const valueVariants = {
-  v: [1, 1, 1, '1', 2, 0, true, null, 1.5, -1, [1]],
+  v: [1, 1, 1, '1', 2, 0, true, null, 1.5, -1, [1], new Literal('1.0'), new Literal('1e0')],
   iss: [ISS_SELF, ISS_SELF, ISS_SELF, 'ses_other', '', 1, null, { x: 1 }],
-  exp: [EXP_FUTURE, EXP_FUTURE, EXP_PAST, -1, 1.5, '9999999999999', 2 ** 53, 1e300, null, 0],
+  exp: [EXP_FUTURE, EXP_FUTURE, EXP_PAST, -1, 1.5, '9999999999999', 2 ** 53, 2n ** 64n - 1n, 2n ** 64n, new Literal('1e20'), new Literal('99999999999999999999.0'), 1e300, null, 0],
   n: ['0123456789abcdef0123456789abcdef', '', 1, null],
 };
 
@@ -115,11 +163,14 @@ export const payloadRecipeArb = (paths: readonly string[]): fc.Arbitrary<Payload
       p: fc.option(fc.oneof(fc.constantFrom(...paths), fc.string({ maxLength: 8 }), fc.constant('x'.repeat(100_000)), fc.constant(7)), { freq: 12 }),
       exp: fc.option(fc.constantFrom(...valueVariants.exp), { freq: 12 }),
       n: fc.option(fc.constantFrom(...valueVariants.n), { freq: 12 }),
+      repeat: fc.option(fc.constantFrom('v', 'iss', 'p', 'exp', 'n'), { freq: 8 }),
       extra: fc.option(fc.oneof(fc.jsonValue({ maxDepth: 3 }), fc.integer({ min: 1, max: 3000 }).map((d) => ({ __deep: d }))), { freq: 4 }),
     }).chain((f) => {
       const entries: Array<[string, unknown]> = [];
       for (const key of ['v', 'iss', 'p', 'exp', 'n'] as const) if (f[key] !== null) entries.push([key, f[key]]);
       if (f.extra !== null) entries.push(['x', f.extra]);
+      // A field written twice: serde_json refuses a duplicate field, so the reference calls it malformed.
+      if (f.repeat !== null) entries.push(...entries.filter(([k]) => k === f.repeat));
       return fc.shuffledSubarray(entries, { minLength: entries.length, maxLength: entries.length }).map((e) => e);
     }),
     raw: fc.option(
@@ -147,9 +198,11 @@ export function payloadBytes(r: PayloadRecipe, sessionId: string, nowMs: number)
     }
     return v;
   };
-  const parts = r.fields.map(([k, v]) => `${JSON.stringify(k)}:${r.spaced ? ' ' : ''}${JSON.stringify(fill(v))}`);
+  const parts = r.fields.map(([k, v]) => `${JSON.stringify(k)}:${r.spaced ? ' ' : ''}${json(fill(v))}`);
   return Buffer.from(`{${parts.join(r.spaced ? ', ' : ',')}}`, 'utf8');
 }
+
+const json = (v: unknown): string => (v instanceof Literal ? v.text : typeof v === 'bigint' ? String(v) : JSON.stringify(v));
 
 // ── Mutations ────────────────────────────────────────────────────────────────────────────────────
 
