@@ -196,10 +196,11 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     }
   }
   // Loaded only now: a first phase that re-executes never needs the server, nor pino.
-  const [{ launch }, { stderrLogger }, { DRAIN_TIMEOUT_MS }] = await Promise.all([import('../launch/launch.js'), import('./logger.js'), import('../http/limits.js')]);
+  const [{ launch }, { stderrLogs }, { DRAIN_TIMEOUT_MS }] = await Promise.all([import('../launch/launch.js'), import('./logger.js'), import('../http/limits.js')]);
   const SHUTDOWN_BOUND_MS = DRAIN_TIMEOUT_MS + SHUTDOWN_GRACE_MS;
-  const root = stderrLogger();
-  const launched = await launch({ ...opts, logger: root, confinement });
+  const logs = stderrLogs();
+  const root = logs.logger;
+  const launched = await launch({ ...opts, logger: root, accessLogger: logs.access, confinement });
   if (traceHoldFd !== null) native.closeFd(traceHoldFd);
   const { session, server } = launched;
   // From here on every line carries the session id (launch binds the request logs the same way).
@@ -229,7 +230,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     // holds the process; the key is already zeroed), the process ends itself, since exiting
     // normally would wait for the thread pool.
     const outcome = await launched.stop(why, SHUTDOWN_BOUND_MS).catch(() => 'stopped' as const);
-    logger.flush();
+    logs.flushSync();
     if (outcome === 'overran') process.kill(process.pid, 'SIGKILL');
     process.exit(0);
   };

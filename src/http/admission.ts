@@ -19,7 +19,7 @@
 import type { IncomingMessage } from 'node:http';
 import { ServerResponse } from './node-http.js';
 import type { Socket } from 'node:net';
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Refusal, renderHttp } from '../codes.js';
 import { percentDecodeOnce, requestPath } from '../paths.js';
 import { redactHandles } from '../redact.js';
@@ -199,6 +199,9 @@ export function onceClosed(req: IncomingMessage, res: ServerResponse, fn: () => 
   res.once('close', once);
 }
 
+/** What the access line is written with: a pino logger, or Fastify's request logger. */
+type AccessLogger = Pick<FastifyBaseLogger, 'info' | 'debug'> & { isLevelEnabled?: (level: string) => boolean };
+
 export class Admission {
   private count = 0;
   private waiters: Array<() => void> = [];
@@ -209,11 +212,12 @@ export class Admission {
 
   /**
    * `containment`: the class header every admission answer carries. `accessLog`: one `info` line
-   * per request (else the same line at `debug`).
+   * per request (else the same line at `debug`). `log`: where that line goes, naming its request
+   * (`reqId`); without it, the request's own logger (a host's, which binds `reqId` itself).
    */
   constructor(
     private readonly containment: string,
-    private readonly options: { accessLog?: boolean } = {},
+    private readonly options: { accessLog?: boolean; log?: AccessLogger } = {},
   ) {}
 
   /** Responses not yet closed. */
@@ -273,11 +277,14 @@ export class Admission {
    */
   readonly onResponse = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const level = this.options.accessLog ? 'info' : 'debug';
+    const own = this.options.log;
+    const log: AccessLogger = own ?? request.log;
     // Nothing is built for a line the logger would drop (pino's isLevelEnabled; a no-op logger has none).
-    if ((request.log as { isLevelEnabled?: (l: string) => boolean }).isLevelEnabled?.(level) === false) return;
+    if (log.isLevelEnabled?.(level) === false) return;
     const length = Number(reply.getHeader('content-length') ?? 0);
-    request.log[level](
+    log[level](
       {
+        ...(own ? { reqId: request.id } : {}),
         req: { method: request.raw.method, url: logTarget(rawTarget(request.raw)) },
         res: { statusCode: reply.statusCode },
         responseTime: Math.round(reply.elapsedTime * 1000) / 1000,

@@ -31,6 +31,8 @@ export interface AppOptions {
   serveMetrics?: boolean;
   /** One `info` line per request (default true); off, the same line is logged at `debug`. */
   accessLog?: boolean;
+  /** Where access lines go (default `logger`): the CLI's is buffered. */
+  accessLogger?: Logger;
   /** A server already bound (src/http/listener.ts); default a new one, for `app.listen()`. */
   server?: Server;
 }
@@ -48,11 +50,14 @@ const NO_SCHEMA_COMPILERS = { compilersFactory: { buildValidator: noSchemas, bui
 /** The app of one listener; `admission` is its gate, which `close` sets to stopping. */
 export async function buildApp(session: Session, opts: AppOptions = {}): Promise<{ app: FastifyInstance; admission: Admission }> {
   const logger = opts.logger ?? false;
-  const admission = new Admission(session.containment, { accessLog: opts.accessLog ?? true });
+  const admission = new Admission(session.containment, { accessLog: opts.accessLog ?? true, log: logger ? (opts.accessLogger ?? logger) : undefined });
   const server = opts.server ?? createLimitedServer();
   const app = Fastify({
     loggerInstance: logger || undefined,
     logger: logger ? undefined : false,
+    // request.log is the app's logger itself: nothing logs per request but the access line, which
+    // names its request (reqId), so no child logger is built per request.
+    childLoggerFactory: (parent) => parent,
     schemaController: NO_SCHEMA_COMPILERS,
     // Fastify's own request lines would carry redeem URLs (tokens); admission logs a redacted one.
     // LogController is Fastify 5.11's way to say so; older 5.x minors (a host's peer) take the flag.

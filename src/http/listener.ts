@@ -11,9 +11,9 @@ import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { ALL_PLANES, type PlaneSet } from './plugin.js';
 import type { Session } from '../session/session.js';
-import { buildApp, buildMetricsApp } from './app.js';
-import { createLimitedServer } from './limits.js';
+import { buildApp, buildMetricsApp, type AppOptions } from './app.js';
 import type { Metrics } from './metrics.js';
+import { createLimitedServer } from './limits.js';
 
 export { DRAIN_TIMEOUT_MS, LIMITS } from './limits.js';
 export { HEALTH_PATH, METRICS_PATH } from './app.js';
@@ -107,7 +107,7 @@ export async function serve(
   listener: Listener,
   logger: Logger | false = false,
   planes: PlaneSet = ALL_PLANES,
-  extras: { metrics?: Metrics; serveMetrics?: boolean; accessLog?: boolean } = {},
+  extras: Pick<AppOptions, 'metrics' | 'serveMetrics' | 'accessLog' | 'accessLogger'> = {},
 ): Promise<RunningServer> {
   // The card and the audience say where this capsule is: a session without that identity cannot serve.
   if (session.advertisedUrl === null) throw new Error('a session is served only with the advertised URL it was opened with');

@@ -28,6 +28,8 @@ export interface LaunchOptions extends Omit<SessionOptions, 'advertisedUrl'> {
   metrics?: boolean;
   /** One `info` line per request on the logger (default true). */
   accessLog?: boolean;
+  /** Where access lines go (the CLI's buffered stderr log); default `logger`. */
+  accessLogger?: Logger;
   /** `HOST:PORT` or `unix:PATH` (as `operatorListen`): a listener that serves /metrics only; implies `metrics`. */
   metricsListen?: string;
   /**
@@ -94,6 +96,7 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
   }
   // Every log line of this session carries its id.
   const logger = opts.logger ? opts.logger.child({ session_id: session.sessionId }) : false;
+  const accessLogger = logger ? (opts.accessLogger?.child({ session_id: session.sessionId }) ?? logger) : undefined;
   let server: RunningServer;
   let operator: RunningServer | null = null;
   let metricsServer: RunningServer | null = null;
@@ -104,8 +107,9 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
       metrics,
       serveMetrics: !hasOperator && !hasMetricsListener,
       accessLog: opts.accessLog,
+      accessLogger,
     });
-    if (hasOperator) operator = await serve(session, listeners[1]!, logger, { files: true, peer: false }, { metrics, serveMetrics: !hasMetricsListener, accessLog: opts.accessLog });
+    if (hasOperator) operator = await serve(session, listeners[1]!, logger, { files: true, peer: false }, { metrics, serveMetrics: !hasMetricsListener, accessLog: opts.accessLog, accessLogger });
     if (hasMetricsListener) metricsServer = await serveMetrics(session, listeners.at(-1)!, metrics!, logger);
   } catch (error) {
     unbind();

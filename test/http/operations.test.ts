@@ -1,13 +1,13 @@
 // Operating a served capsule: a readiness route that says nothing about the capsule and is not
 // traced, log lines that each carry the session id, and Prometheus metrics (--metrics, its own
 // listener with --metrics-listen, or a registry built from the package exports for the plugin).
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import Fastify from 'fastify';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startServe } from '../helpers/cli.js';
 import { filesManifest } from '../helpers/capsule.js';
-import { rawGet, readTrace, unixGet } from '../helpers/http.js';
+import { pool, rawGet, readTrace, unixGet } from '../helpers/http.js';
 import { makeTree, removeTree, tempDir } from '../helpers/tree.js';
 
 const dirs: string[] = [];
@@ -78,6 +78,67 @@ describe('the access log', () => {
       await quiet.exited;
     }
     expect(quiet.stderr()).not.toContain('request completed');
+  });
+});
+
+describe('the access log is buffered', () => {
+  /** write(2) calls the process has made so far (/proc/PID/io's syscw). */
+  const writes = (pid: number) => Number(/^syscw: (\d+)$/m.exec(readFileSync(`/proc/${pid}/io`, 'utf8'))![1]);
+  const accessLines = (stderr: string) =>
+    stderr.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.msg === 'request completed');
+
+  async function served(base: string, name: string, extra: string[] = []) {
+    const workdir = join(base, 'work');
+    return startServe(['--workdir', workdir, '--trace', join(base, `${name}.jsonl`), ...extra]);
+  }
+
+  it('loses no line at a clean stop right after a burst, each line whole and naming its request', async () => {
+    const base = tempDir('rp-access-burst-');
+    dirs.push(base);
+    makeTree(join(base, 'work'), ['out/a.txt: burst']);
+    writeFileSync(join(base, 'work', 'murmur.yaml'), filesManifest('out/'));
+    const s = await served(base, 'burst');
+    const n = 300;
+    await pool(Array.from({ length: n }, (_, i) => i), 16, async () => expect((await rawGet(s.ready.url, '/resources/files/a.txt')).status).toBe(200));
+    s.child.kill('SIGTERM');
+    expect((await s.exited).code).toBe(0);
+    // Every stderr line parses (none torn by the buffer), one access line per request, in order
+    // before the shutdown line.
+    const lines = s.stderr().split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as Record<string, unknown>);
+    const access = lines.filter((l) => l.msg === 'request completed');
+    expect(access).toHaveLength(n);
+    expect(new Set(access.map((l) => l.reqId)).size).toBe(n);
+    const lastAccess = lines.findLastIndex((l) => l.msg === 'request completed');
+    expect(lastAccess).toBeLessThan(lines.findIndex((l) => l.msg === 'shutting down'));
+  });
+
+  it('costs no write of its own per request, and is written within its flush period while the server runs', async () => {
+    const base = tempDir('rp-access-writes-');
+    dirs.push(base);
+    makeTree(join(base, 'work'), ['out/a.txt: counted']);
+    writeFileSync(join(base, 'work', 'murmur.yaml'), filesManifest('out/'));
+    const n = 200;
+    // The same requests against the same server without the access log: the difference in write
+    // calls is the access log's. Written per request, it would be n.
+    const extraWrites: number[] = [];
+    for (const flags of [['--no-access-log'], []]) {
+      const s = await served(base, `w${flags.length}`, flags);
+      try {
+        await rawGet(s.ready.url, '/resources/files/a.txt');
+        const before = writes(s.child.pid!);
+        for (let i = 0; i < n; i++) await rawGet(s.ready.url, '/resources/files/a.txt');
+        extraWrites.push(writes(s.child.pid!) - before);
+        if (flags.length === 0) {
+          // Not stopped, not full: the periodic flush writes the lines out.
+          await expect.poll(() => accessLines(s.stderr()).length, { timeout: 10_000, interval: 100 }).toBe(n + 1);
+        }
+      } finally {
+        s.child.kill('SIGTERM');
+        await s.exited;
+      }
+    }
+    const [quiet, logged] = extraWrites as [number, number];
+    expect(logged - quiet, `write calls for ${n} requests: ${quiet} without the access log, ${logged} with it`).toBeLessThan(n / 4);
   });
 });
 
