@@ -39,6 +39,18 @@ const sodium = createRequire(import.meta.url)('sodium-native') as SodiumNative;
 /** Length of the instance key, in bytes. */
 export const INSTANCE_KEY_BYTES = 32;
 
+/**
+ * The most MACs one unlock of the instance key computes (`hmacSha256Soon`): what bounds how long
+ * the key is readable at a time (docs/security.md gives the measured window).
+ */
+export const MAC_BATCH_MAX = 32;
+
+interface PendingMac {
+  parts: Buffer[];
+  resolve: (mac: Buffer) => void;
+  reject: (error: unknown) => void;
+}
+
 /** SHA-256 block size: the width RFC 2104 pads (or hashes) the key to. */
 const BLOCK_BYTES = 64;
 const DIGEST_BYTES = sodium.crypto_hash_sha256_BYTES;
@@ -221,6 +233,9 @@ export class InstanceKey {
   #key: Buffer | null;
   /** Views into #key, made once: a MAC on the redeem path allocates none. */
   readonly #views: Views;
+  /** MACs asked for with hmacSha256Soon this turn of the event loop, computed together. */
+  #pending: PendingMac[] = [];
+  #scheduled = false;
 
   private constructor(key: Buffer, v: Views) {
     this.#key = key;
@@ -264,6 +279,60 @@ export class InstanceKey {
     } finally {
       sodium.sodium_mprotect_noaccess(key);
     }
+  }
+
+  /**
+   * HMAC-SHA256 as `hmacSha256` computes it, computed together with every other MAC asked for in
+   * the same turn of the event loop (redeems that arrive together): one unlock and one lock for
+   * up to MAC_BATCH_MAX of them, instead of two `mprotect`s each, which on a loaded host cost more
+   * than the MAC (each flushes the other cores' TLBs). Nothing else runs while the key is readable:
+   * the promises settle after it is locked again. A lone MAC pays one turn of the loop.
+   */
+  hmacSha256Soon(parts: Buffer[]): Promise<Buffer> {
+    if (this.#key === null) return Promise.reject(new Error('the instance key has been destroyed'));
+    return new Promise<Buffer>((resolve, reject) => {
+      this.#pending.push({ parts, resolve, reject });
+      if (this.#pending.length >= MAC_BATCH_MAX) this.#computePending();
+      else if (!this.#scheduled) {
+        this.#scheduled = true;
+        // setImmediate, not a microtask: it runs after the loop's poll phase, so every request
+        // parsed in that phase has asked for its MAC by then.
+        setImmediate(() => {
+          this.#scheduled = false;
+          this.#computePending();
+        });
+      }
+    });
+  }
+
+  #computePending(): void {
+    while (this.#pending.length > 0) this.#computeBatch(this.#pending.splice(0, MAC_BATCH_MAX));
+  }
+
+  #computeBatch(batch: PendingMac[]): void {
+    const key = this.#key;
+    const outcomes: Array<{ mac: Buffer } | { error: unknown }> = [];
+    if (key === null) {
+      for (const _ of batch) outcomes.push({ error: new Error('the instance key has been destroyed') });
+    } else {
+      sodium.sodium_mprotect_readwrite(key);
+      try {
+        for (const p of batch) {
+          try {
+            outcomes.push({ mac: macFromStates(this.#views, p.parts) });
+          } catch (error) {
+            outcomes.push({ error });
+          }
+        }
+      } finally {
+        sodium.sodium_mprotect_noaccess(key);
+      }
+    }
+    batch.forEach((p, i) => {
+      const outcome = outcomes[i]!;
+      if ('mac' in outcome) p.resolve(outcome.mac);
+      else p.reject(outcome.error);
+    });
   }
 
   /**

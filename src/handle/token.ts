@@ -219,10 +219,17 @@ function serialisePayload(payload: HandlePayload): Buffer {
 
 // ── Mint and verify ──────────────────────────────────────────────────────────
 
+/**
+ * What a handle's MAC is computed over: one buffer, one hash update inside the unlocked window,
+ * the same bytes as the parts one by one (U+001F is the byte 0x1F in UTF-8, and neither neighbour
+ * can pair with it).
+ */
+function macMessage(payloadSegment: string, audience: string): Buffer[] {
+  return [Buffer.from(`${MAC_DOMAIN}\u001f${payloadSegment}\u001f${audience}`, 'utf8')];
+}
+
 function macFor(key: InstanceKey, payloadSegment: string, audience: string): Buffer {
-  // One buffer, one hash update inside the unlocked window: the same bytes as the parts one by
-  // one (U+001F is the byte 0x1F in UTF-8, and neither neighbour can pair with it).
-  return key.hmacSha256([Buffer.from(`${MAC_DOMAIN}\u001f${payloadSegment}\u001f${audience}`, 'utf8')]);
+  return key.hmacSha256(macMessage(payloadSegment, audience));
 }
 
 /**
@@ -274,7 +281,27 @@ export function verifyParsed(
   sessionId: string,
   nowMs: number,
 ): VerifyResult {
-  const expected = macFor(key, parts.payloadSegment, audience);
+  return judge(macFor(key, parts.payloadSegment, audience), parts, sessionId, nowMs);
+}
+
+/**
+ * verifyParsed with the MAC computed together with the others asked for in this turn of the event
+ * loop (InstanceKey.hmacSha256Soon: one unlock for a batch of redeems). `now` is read once the
+ * MAC is known. Rejects only when the key is destroyed (the session is stopping).
+ */
+export async function verifyParsedSoon(
+  key: InstanceKey,
+  parts: TokenParts,
+  audience: string,
+  sessionId: string,
+  now: () => number,
+): Promise<VerifyResult> {
+  const expected = await key.hmacSha256Soon(macMessage(parts.payloadSegment, audience));
+  return judge(expected, parts, sessionId, now());
+}
+
+/** The checks after the MAC, in the spec's order: MAC → payload → issuer → expiry. */
+function judge(expected: Buffer, parts: TokenParts, sessionId: string, nowMs: number): VerifyResult {
   if (!constantTimeEqual(expected, parts.mac)) return { ok: false, reason: 'not_valid' };
   const read = parsePayload(parts.payload);
   if (read === null) return { ok: false, reason: 'malformed' };

@@ -3,7 +3,7 @@
 // then served by the same ExportView (resolver, reader, symlink policy) as the operator plane.
 import { asRefusal, Refusal, renderHttp } from '../codes.js';
 import { trimWhiteSpace } from '../handle/audience.js';
-import { parseToken, verifyParsed } from '../handle/token.js';
+import { parseToken, verifyParsedSoon, type VerifyResult } from '../handle/token.js';
 import type { Body } from '../export/export-view.js';
 import { canonicalRelpath } from '../paths.js';
 import { handleId } from '../redact.js';
@@ -58,7 +58,15 @@ export async function handleRedeem(ctx: PlaneContext, method: string, rest: stri
   const parts = parseToken(token);
   if (parts === null) return refused(new Refusal('malformed_handle'));
   if (audience === '') return refused(new Refusal('missing_audience'));
-  const verdict = verifyParsed(key, parts, audience, session.sessionId, session.now());
+  let verdict: VerifyResult;
+  try {
+    verdict = await verifyParsedSoon(key, parts, audience, session.sessionId, session.now);
+  } catch {
+    // The key was destroyed while this MAC waited for its batch: the session is stopping (its
+    // trace may be closed), so this is admission's answer while stopping, untraced.
+    sendError(reply, renderHttp('server', new Refusal('shutting_down')), x.refusalHeaders);
+    return;
+  }
   if (!verdict.ok) {
     if (verdict.reason === 'expired') verifiedPath = verdict.payload.p;
     const code = verdict.reason === 'malformed' ? 'malformed_handle' : verdict.reason === 'expired' ? 'handle_expired' : 'handle_not_valid';

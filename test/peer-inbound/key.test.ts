@@ -17,12 +17,14 @@ import {
   KEY_BUFFER_BYTES,
   InstanceKey,
   INSTANCE_KEY_BYTES,
+  MAC_BATCH_MAX,
   randomBytes,
 } from '../../src/handle/key.js';
 
 const sodium = createRequire(import.meta.url)('sodium-native') as Record<string, unknown> & {
   sodium_memzero(buf: Uint8Array): void;
   sodium_mprotect_noaccess(buf: Buffer): void;
+  sodium_mprotect_readwrite(buf: Buffer): void;
   sodium_free(buf: Buffer): void;
   sodium_malloc(size: number): Buffer;
 };
@@ -217,6 +219,45 @@ describe('InstanceKey', () => {
     }
   });
 
+  it('computes the MACs asked for in one turn under one unlock, and settles them only once the key is locked again', async () => {
+    const key = InstanceKey.generate();
+    try {
+      const keyBuffer = key._unsafeBufferForTest();
+      const messages = Array.from({ length: MAC_BATCH_MAX * 2 + 5 }, (_, i) => [ascii(`redeem ${i}`)]);
+      const expected = messages.map((m) => key.hmacSha256(m));
+      const unlock = sodium.sodium_mprotect_readwrite;
+      const lock = sodium.sodium_mprotect_noaccess;
+      const events: string[] = [];
+      vi.spyOn(sodium, 'sodium_mprotect_readwrite').mockImplementation((buffer: Buffer) => {
+        if (buffer === keyBuffer) events.push('unlock');
+        unlock(buffer);
+      });
+      vi.spyOn(sodium, 'sodium_mprotect_noaccess').mockImplementation((buffer: Buffer) => {
+        lock(buffer);
+        if (buffer === keyBuffer) events.push('lock');
+      });
+      const few = await Promise.all(messages.slice(0, 5).map((m) => key.hmacSha256Soon(m).then((mac) => (events.push('settled'), mac))));
+      expect(few).toEqual(expected.slice(0, 5));
+      expect(events).toEqual(['unlock', 'lock', ...Array(5).fill('settled')]);
+
+      // More than a batch: MAC_BATCH_MAX per unlock, so the readable window stays bounded.
+      events.length = 0;
+      const many = await Promise.all(messages.map((m) => key.hmacSha256Soon(m)));
+      expect(many).toEqual(expected);
+      expect(events).toEqual(['unlock', 'lock', 'unlock', 'lock', 'unlock', 'lock']);
+    } finally {
+      key.destroy();
+    }
+  });
+
+  it('refuses a MAC asked for soon once the key is destroyed, before or while it waits', async () => {
+    const key = InstanceKey.generate();
+    const waiting = key.hmacSha256Soon([ascii('waits')]);
+    key.destroy();
+    await expect(waiting).rejects.toThrow(/destroyed/);
+    await expect(key.hmacSha256Soon([ascii('late')])).rejects.toThrow(/destroyed/);
+  });
+
   it('survives more MACs than the process could map fresh secure allocations for', () => {
     // sodium_free only detaches, so per-MAC allocations would pile up four mappings each until
     // a collection, and vm.max_map_count (65530) would abort Node at about 16k MACs.
@@ -243,6 +284,11 @@ const key = InstanceKey.generate();
 const mac = key.hmacSha256([Buffer.from('inside the window')]);
 process.stdout.write('mac ' + mac.toString('hex') + '\\n');
 const buffer = key._unsafeBufferForTest();
+if (mode === 'batch-read') {
+  const macs = await Promise.all([1, 2, 3].map((i) => key.hmacSha256Soon([Buffer.from('batched ' + i)])));
+  process.stdout.write('batch ' + macs.length + '\\n');
+  process.stdout.write('read ' + buffer[0] + '\\n');
+}
 if (mode === 'read') process.stdout.write('read ' + buffer[0] + '\\n');
 if (mode === 'write') { buffer[0] = 1; process.stdout.write('wrote\\n'); }
 if (mode === 'copy') process.stdout.write('copied ' + Buffer.from(buffer).toString('hex') + '\\n');
@@ -304,6 +350,12 @@ describe('the key pages outside the MAC window', () => {
     expect(child.signal, child.stderr).toBeNull();
     expect(child.status, child.stderr).toBe(0);
     expect(child.stdout).toMatch(/^mac [0-9a-f]{64}\nagain same\ndestroyed\n$/);
+  });
+
+  it('kills the process on a read right after a batch of MACs: the batch locks the key again', () => {
+    const child = runChild('batch-read');
+    expect(['SIGSEGV', 'SIGBUS'], `status ${child.status}, stderr ${child.stderr}`).toContain(child.signal);
+    expect(child.stdout).toMatch(/^mac [0-9a-f]{64}\nbatch 3\n$/);
   });
 
   for (const mode of ['read', 'write', 'copy']) {

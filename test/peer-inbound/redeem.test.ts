@@ -3,12 +3,17 @@
 // bodies for every MAC failure, and the redeem trace with its path withheld until the MAC verified.
 import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connect, type Socket } from 'node:net';
+import { createRequire } from 'node:module';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { Containment } from '../../src/manifest/model.js';
 import { mintToken, randomNonceHex, sealRaw, type HandlePayload } from '../../src/handle/token.js';
 import { handleId } from '../../src/redact.js';
 import { openCapsule, type Capsule } from '../helpers/capsule.js';
-import { rawGet, rawRequest, readTrace, sha256Hex } from '../helpers/http.js';
+import { parseResponse, rawGet, rawRequest, readTrace, sha256Hex } from '../helpers/http.js';
+
+// The one sodium-native module object the key calls into, so a test can count its unlocks.
+const sodium = createRequire(import.meta.url)('sodium-native') as { sodium_mprotect_readwrite(buf: Buffer): void };
 import { makeTree, removeTree, tempDir } from '../helpers/tree.js';
 
 const AUD = 'reader@localhost:41235';
@@ -108,6 +113,40 @@ describe('a valid redeem', () => {
 
   it('asserted audiences are compared after trimming', async () => {
     expect((await redeem(mint('report.md'), `  ${AUD}  `)).status).toBe(200);
+  });
+});
+
+describe('redeems that arrive together', () => {
+  it('share one unlock of the key, each still checked on its own', async () => {
+    const keyBuffer = cap().session.key!._unsafeBufferForTest();
+    const n = 12;
+    const tokens = Array.from({ length: n }, (_, i) => (i % 3 === 2 ? tamper(mint('report.md'), 2) : mint('report.md')));
+    const { port } = new URL(cap().url);
+    // Every connection open first, then every request written in one go: the server reads them
+    // all in one turn of its loop.
+    const sockets = await Promise.all(tokens.map(() => new Promise<Socket>((resolve, reject) => {
+      const socket = connect(Number(port), '127.0.0.1', () => resolve(socket));
+      socket.once('error', reject);
+    })));
+    const answers = sockets.map((socket) => new Promise<Buffer>((resolve) => {
+      const chunks: Buffer[] = [];
+      socket.on('data', (c: Buffer) => chunks.push(c));
+      socket.on('end', () => resolve(Buffer.concat(chunks)));
+    }));
+    // Accepted by the server too (a client's connect completes before the server accepts), so
+    // the requests are read in one turn, as a busy server's established connections are.
+    const server = cap().server.app.server;
+    await expect.poll(() => new Promise<number>((resolve) => server.getConnections((_e, count) => resolve(count)))).toBeGreaterThanOrEqual(n);
+    const unlocks = vi.spyOn(sodium, 'sodium_mprotect_readwrite');
+    try {
+      tokens.forEach((token, i) => sockets[i]!.write(`GET /resources/peer/${token} HTTP/1.1\r\nHost: x\r\nX-Murmur-Audience: ${AUD}\r\nConnection: close\r\n\r\n`));
+      const statuses = (await Promise.all(answers)).map((raw) => parseResponse(raw).status);
+      expect(statuses).toEqual(tokens.map((_, i) => (i % 3 === 2 ? 403 : 200)));
+      const keyUnlocks = unlocks.mock.calls.filter(([buffer]) => buffer === keyBuffer).length;
+      expect(keyUnlocks, `${n} redeems read in one turn took ${keyUnlocks} unlocks`).toBeLessThanOrEqual(2);
+    } finally {
+      unlocks.mockRestore();
+    }
   });
 });
 
