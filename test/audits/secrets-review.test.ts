@@ -12,6 +12,7 @@ import { createServer as createNetServer, connect } from 'node:net';
 import { lstatSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import Fastify from 'fastify';
 import { pino } from 'pino';
 import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { fetchPeerFile } from '../../src/tools/fetch-peer-file.js';
@@ -20,6 +21,8 @@ import { mintToken, randomNonceHex } from '../../src/handle/token.js';
 import { handleId, redactHandles } from '../../src/redact.js';
 import { shareFile } from '../../src/tools/share-file.js';
 import { callTool } from '../../src/tools/index.js';
+import { resourcePlanes } from '../../src/http/plugin.js';
+import { routeRawTargets } from '../../src/http/admission.js';
 import { capsule as servedCapsule, openCapsule, type Capsule as Served } from '../helpers/capsule.js';
 import { rawGet, rawRequest, readTrace, type RawResponse } from '../helpers/http.js';
 import { listenLoopback } from '../helpers/loopback.js';
@@ -164,17 +167,47 @@ describe('1. a handle token stays out of every record', () => {
     }
   });
 
-  it('a redeem that fails inside the route (session closed under a live listener) logs and answers without the token', async () => {
+  it('a redeem after the session closed under a live listener is answered as stopping, without the token', async () => {
     const c = await capsule('closing', SHARES, ['out/a.txt: a']);
     const t = mintToken(c.session.key!, { v: 1, iss: c.session.sessionId, p: 'a.txt', exp: Date.now() + 60_000, n: randomNonceHex() }, 'x@y:1');
     await c.session.close();
+    // The key is gone with the session: the redeem is answered as a stopping server answers.
     const res = await rawGet(c.url, `/resources/peer/${t}`, [['x-murmur-audience', 'x@y:1']]);
-    expect(res.status).toBe(500);
-    expect(res.json()).toEqual({ error: 'io_error', message: 'read failed: internal error' });
-    expect(c.logs()).toContain('unhandled error');
+    expect(res.status).toBe(503);
+    expect(res.json()).toEqual({ error: 'shutting_down', message: 'the capsule is shutting down' });
     expect(leaks(c.logs(), t)).toEqual([]);
     expect(leaks(res.raw.toString('latin1'), t)).toEqual([]);
     await c.close();
+  });
+
+  it('an error thrown inside a plane route, its text holding the token, is logged and answered without it', async () => {
+    const c = await capsule('erring', SHARES, ['out/a.txt: a']);
+    const t = mintToken(c.session.key!, { v: 1, iss: c.session.sessionId, p: 'a.txt', exp: Date.now() + 60_000, n: randomNonceHex() }, 'x@y:1');
+    let logText = '';
+    // A host configured as the README says (Fastify's own request lines carry the URL), whose own
+    // hook fails on the planes' routes with the request's URL in its message.
+    const host = Fastify({
+      loggerInstance: pino({ level: 'trace' }, { write: (s: string) => void (logText += s) }),
+      disableRequestLogging: true,
+      rewriteUrl: routeRawTargets(),
+    });
+    host.addHook('preHandler', async (request) => {
+      throw new Error(`the host's hook failed on ${request.url}`);
+    });
+    await host.register(resourcePlanes, { session: c.session });
+    await host.listen({ host: '127.0.0.1', port: 0 });
+    try {
+      const res = await rawGet(`http://127.0.0.1:${(host.server.address() as { port: number }).port}`, `/resources/peer/${t}`, [['x-murmur-audience', 'x@y:1']]);
+      expect(res.status).toBe(500);
+      expect(res.json()).toEqual({ error: 'io_error', message: 'read failed: internal error' });
+      expect(logText).toContain('unhandled error');
+      expect(logText).toContain('<handle:');
+      expect(leaks(logText, t)).toEqual([]);
+      expect(leaks(res.raw.toString('latin1'), t)).toEqual([]);
+    } finally {
+      await host.close();
+      await c.close();
+    }
   });
 
   // Was a VIOLATION, now fixed (src/tools/share-file.ts:136, :151, :163; refuse() at :96): share-file builds three refusal
