@@ -24,6 +24,8 @@ export const TARGETS = [
   { id: 'rss_minus_fastify_mib', what: 'idle RSS: ours − a bare Fastify listener (MiB)', target: '≤ +15 MiB', ok: (v) => v <= 15, unit: 'MiB' },
   { id: 'listing_first_vs_sha256sum', what: 'listing N × 4 KiB in directories of 100, first, timed by curl: ours / `find \| xargs sha256sum` (time)', target: '≤ 0.50×', ok: (v) => v <= 0.5 },
   { id: 'listing_repeat_vs_sha256sum', what: 'listing, repeat of the unchanged tree, timed by curl: ours / `sha256sum` (time)', target: '≤ 0.25×', ok: (v) => v <= 0.25 },
+  { id: 'access_log_cost', what: '1 KiB read: ours with its defaults (access log on) / `--no-access-log` (req/s, issue 41)', target: '≥ 0.95×', ok: (v) => v >= 0.95 },
+  { id: 'access_log_cost_busy', what: 'the same with a busy loop holding the other core', target: '≥ 0.95×', ok: (v) => v >= 0.95 },
   { id: 'redeem_vs_read', what: '1 KiB redeem / 1 KiB operator read, time per request, same server (issue 29; stretch 1.1×)', target: '≤ 1.3×', ok: (v) => v <= 1.3 },
 ];
 
@@ -104,6 +106,8 @@ export function summarise(raw, serverIds, cases) {
     listing_first_vs_sha256sum: perRound((r) => listFor(r).first_s / sums(r)),
     listing_repeat_vs_sha256sum: perRound((r) => median(listFor(r).repeat_s) / sums(r)),
     redeem_vs_read: perRound((r) => raw.peer[r].read.rps / raw.peer[r].redeem.rps),
+    access_log_cost: perRound((r) => rd('ours', '1k', r).rps / rd('ours_no_access_log', '1k', r).rps),
+    access_log_cost_busy: perRound((r) => raw.busy[r].ours.rps / raw.busy[r].ours_no_access_log.rps),
     start_vs_bare: perRound((r) => ready('ours', r) / ready('bare', r)),
     rss_minus_bare_mib: perRound((r) => rss('ours', r) - rss('bare', r)),
     read64m_vs_sha256: perRound((r) => raw.streamed[r].ours_64m.mbps / raw.sha256[r]),

@@ -10,8 +10,9 @@
 //   - the Fastify contract floor (issue 17): a Fastify 5 route doing the contract's minimum per
 //     request (open the root, open the file O_NOFOLLOW|O_NONBLOCK, fstat, read, SHA-256 etag, one
 //     synchronous trace line, close both): the honest ceiling for a 1 KiB read;
-//   - this server, `resource-plane serve --containment sealed --no-access-log`, trace on (the
-//     access log is an operator convenience the floor does not have; the trace is kept).
+//   - this server as users run it, `resource-plane serve --containment sealed` (its defaults: the
+//     trace and the buffered access log on), and beside it the same with `--no-access-log`, which
+//     is what the access log costs (issue 41: at least 0.95x, quiet and with the other core busy).
 // Load is wrk -t1 -c32 (requests/s, body MB/s from 2xx answers only, p99 latency). Besides reads:
 // the single-core SHA-256 rate (node:crypto over 64 MiB), a 1 KiB redeem through the peer plane
 // (handle minted with share-file over the CLI's MCP control channel) next to a 1 KiB read on the
@@ -284,12 +285,29 @@ async function mint() {
 }
 
 // ---- measurements ----
-const raw = { reads: {}, peer: [], sha256: [], listing: [], start: [], streamed: [], rewritten: [] };
+const raw = { reads: {}, peer: [], sha256: [], listing: [], start: [], streamed: [], rewritten: [], busy: [] };
 const push = (obj, key, v) => (obj[key] ??= []).push(v);
 
 async function timedLoad(url, size, headers) {
   if (WARMUP_SECONDS) await load(url, WARMUP_SECONDS, size, headers);
   return load(url, SECONDS, size, headers);
+}
+
+// The access log's cost on a loaded host: the 1 KiB read on ours with its defaults and with
+// `--no-access-log`, in an order that alternates between rounds, while a busy loop holds a core.
+async function busyRound(r) {
+  const busy = track(process.execPath, ['-e', 'for (;;) {}'], { logFile: log(`busy-${r}`) });
+  try {
+    const row = { round: r };
+    for (const id of r % 2 ? ['ours_no_access_log', 'ours'] : ['ours', 'ours_no_access_log']) {
+      const s = servers.find((x) => x.id === id);
+      row[id] = await timedLoad(`${s.url}/resources/files/small.bin`, 1024);
+      if (row[id].errors) odd.push(`${s.label}, 1 KiB with a busy core, round ${r + 1}: ${row[id].errors} errors or non-2xx answers`);
+    }
+    raw.busy.push(row);
+  } finally {
+    await stop(busy);
+  }
 }
 
 // The streamed rows of one round: ours (and nginx, for reference) on the 64 MiB file, then the two
@@ -514,11 +532,15 @@ try {
     servers.push({ id: 'fastify_contract', label: 'Fastify contract floor', url: s.url, child: s.child, etag: true });
   }
   {
-    const s = await startNode('ours', oursArgs('ours', ['--no-access-log']));
+    const s = await startNode('ours', oursArgs('ours'));
     servers.push({ id: 'ours', label: 'ours', url: s.url, child: s.child, etag: true });
   }
   {
-    const child = track(process.execPath, oursArgs('peer', ['--control', 'stdio', '--no-access-log']), { logFile: log('ours-peer'), stdin: 'pipe', env });
+    const s = await startNode('ours --no-access-log', oursArgs('ours-quiet', ['--no-access-log']));
+    servers.push({ id: 'ours_no_access_log', label: 'ours --no-access-log', url: s.url, child: s.child, etag: true });
+  }
+  {
+    const child = track(process.execPath, oursArgs('peer', ['--control', 'stdio']), { logFile: log('ours-peer'), stdin: 'pipe', env });
     const mcp = mcpClient(child, 'ours (control stdio)');
     const ready = await mcp.start();
     oursPeer = { child, mcp, url: ready.url };
@@ -550,6 +572,7 @@ try {
       if (m.errors) odd.push(`ours (control stdio) ${which}, round ${r + 1}: ${m.errors} errors or non-2xx answers`);
     }
     raw.peer.push(pair);
+    await busyRound(r);
     await streamedRound(r);
     await rewrittenRound(r);
     await listingRound(r);
