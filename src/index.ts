@@ -7,7 +7,9 @@ export { bind, serve, LIMITS, DRAIN_TIMEOUT_MS, type Listener, type ListenAddres
 export { buildApp, type AppOptions } from './http/app.js';
 export { createMetrics, DURATION_BUCKETS, type Metrics, type MetricsSources } from './http/metrics.js';
 export { resourcePlanes, ALL_PLANES, type PlanesOptions, type PlaneSet, type ResourcePlanesDecoration } from './http/plugin.js';
-export { Admission, answerConnect, routeRawTargets } from './http/admission.js';
+export { Admission } from './http/admission.js';
+export { answerConnect } from './http/connect.js';
+export { routeRawTargets } from './http/targets.js';
 export { callTool, toolDefinitions, shareFile, fetchPeerFile, type ToolDefinition } from './tools/index.js';
 export type { ShareFileInput, ShareFileResult, ShareFileOptions } from './tools/share-file.js';
 export type { FetchPeerFileInput, FetchPeerFileResult, FetchPeerFileOptions } from './tools/fetch-peer-file.js';

@@ -13,122 +13,21 @@
 //   - the socket's idle timer is off while the server works on the request (a listing may take
 //     its whole budget) and back on once the answer is handed to Node.
 //
-// Also the rewrite that lets Fastify route a raw target under the planes that its router cannot
-// decode (`x%ZZ`, a lone `%`, overlong UTF-8) instead of refusing it before any hook: such targets
-// reach their route and every hook like any other, and the planes still read the raw target.
-import type { IncomingMessage } from 'node:http';
-import { ServerResponse } from './node-http.js';
+// The raw target's rewrite for the router is in targets.ts, CONNECT's answer in connect.ts, and
+// when a response is over (its own close or its socket's) in closing.ts.
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Refusal, renderHttp } from '../codes.js';
-import { percentDecodeOnce, requestPath } from '../paths.js';
 import { redactHandles } from '../redact.js';
+import { onceClosed } from './closing.js';
 import { LIMITS } from './limits.js';
-import { HEADER, planeOf, type PlaneTarget } from '../wire.js';
+import { HEADER } from '../wire.js';
 import { sendError, fastifyPlaneReply } from './reply.js';
+import { logTarget, rawTarget } from './targets.js';
 
 /** Pipelined requests one connection may have waiting before it is cut. */
 export const MAX_QUEUED_PER_CONNECTION = 64;
-
-const RAW_TARGET = Symbol('capsule-resource-plane.rawTarget');
-const PLANE_TARGET = Symbol('capsule-resource-plane.planeTarget');
-type Tagged = IncomingMessage & { [RAW_TARGET]?: string; [PLANE_TARGET]?: { prefix: string; target: PlaneTarget | null } };
-
-/**
- * A `rewriteUrl` for Fastify's constructor, for the planes registered under `prefix`. The router
- * refuses a path it cannot percent-decode (`x%ZZ`, a lone `%`, overlong UTF-8) before any hook
- * runs; such a target under the planes is handed to the router with every `%` escaped, so it is
- * routed to the planes through every hook like any other, and the planes read the raw target.
- * Every other target is left exactly as it is.
- */
-export function routeRawTargets(prefix = ''): (req: IncomingMessage) => string {
-  return (req) => {
-    const url = req.url ?? '/';
-    if (!url.includes('%')) return url;
-    const target = planeOf(url, prefix);
-    if (target === null) return url;
-    (req as Tagged)[PLANE_TARGET] = { prefix, target };
-    const path = requestPath(url);
-    try {
-      decodeURI(path);
-      if (!/%(?![0-9A-Fa-f]{2})/.test(path)) return url;
-    } catch {
-      // undecodable: rewritten below
-    }
-    (req as Tagged)[RAW_TARGET] = url;
-    return path.replaceAll('%', '%25');
-  };
-}
-
-/** The request target exactly as the client sent it (before any rewrite for the router). */
-export function rawTarget(req: IncomingMessage): string {
-  return (req as Tagged)[RAW_TARGET] ?? req.url ?? '/';
-}
-
-/** planeOf for this request's raw target, decided at most once per request (routeRawTargets may have). */
-export function planeTargetOf(req: IncomingMessage, prefix: string): PlaneTarget | null {
-  const known = (req as Tagged)[PLANE_TARGET];
-  if (known !== undefined && known.prefix === prefix) return known.target;
-  return planeOf(rawTarget(req), prefix);
-}
-
-/**
- * A target as a log line may show it: percent-decoded once (as the planes read it), then with every
- * token redacted, so `mh1.%65yJ…` cannot carry a live token into the log under its encoding.
- */
-export function logTarget(raw: string): string {
-  return redactHandles(percentDecodeOnce(Buffer.from(raw, 'latin1')).toString('utf8'));
-}
-
-/**
- * A listener for the server's 'connect' event. Node hands a CONNECT to that event with the bare
- * socket, and destroys the connection when nothing listens, so a CONNECT would get no answer and
- * no trace. This gives it a response and passes it to the app's `handler` like any request, so
- * admission and the planes answer it: 405 under the planes (traced), 400 for an authority-form
- * target. The parser has let go of the socket, so nothing after the request is read: the answer
- * closes the connection.
- */
-export function answerConnect(handler: (req: IncomingMessage, res: ServerResponse) => void): (req: IncomingMessage, socket: Socket) => void {
-  return (req, socket) => {
-    // Node's server has let go of the socket before this event and removed its own listeners, so
-    // three of its duties come back here: a socket error (a client's reset) with no listener is
-    // an uncaught exception, which ended the process; 'drain' is no longer passed on to the
-    // response writing on the socket, so a streamed body pipelined before this request waited for
-    // ever; and nothing cut the connection when it idled, so that body held its memory for as
-    // long as the client kept the connection open.
-    socket.on('error', () => socket.destroy());
-    socket.on('timeout', () => socket.destroy());
-    socket.on('drain', () => {
-      const writing = responseOn(socket);
-      if (writing && !writing.writableFinished) writing.emit('drain');
-    });
-    const res = new ServerResponse(req);
-    res.shouldKeepAlive = false;
-    const run = () => {
-      if (socket.destroyed) return;
-      res.assignSocket(socket);
-      // What Node's server does at a response's finish, for a socket it no longer owns.
-      res.once('finish', () => {
-        res.detachSocket(socket);
-        socket.destroySoon();
-      });
-      handler(req, res);
-    };
-    // Responses pipelined before this request may still hold the socket, one after another: at
-    // each one's finish Node hands the socket to the next, so this waits until none is left.
-    const whenFree = () => {
-      const before = responseOn(socket);
-      if (before) before.once('finish', () => setImmediate(whenFree));
-      else run();
-    };
-    whenFree();
-  };
-}
-
-/** The response Node's server has writing on this socket now, if any (its private `_httpMessage`). */
-function responseOn(socket: Socket): ServerResponse | null {
-  return (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage ?? null;
-}
 
 /** Why a request is refused before routing, if it is: HTTP/0.9, no Host on 1.1 or two Hosts, an unknown Expect, CONNECT's authority form. */
 function protocolProblem(req: IncomingMessage): { status: number } | null {
@@ -163,40 +62,6 @@ interface Connection {
   afterLast?: () => void;
   /** The newest admitted request. */
   last?: IncomingMessage;
-}
-
-const watched = new WeakMap<Socket, Set<() => void>>();
-
-/**
- * Runs `fn` once, at the first of the response's or the socket's `close`: on Node 20 a pipelined
- * response still queued when its socket dies never emits its own. Not the request's `close`: a
- * client that half-closes after sending destroys the request while its response is still being
- * written, and a read's buffer must outlive every write of it. The planes give a read's memory back
- * the same way.
- */
-export function onceClosed(req: IncomingMessage, res: ServerResponse, fn: () => void): void {
-  const socket = req.socket;
-  if (res.closed || socket.destroyed) {
-    fn();
-    return;
-  }
-  let pending = watched.get(socket);
-  if (!pending) {
-    const set = new Set<() => void>();
-    watched.set(socket, set);
-    socket.once('close', () => {
-      for (const f of [...set]) f();
-    });
-    pending = set;
-  }
-  const set = pending;
-  const once = () => {
-    if (!set.delete(once)) return;
-    res.off('close', once);
-    fn();
-  };
-  set.add(once);
-  res.once('close', once);
 }
 
 /** What the access line is written with: a pino logger, or Fastify's request logger. */

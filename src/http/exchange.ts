@@ -7,7 +7,7 @@ import type { Body, ChunkBuffers } from '../export/export-view.js';
 import type { MemoryBudget } from '../export/memory.js';
 import { responseUndelivered, type BodyEventType, type Outcome, type TraceEvent } from '../trace/events.js';
 import type { Trace } from '../trace/trace.js';
-import { onceClosed } from './admission.js';
+import { onceClosed } from './closing.js';
 import type { Metrics } from './metrics.js';
 import { etagOf, sendError, type HeaderList, type PlaneReply, type StreamPayload } from './reply.js';
 import { SnapshotBody, StreamBody } from './stream-body.js';

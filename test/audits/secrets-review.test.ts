@@ -22,7 +22,7 @@ import { handleId, redactHandles } from '../../src/redact.js';
 import { shareFile } from '../../src/tools/share-file.js';
 import { callTool } from '../../src/tools/index.js';
 import { resourcePlanes } from '../../src/http/plugin.js';
-import { routeRawTargets } from '../../src/http/admission.js';
+import { routeRawTargets } from '../../src/http/targets.js';
 import { capsule as servedCapsule, openCapsule, type Capsule as Served } from '../helpers/capsule.js';
 import { rawGet, rawRequest, readTrace, type RawResponse } from '../helpers/http.js';
 import { listenLoopback } from '../helpers/loopback.js';

@@ -6,7 +6,7 @@ import { createServer } from 'node:net';
 import { join } from 'node:path';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { routeRawTargets } from '../../src/http/admission.js';
+import { routeRawTargets } from '../../src/http/targets.js';
 import { resourcePlanes } from '../../src/http/plugin.js';
 import { parseManifest } from '../../src/manifest/model.js';
 import { openSession } from '../../src/session/open-session.js';

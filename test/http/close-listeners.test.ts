@@ -6,7 +6,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { onceClosed } from '../../src/http/admission.js';
+import { onceClosed } from '../../src/http/closing.js';
 import { clientGone, type Exchange } from '../../src/http/exchange.js';
 
 let server: Server | null = null;

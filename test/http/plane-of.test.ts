@@ -2,7 +2,8 @@
 // boundaries and byte for byte, and a host app's use of the plugin's public `admission` option.
 import Fastify from 'fastify';
 import { afterAll, describe, expect, it } from 'vitest';
-import { Admission, routeRawTargets } from '../../src/http/admission.js';
+import { Admission } from '../../src/http/admission.js';
+import { routeRawTargets } from '../../src/http/targets.js';
 import { resourcePlanes } from '../../src/http/plugin.js';
 import { parseManifest } from '../../src/manifest/model.js';
 import { openSession } from '../../src/session/open-session.js';
