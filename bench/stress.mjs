@@ -32,7 +32,7 @@ import { fileURLToPath } from 'node:url';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const CLI = join(HERE, '..', 'dist', 'cli', 'main.js');
-const { SERVER_REFUSAL_BURST, SERVER_REFUSALS_PER_SECOND } = await import(join(HERE, '..', 'dist', 'trace', 'refusal-limit.js'));
+const { SERVER_REFUSAL_BURST, SERVER_REFUSALS_PER_SECOND } = await import(join(HERE, '..', 'dist', 'limits.js'));
 const num = (name, dflt) => {
   const v = Number(process.env[name] ?? dflt);
   if (!Number.isInteger(v) || v < 0 || v > 100_000) throw new Error(`${name} must be a whole number`);

@@ -3,7 +3,8 @@
 export { launch, type LaunchOptions, type Launched } from './launch/launch.js';
 export { openSession, type SessionOptions } from './session/open-session.js';
 export { Session, type ToolName } from './session/session.js';
-export { bind, serve, LIMITS, DRAIN_TIMEOUT_MS, type Listener, type ListenAddress, type RunningServer } from './http/listener.js';
+export { bind, serve, type Listener, type ListenAddress, type RunningServer } from './http/listener.js';
+export { LIMITS, DRAIN_TIMEOUT_MS } from './limits.js';
 export { buildApp, type AppOptions } from './http/app.js';
 export { createMetrics, DURATION_BUCKETS, type Metrics, type MetricsSources } from './http/metrics.js';
 export { resourcePlanes, ALL_PLANES, type PlanesOptions, type PlaneSet, type ResourcePlanesDecoration } from './http/plugin.js';

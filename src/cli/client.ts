@@ -16,6 +16,7 @@ import type { Readable } from 'node:stream';
 import { outboundClient } from '../outbound-client.js';
 import { BodyFailure, ERROR_BODY_MAX_BYTES, readVerifiedBody, type VerifiedBody } from '../response-body.js';
 import { parseEtag } from '../wire.js';
+import { GET_MAX_BYTES, LIST_MAX_BYTES } from '../limits.js';
 
 /**
  * Why a verb failed, as its exit status tells a script (docs/cli.md, *Exit status*): a usage
@@ -49,10 +50,6 @@ export class ClientError extends Error {
 
 const TIMEOUTS = { headersTimeout: 30_000, bodyTimeout: 60_000 };
 
-/** The listing body `ls` reads at most, unless --max-bytes says otherwise (about 300,000 entries). */
-export const LIST_MAX_BYTES = 64 * 1024 * 1024;
-/** The file `get` saves at most, unless --max-bytes says otherwise. */
-export const GET_MAX_BYTES = 1024 * 1024 * 1024;
 
 /** Reads a body up to `max` bytes and stops there: a server that streams forever is not read on. */
 async function readCapped(body: Readable, max: number): Promise<Buffer> {

@@ -1,11 +1,8 @@
 // The CLI's logger: JSON lines on stderr, errors reduced to what cannot carry a token.
 import { pino, type Logger, type LoggerOptions } from 'pino';
 import { redactHandles } from '../redact.js';
+import { ACCESS_LOG_BUFFER_BYTES, ACCESS_LOG_FLUSH_MS } from '../limits.js';
 
-/** How long an access line may wait in the buffer before it is written. */
-export const ACCESS_LOG_FLUSH_MS = 1000;
-/** Buffered access lines are written once they hold this many bytes (sonic-boom's minLength). */
-export const ACCESS_LOG_BUFFER_BYTES = 8 * 1024;
 
 function options(): LoggerOptions {
   return {

@@ -25,11 +25,10 @@ import type { Manifest } from '../manifest/model.js';
 import * as native from '../native.js';
 import { effectiveGrants, renderExplainScope } from '../manifest/scope.js';
 import { packageVersion } from '../version.js';
+import { DRAIN_TIMEOUT_MS, SHUTDOWN_GRACE_MS } from '../limits.js';
 
 const PROGRAM = 'resource-plane';
 
-/** Everything in flight is given the drain's bound and this much more after SIGINT, SIGTERM or the control channel closing. */
-const SHUTDOWN_GRACE_MS = 5_000;
 
 /** `(see resource-plane serve --help)`: where a usage error sends the reader. */
 function helpPointer(command: string | null): string {
@@ -196,7 +195,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     }
   }
   // Loaded only now: a first phase that re-executes never needs the server, nor pino.
-  const [{ launch }, { stderrLogs }, { DRAIN_TIMEOUT_MS }] = await Promise.all([import('../launch/launch.js'), import('./logger.js'), import('../http/limits.js')]);
+  const [{ launch }, { stderrLogs }] = await Promise.all([import('../launch/launch.js'), import('./logger.js')]);
   const SHUTDOWN_BOUND_MS = DRAIN_TIMEOUT_MS + SHUTDOWN_GRACE_MS;
   const logs = stderrLogs();
   const root = logs.logger;

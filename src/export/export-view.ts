@@ -7,6 +7,7 @@ import { NATIVE_TO_CODE, asRefusal, Refusal } from '../codes.js';
 import * as native from '../native.js';
 import { lowerRelpath } from '../paths.js';
 import type { Containment } from '../wire.js';
+import { DEFAULT_LISTING_BUDGET_MS, DEFAULT_SNAPSHOT_MAX_BYTES, MAX_CONCURRENT_LISTINGS } from '../limits.js';
 
 /**
  * Any failure of a native call, as a Refusal carrying the native detail (errno text, never a
@@ -21,10 +22,6 @@ export function refusalFromNative(error: unknown): Refusal {
   return asRefusal(error);
 }
 
-/** How long one listing may run before it answers io_error saying so. */
-export const DEFAULT_LISTING_BUDGET_MS = 30_000;
-/** Listings of one root running at once; each holds a pool thread while it hashes. */
-export const MAX_CONCURRENT_LISTINGS = 2;
 
 export interface ExportViewOptions {
   /** The listing time budget; default DEFAULT_LISTING_BUDGET_MS. */
@@ -112,7 +109,6 @@ const freshBuffers: ChunkBuffers = {
  * take all of it), or DEFAULT_SNAPSHOT_MAX_BYTES without one. A changing file above it is hashed
  * and streamed if it holds still meanwhile, else refused over_capacity.
  */
-export const DEFAULT_SNAPSHOT_MAX_BYTES = 64 * 1024 * 1024;
 export function snapshotMaxBytes(budget?: MemoryBudget): number {
   return budget ? Math.floor(budget.limit / 4) : DEFAULT_SNAPSHOT_MAX_BYTES;
 }

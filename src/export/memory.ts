@@ -12,12 +12,8 @@
 // back at once (madvise, native.releasePages) instead of being dropped for V8 to collect someday.
 import { Refusal } from '../codes.js';
 import { LIMITS, releasePages } from '../native.js';
+import { DEFAULT_BUDGET_WAIT_MS, DEFAULT_MEMORY_BUDGET_BYTES, POOL_IDLE_MS } from '../limits.js';
 
-export const DEFAULT_MEMORY_BUDGET_BYTES = 256 * 1024 * 1024;
-/** How long a request waits for its share before it is refused. */
-export const DEFAULT_BUDGET_WAIT_MS = 2_000;
-/** Idle pooled buffers give their pages back once no buffer was taken for this long. */
-export const POOL_IDLE_MS = 5_000;
 
 /** Gives a share back; idempotent. */
 export type Release = () => void;

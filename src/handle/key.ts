@@ -14,6 +14,7 @@
  */
 import { createRequire } from 'node:module';
 import { inspect } from 'node:util';
+import { MAC_BATCH_MAX } from '../limits.js';
 
 /** The slice of sodium-native this file uses. The package ships no type declarations. */
 interface SodiumNative {
@@ -39,11 +40,6 @@ const sodium = createRequire(import.meta.url)('sodium-native') as SodiumNative;
 /** Length of the instance key, in bytes. */
 export const INSTANCE_KEY_BYTES = 32;
 
-/**
- * The most MACs one unlock of the instance key computes (`hmacSha256Soon`): what bounds how long
- * the key is readable at a time (docs/security.md gives the measured window).
- */
-export const MAC_BATCH_MAX = 32;
 
 interface PendingMac {
   parts: Buffer[];

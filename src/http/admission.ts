@@ -21,13 +21,11 @@ import type { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, Fa
 import { Refusal, renderHttp } from '../codes.js';
 import { redactHandles } from '../redact.js';
 import { onceClosed } from './closing.js';
-import { LIMITS } from './limits.js';
+import { LIMITS, MAX_QUEUED_PER_CONNECTION } from '../limits.js';
 import { HEADER } from '../wire.js';
 import { sendError, fastifyPlaneReply } from './reply.js';
 import { logTarget, rawTarget } from './targets.js';
 
-/** Pipelined requests one connection may have waiting before it is cut. */
-export const MAX_QUEUED_PER_CONNECTION = 64;
 
 /** Why a request is refused before routing, if it is: HTTP/0.9, no Host on 1.1 or two Hosts, an unknown Expect, CONNECT's authority form. */
 function protocolProblem(req: IncomingMessage): { status: number } | null {

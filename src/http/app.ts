@@ -16,7 +16,7 @@ import { answerConnect } from './connect.js';
 import { routeRawTargets } from './targets.js';
 import { ALL_PLANES, resourcePlanes, sendServerError, type PlaneSet, type PlanesOptions } from './plugin.js';
 import type { Session } from '../session/session.js';
-import { attachRequestHandler, createLimitedServer, releaseRequests } from './limits.js';
+import { attachRequestHandler, createLimitedServer, releaseRequests } from './limited-server.js';
 import type { Metrics } from './metrics.js';
 
 /** The readiness route. */

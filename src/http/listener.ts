@@ -13,9 +13,8 @@ import { ALL_PLANES, type PlaneSet } from './plugin.js';
 import type { Session } from '../session/session.js';
 import { buildApp, buildMetricsApp, type AppOptions } from './app.js';
 import type { Metrics } from './metrics.js';
-import { createLimitedServer } from './limits.js';
+import { createLimitedServer } from './limited-server.js';
 
-export { DRAIN_TIMEOUT_MS, LIMITS } from './limits.js';
 export { HEALTH_PATH, METRICS_PATH } from './app.js';
 
 export interface Listener {

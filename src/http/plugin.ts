@@ -17,7 +17,7 @@ import type { Metrics } from './metrics.js';
 import { ALL_PLANES, type PlaneContext, type PlaneSet } from './context.js';
 
 export { ALL_PLANES, type PlaneContext, type PlaneSet } from './context.js';
-import { DRAIN_TIMEOUT_MS } from './limits.js';
+import { DRAIN_TIMEOUT_MS } from '../limits.js';
 import { Session } from '../session/session.js';
 import { CARD_PATH, RESOURCES_PREFIX, type PlaneTarget } from '../wire.js';
 import { Admission } from './admission.js';

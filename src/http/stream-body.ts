@@ -21,9 +21,8 @@ import type { ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import type { ChunkBuffers } from '../export/export-view.js';
 import * as native from '../native.js';
+import { LEASE_POLL_MS } from '../limits.js';
 
-/** How often a stalled send under a lease asks whether a writer waits for it. */
-export const LEASE_POLL_MS = 50;
 const WRITER_CAME = 'a writer opened the file while it was sent';
 
 export type { ChunkBuffers } from '../export/export-view.js';

@@ -8,9 +8,8 @@ import { closeSync, constants, fstatSync, openSync, readSync, statSync } from 'n
 import { ManifestError } from '../manifest/diagnostics.js';
 import { describeUnknownKey, parseManifest, refuseUnknownKeys, unknownKeys, type Manifest } from '../manifest/model.js';
 import * as native from '../native.js';
+import { MANIFEST_MAX_BYTES } from '../limits.js';
 
-/** A manifest is a few KiB; anything near this is not one. */
-export const MANIFEST_MAX_BYTES = 1024 * 1024;
 export const DEFAULT_MANIFEST_NAME = 'murmur.yaml';
 
 const HINT = 'pass --manifest FILE, or put murmur.yaml at the workdir root';

@@ -14,6 +14,7 @@ import { effectiveGrants, type EffectiveGrants } from '../manifest/scope.js';
 import { refusalsSuppressed, sessionStart } from '../trace/events.js';
 import { boundedField, type Trace } from '../trace/trace.js';
 import type { Containment } from '../wire.js';
+import { DEFAULT_FETCH_MAX_BYTES } from '../limits.js';
 
 export type ToolName = 'share-file' | 'fetch-peer-file';
 
@@ -46,8 +47,6 @@ export interface SessionInit {
   now?: () => number;
 }
 
-/** The largest file fetch-peer-file lands unless the launch says otherwise (`--fetch-max-bytes`). */
-export const DEFAULT_FETCH_MAX_BYTES = 10 * 1024 * 1024;
 
 export class Session {
   /** The largest file fetch-peer-file lands (`--fetch-max-bytes`). */

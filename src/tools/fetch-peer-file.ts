@@ -23,6 +23,7 @@ import { CAPSULE_EXTENSION_URI, HEADER, parseEtag, PEER_PREFIX } from '../wire.j
 import { fetchCard } from './peer-card.js';
 import { assertLimits, getStream, PeerHttpError, type PeerResponse } from './peer-http.js';
 import { toolRefusal } from './refusal.js';
+import { FETCH_CONNECT_TIMEOUT_MS, FETCH_TOTAL_TIMEOUT_MS } from '../limits.js';
 
 export interface FetchPeerFileInput {
   /** The peer capsule: `host:port` (spoken over http) or an http(s) URL. */
@@ -50,9 +51,6 @@ export interface FetchPeerFileOptions {
   ca?: string | Buffer | Array<string | Buffer>;
 }
 
-export { DEFAULT_FETCH_MAX_BYTES } from '../session/session.js';
-export const FETCH_CONNECT_TIMEOUT_MS = 5_000;
-export const FETCH_TOTAL_TIMEOUT_MS = 60_000;
 
 /** The limits one fetch runs under, as the caller gave them (the card fetch has its own defaults). */
 interface FetchLimits {

@@ -3,11 +3,8 @@
 import type { Target } from '../manifest/destinations.js';
 import { CARD_PATH } from '../wire.js';
 import { getJson, type HttpLimits } from './peer-http.js';
+import { CARD_CONNECT_TIMEOUT_MS, CARD_MAX_BYTES, CARD_TOTAL_TIMEOUT_MS } from '../limits.js';
 
-/** An agent card is a few hundred bytes; anything near this is not a card. */
-export const CARD_MAX_BYTES = 64 * 1024;
-export const CARD_CONNECT_TIMEOUT_MS = 5_000;
-export const CARD_TOTAL_TIMEOUT_MS = 10_000;
 
 export interface CardOptions {
   connectTimeoutMs?: number;

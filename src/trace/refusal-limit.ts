@@ -6,21 +6,8 @@
 // file bytes) but not traced one by one: `refusals_suppressed` summaries say how many were left
 // out, and they are bounded too (a few named clients per interval, the rest in one line). Every
 // byte that leaves still has its event first: only refusals are ever summarised.
+import { MAX_TRACKED_CLIENTS, NAMED_SUMMARIES, REFUSAL_BURST, REFUSALS_PER_SECOND, SERVER_REFUSAL_BURST, SERVER_REFUSALS_PER_SECOND, SUMMARY_INTERVAL_MS } from '../limits.js';
 
-/** Traced refusals a client may burst. */
-export const REFUSAL_BURST = 1000;
-/** Traced refusals a client earns per second after the burst. */
-export const REFUSALS_PER_SECOND = 100;
-/** Traced refusals all clients together may burst. */
-export const SERVER_REFUSAL_BURST = 2000;
-/** Traced refusals all clients together earn per second: the trace's fixed rate of refusal lines. */
-export const SERVER_REFUSALS_PER_SECOND = 200;
-/** How often summaries of suppressed refusals are written. */
-export const SUMMARY_INTERVAL_MS = 10_000;
-/** Clients summarised by address per interval (those with most suppressed); the rest share one line. */
-export const NAMED_SUMMARIES = 16;
-/** Clients tracked at once; the oldest is forgotten (it starts again with a full bucket). */
-export const MAX_TRACKED_CLIENTS = 4096;
 
 interface Bucket {
   tokens: number;

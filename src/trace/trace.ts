@@ -9,6 +9,7 @@ import { closeSync, constants, fstatSync, fsync, ftruncateSync, mkdirSync, openS
 import { dirname } from 'node:path';
 import { redactHandles } from '../redact.js';
 import { sessionEnd, type TraceEvent, type TraceFields } from './events.js';
+import { TRACE_FIELD_MAX_CHARS } from '../limits.js';
 
 export type { TraceFields } from './events.js';
 
@@ -17,8 +18,6 @@ export type { TraceFields } from './events.js';
  * supplied, and a mint's audience (derived from the name on the recipient's card, up to 64 KiB).
  */
 const CALLER_FIELDS = new Set(['path', 'audience_asserted', 'audience', 'peer', 'reason']);
-/** Characters of a caller-chosen field kept in the trace; the rest is summarised by a marker. */
-export const TRACE_FIELD_MAX_CHARS = 512;
 
 /**
  * A caller-chosen string as the trace stores it: up to TRACE_FIELD_MAX_CHARS characters, then a

@@ -9,7 +9,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EVENT_FIELDS, peerHandleMint, peerHandleRedeem, resourceList, resourceRead, responseUndelivered, sessionStart } from '../../src/trace/events.js';
-import { boundedField, Trace, TRACE_FIELD_MAX_CHARS } from '../../src/trace/trace.js';
+import { TRACE_FIELD_MAX_CHARS } from '../../src/limits.js';
+import { boundedField, Trace } from '../../src/trace/trace.js';
 
 const DOC = readFileSync(fileURLToPath(new URL('../../docs/trace.md', import.meta.url)), 'utf8');
 

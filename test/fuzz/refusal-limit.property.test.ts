@@ -16,7 +16,8 @@
 //   refusal since the last flush, `clients` counting what the null line folds.
 import fc from 'fast-check';
 import { describe, expect } from 'vitest';
-import { MAX_TRACKED_CLIENTS, NAMED_SUMMARIES, RefusalLimiter, type SummaryFields } from '../../src/trace/refusal-limit.js';
+import { MAX_TRACKED_CLIENTS, NAMED_SUMMARIES } from '../../src/limits.js';
+import { RefusalLimiter, type SummaryFields } from '../../src/trace/refusal-limit.js';
 import { fuzzIt, guardSync } from './runner.js';
 
 type Step =

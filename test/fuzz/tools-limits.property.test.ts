@@ -9,7 +9,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, truncateSync, writeFi
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
-import { DEFAULT_FETCH_MAX_BYTES } from '../../src/session/session.js';
+import { DEFAULT_FETCH_MAX_BYTES } from '../../src/limits.js';
 import { callTool } from '../../src/tools/index.js';
 import { removeTree, tempDir } from '../helpers/tree.js';
 import { serveCapsule, type Served } from './capsules.js';

@@ -7,7 +7,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import * as native from '../../src/native.js';
-import { TRACE_FIELD_MAX_CHARS } from '../../src/trace/trace.js';
+import { TRACE_FIELD_MAX_CHARS } from '../../src/limits.js';
 import { capsule, filesManifest, type Capsule } from '../helpers/capsule.js';
 import { rawGet, rawRequest, readTrace } from '../helpers/http.js';
 import { startServe } from '../helpers/cli.js';
@@ -149,7 +149,7 @@ describe('listings that end', () => {
   });
 
   it('a listing budget longer than the idle timer still ends in its io_error answer, never a silent cut', async () => {
-    const { LIMITS } = await import('../../src/http/limits.js');
+    const { LIMITS } = await import('../../src/limits.js');
     const workdir = scratch(['out/a: a'], 'rp-load-');
     sparse(workdir, 'huge.bin', '1T');
     const budgetMs = LIMITS.idleTimeoutMs + 3_000;
@@ -181,7 +181,7 @@ describe('listings that end', () => {
 
 describe('refusals past a client allowance', () => {
   it('are answered but summarised, not traced one by one: the trace grows by a bounded amount', async (ctx) => {
-    const { REFUSAL_BURST } = await import('../../src/trace/refusal-limit.js');
+    const { REFUSAL_BURST } = await import('../../src/limits.js');
     const srv = await up(['out/a: a']);
     const notFoundLines = () => readTrace(srv.tracePath).filter((l) => l.event_type === 'resource_read' && l.outcome === 'not_found').length;
     // Sent until the trace stops keeping up with the refusals (a busy machine refills the bucket
@@ -222,7 +222,8 @@ describe('refusals past a client allowance', () => {
   });
 
   it('share one server-wide bucket: rotating addresses traces no more than it allows, and every refusal is still counted', async () => {
-    const { RefusalLimiter, NAMED_SUMMARIES } = await import('../../src/trace/refusal-limit.js');
+    const { RefusalLimiter } = await import('../../src/trace/refusal-limit.js');
+    const { NAMED_SUMMARIES } = await import('../../src/limits.js');
     let t = 0;
     const written: Array<{ client: string | null; suppressed: number; clients: number }> = [];
     // 3 per client, 5 for everyone, nothing earned back: only the clock could refill them.
@@ -242,7 +243,8 @@ describe('refusals past a client allowance', () => {
   });
 
   it('forget a client into the shared summary line, never one line per forgotten client', async () => {
-    const { RefusalLimiter, MAX_TRACKED_CLIENTS, NAMED_SUMMARIES } = await import('../../src/trace/refusal-limit.js');
+    const { RefusalLimiter } = await import('../../src/trace/refusal-limit.js');
+    const { MAX_TRACKED_CLIENTS, NAMED_SUMMARIES } = await import('../../src/limits.js');
     const written: Array<{ client: string | null; suppressed: number; clients: number }> = [];
     const limiter = new RefusalLimiter(async (f) => void written.push(f), 1, 0, () => 0, { burst: 0, perSecond: 0 });
     const clients = 3 * MAX_TRACKED_CLIENTS;
@@ -255,7 +257,7 @@ describe('refusals past a client allowance', () => {
   });
 
   it('over HTTP: refusals from 100 addresses of 127.0.0.0/8 grow the trace no faster than the server-wide rate', async (ctx) => {
-    const { REFUSAL_BURST, SERVER_REFUSAL_BURST, SERVER_REFUSALS_PER_SECOND, NAMED_SUMMARIES, SUMMARY_INTERVAL_MS } = await import('../../src/trace/refusal-limit.js');
+    const { REFUSAL_BURST, SERVER_REFUSAL_BURST, SERVER_REFUSALS_PER_SECOND, NAMED_SUMMARIES, SUMMARY_INTERVAL_MS } = await import('../../src/limits.js');
     const srv = await up(['out/a: a']);
     const started = readTrace(srv.tracePath)[0]!.timestamp as number;
     // What the server-wide bucket can have granted by `at`, plus a second's worth of slack for the

@@ -7,7 +7,7 @@ import { connect, type Socket } from 'node:net';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { MAX_QUEUED_PER_CONNECTION } from '../../src/http/admission.js';
+import { MAX_QUEUED_PER_CONNECTION } from '../../src/limits.js';
 import { capsule, filesManifest, type Capsule } from '../helpers/capsule.js';
 import { rawExchange, rawGet, rawRequest, readTrace } from '../helpers/http.js';
 

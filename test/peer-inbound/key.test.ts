@@ -17,9 +17,9 @@ import {
   KEY_BUFFER_BYTES,
   InstanceKey,
   INSTANCE_KEY_BYTES,
-  MAC_BATCH_MAX,
   randomBytes,
 } from '../../src/handle/key.js';
+import { MAC_BATCH_MAX } from '../../src/limits.js';
 
 const sodium = createRequire(import.meta.url)('sodium-native') as Record<string, unknown> & {
   sodium_memzero(buf: Uint8Array): void;
@@ -276,9 +276,10 @@ describe('InstanceKey', () => {
 // ── No access between uses, proven in a process that is allowed to die ───────
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const requireHere = createRequire(import.meta.url);
 
 const CHILD = `
-import { InstanceKey } from './key.js';
+import { InstanceKey } from './handle/key.js';
 const mode = process.argv[2];
 const key = InstanceKey.generate();
 const mac = key.hmacSha256([Buffer.from('inside the window')]);
@@ -303,8 +304,8 @@ describe('the key pages outside the MAC window', () => {
   let dir: string;
 
   beforeAll(() => {
-    // The child must run InstanceKey itself, and Node 20 cannot load TypeScript, so key.ts is
-    // compiled on its own into a private directory. Nothing is written into the project.
+    // The child must run InstanceKey itself, so key.ts (with what it imports) is compiled into a
+    // private directory. Nothing is written into the project.
     dir = mkdtempSync(join(tmpdir(), 'peer-key-'));
     const tsc = join(ROOT, 'node_modules/typescript/bin/tsc');
     const build = spawnSync(
@@ -342,6 +343,9 @@ describe('the key pages outside the MAC window', () => {
     return spawnSync(process.execPath, [join(dir, 'child.mjs'), mode], {
       encoding: 'utf8',
       timeout: 30_000,
+      // key.ts reads its bound from src/limits.ts, which re-exports the addon's sizes: the copy
+      // compiled here loads the project's addon by the override the ASan run uses.
+      env: { ...process.env, RESOURCE_PLANE_ADDON: requireHere('node-gyp-build').path(ROOT) as string },
     });
   }
 

@@ -1,31 +1,8 @@
-// The listener's bounds (README, "Limits") and the bare HTTP server that applies them: a leaf, so
-// the CLI can know them without loading Fastify.
+// The bare HTTP server that applies the listener's bounds (src/limits.ts), and parks the requests
+// that arrive before the app is ready.
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createServer } from './node-http.js';
-
-/** How long shutdown lets responses being sent finish; then every connection is cut. */
-export const DRAIN_TIMEOUT_MS = 10_000;
-
-/**
- * The listener's limits against slow and many clients (README, "Limits"). Every one of them ends a
- * connection that is not making progress, so a crowd of idle or trickling clients cannot hold the
- * server; oversized request lines and headers are refused by Node's parser (431) before routing.
- */
-export const LIMITS = Object.freeze({
-  /** The whole header block must arrive within this. */
-  headersTimeoutMs: 10_000,
-  /** The whole request must arrive within this. */
-  requestTimeoutMs: 30_000,
-  /** An idle keep-alive connection is closed after this. */
-  keepAliveTimeoutMs: 5_000,
-  /** A connection on which nothing moves (a client that does not drain its response) is cut after this. */
-  idleTimeoutMs: 20_000,
-  /** Request line plus headers. */
-  maxHeaderBytes: 16 * 1024,
-  /** Connections beyond this are closed as they arrive. */
-  maxConnections: 1024,
-});
-
+import { LIMITS } from '../limits.js';
 
 /**
  * An HTTP server with the limits above. Node's own answers are turned off where admission answers
