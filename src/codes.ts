@@ -54,9 +54,24 @@ export interface CatalogueRow {
    * For a tool the text is the default: a tool refusal usually carries a sentence of its own.
    */
   messages: Readonly<Partial<Record<Context, string>>>;
+  /**
+   * The other statuses this code is answered with, by the cause that picks each, with its reason
+   * phrase (RFC 9110): admission knows more than "bad request" about some requests.
+   */
+  statuses?: Readonly<Record<string, { status: number; reason: string }>>;
 }
 
 const SCOPED = 'a symlink was encountered and the achieved containment class is scoped';
+
+/** The statuses admission answers bad_request with when it knows why, with their reason phrases. */
+export const BAD_REQUEST_STATUSES = Object.freeze({
+  /** The header block is larger than LIMITS.maxHeaderBytes. */
+  header_overflow: { status: 431, reason: 'Request Header Fields Too Large' },
+  /** The headers or the whole request did not arrive in time. */
+  timeout: { status: 408, reason: 'Request Timeout' },
+  /** An Expect other than 100-continue. */
+  expectation: { status: 417, reason: 'Expectation Failed' },
+});
 
 export const CATALOGUE: Readonly<Record<Code, CatalogueRow>> = Object.freeze({
   no_resource_plane: {
@@ -135,9 +150,9 @@ export const CATALOGUE: Readonly<Record<Code, CatalogueRow>> = Object.freeze({
     },
   },
   bad_request: {
-    // 431 when the header block is too large, 408 when it did not arrive in time.
     status: 400,
     messages: { server: 'the request could not be parsed' },
+    statuses: BAD_REQUEST_STATUSES,
   },
   shutting_down: { status: 503, messages: { server: 'the capsule is shutting down' } },
   over_capacity: {

@@ -16,9 +16,10 @@
 // The raw target's rewrite for the router is in targets.ts, CONNECT's answer in connect.ts, and
 // when a response is over (its own close or its socket's) in closing.ts.
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { STATUS_CODES } from './node-http.js';
 import type { Socket } from 'node:net';
 import type { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { Refusal, renderHttp } from '../codes.js';
+import { BAD_REQUEST_STATUSES as BAD_REQUEST, Refusal, renderHttp } from '../codes.js';
 import { redactHandles } from '../redact.js';
 import { onceClosed } from './closing.js';
 import { LIMITS, MAX_QUEUED_PER_CONNECTION } from '../limits.js';
@@ -38,7 +39,7 @@ function protocolProblem(req: IncomingMessage): { status: number } | null {
   // and drops the rest, so a proxy in front that read another one saw another request.
   if (hostLines(req) > 1) return { status: 400 };
   const expect = req.headers.expect;
-  if (expect !== undefined && !/^\s*100-continue\s*$/i.test(expect)) return { status: 417 };
+  if (expect !== undefined && !/^\s*100-continue\s*$/i.test(expect)) return { status: BAD_REQUEST.expectation.status };
   // `CONNECT host:port` asks for a tunnel, which this server never makes; no route can name it.
   if (req.method === 'CONNECT' && !(req.url ?? '').startsWith('/')) return { status: 400 };
   return null;
@@ -216,14 +217,12 @@ export class Admission {
         if (!conn || conn.waiting === 0) socket.end();
         return;
       }
-      let status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
-      let refusal = new Refusal('bad_request');
-      if (this.closing) {
-        status = 503;
-        refusal = new Refusal('shutting_down');
-      }
-      const { body } = renderHttp('server', refusal);
-      const reason = { 400: 'Bad Request', 408: 'Request Timeout', 431: 'Request Header Fields Too Large', 503: 'Service Unavailable' }[status];
+      const cause = err.code === 'HPE_HEADER_OVERFLOW' ? BAD_REQUEST.header_overflow : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? BAD_REQUEST.timeout : null;
+      const refusal = new Refusal(this.closing ? 'shutting_down' : 'bad_request');
+      const rendered = renderHttp('server', refusal);
+      const { body } = rendered;
+      const status = this.closing || cause === null ? rendered.status : cause.status;
+      const reason = this.closing || cause === null ? STATUS_CODES[status] : cause.reason;
       const answer = () => {
         this.count += 1;
         socket.once('close', () => this.leave());

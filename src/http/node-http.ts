@@ -5,6 +5,6 @@ import { createRequire } from 'node:module';
 
 const http = createRequire(import.meta.url)('node:http') as typeof import('node:http');
 
-export const { createServer, ServerResponse, METHODS } = http;
+export const { createServer, ServerResponse, METHODS, STATUS_CODES } = http;
 /** The class's instance type, under the same name as the value (as the ES import gave both). */
 export type ServerResponse = import('node:http').ServerResponse;

@@ -3,6 +3,7 @@
 // be added without saying which bound it is.
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
+import { BAD_REQUEST_STATUSES } from '../../src/codes.js';
 import * as L from '../../src/limits.js';
 
 const kib = (bytes: number) => `${bytes / 1024} KiB`;
@@ -12,9 +13,9 @@ const WORDS = ['zero', 'one', 'two', 'three', 'four'];
 
 /** Each row by the start of its first cell: what its default cell and its last cell must say. */
 const ROWS: Array<{ row: string; default: string[]; effect?: string[] }> = [
-  { row: 'header block', default: [kib(L.LIMITS.maxHeaderBytes)] },
-  { row: 'headers must arrive within', default: [sec(L.LIMITS.headersTimeoutMs)] },
-  { row: 'whole request must arrive within', default: [sec(L.LIMITS.requestTimeoutMs)] },
+  { row: 'header block', default: [kib(L.LIMITS.maxHeaderBytes)], effect: [`\`${BAD_REQUEST_STATUSES.header_overflow.status} bad_request\``] },
+  { row: 'headers must arrive within', default: [sec(L.LIMITS.headersTimeoutMs)], effect: [`\`${BAD_REQUEST_STATUSES.timeout.status} bad_request\``] },
+  { row: 'whole request must arrive within', default: [sec(L.LIMITS.requestTimeoutMs)], effect: [`\`${BAD_REQUEST_STATUSES.timeout.status} bad_request\``] },
   { row: 'idle keep-alive connection', default: [sec(L.LIMITS.keepAliveTimeoutMs)] },
   { row: 'a connection on which nothing moves', default: [sec(L.LIMITS.idleTimeoutMs)] },
   { row: 'pipelined requests', default: [`${L.MAX_QUEUED_PER_CONNECTION} waiting`] },

@@ -2,7 +2,7 @@
 // keeps them equal in both directions (every code documented, every documented row real).
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { CATALOGUE } from '../../src/codes.js';
+import { BAD_REQUEST_STATUSES, CATALOGUE } from '../../src/codes.js';
 
 type Row = { status: number | null; messages: Record<string, string> };
 
@@ -30,6 +30,17 @@ describe('README error table', () => {
     expect([...rows.keys()].sort()).toEqual(Object.keys(CATALOGUE).sort());
     for (const [code, row] of Object.entries(CATALOGUE)) {
       expect(rows.get(code), code).toEqual({ status: row.status, messages: { ...row.messages } });
+    }
+  });
+});
+
+describe("README's statuses of bad_request", () => {
+  it('names each status admission answers bad_request with, for the cause the catalogue gives', () => {
+    const text = readFileSync(new URL('../../README.md', import.meta.url), 'utf8').replaceAll('\n', ' ');
+    const sentence = /`bad_request` is .*?\./.exec(text)?.[0] ?? '';
+    const words: Record<keyof typeof BAD_REQUEST_STATUSES, string> = { header_overflow: 'too large', timeout: 'in time', expectation: '`Expect`' };
+    for (const [cause, { status }] of Object.entries(BAD_REQUEST_STATUSES)) {
+      expect(sentence, cause).toMatch(new RegExp(`\`${status}\`[^\`]*${words[cause as keyof typeof words].replaceAll('`', '\\`')}`));
     }
   });
 });
