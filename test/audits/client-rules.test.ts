@@ -17,6 +17,7 @@ import { capsule, offlineCapsule } from '../helpers/capsule.js';
 import { listenLoopback } from '../helpers/loopback.js';
 import { scratch } from '../helpers/tree.js';
 import { agentCardAnswer } from '../helpers/card.js';
+import { sha256Hex } from '../helpers/http.js';
 
 const ISSUER = 'ses_rules';
 const FETCHER = `name: gamma
@@ -26,7 +27,6 @@ capabilities:
     allow: ["127.0.0.1"]
 `;
 
-const sha = (bytes: Buffer | string) => createHash('sha256').update(bytes).digest('hex');
 
 /** A handle naming ISSUER, whose MAC is noise: the server here never verifies it. */
 function handle(): string {
@@ -97,19 +97,19 @@ describe('one etag format', () => {
     const c = await capsule({ yaml: 'name: a\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n', tree: [`out/report.md: ${BODY}`] });
     const res = await fetch(`${c.url}/resources/files/report.md`);
     expect(Buffer.from(await res.arrayBuffer()).toString()).toBe(BODY);
-    expect(res.headers.get('etag')).toBe(formatEtag(sha(BODY)));
-    expect(parseEtag(res.headers.get('etag'))).toBe(sha(BODY));
+    expect(res.headers.get('etag')).toBe(formatEtag(sha256Hex(BODY)));
+    expect(parseEtag(res.headers.get('etag'))).toBe(sha256Hex(BODY));
   });
 
   it.each([
     ['absent', null],
-    ['unquoted', `sha256:${sha(BODY)}`],
-    ['uppercase hex', `"sha256:${sha(BODY).toUpperCase()}"`],
-    ['weak', `W/"sha256:${sha(BODY)}"`],
-    ['another algorithm', `"sha512:${sha(BODY)}"`],
-    ['truncated', `"sha256:${sha(BODY).slice(0, 63)}"`],
-    ['one hex too many', `"sha256:${sha(BODY)}0"`],
-    ['a list', `"sha256:${sha(BODY)}", "sha256:${sha(BODY)}"`],
+    ['unquoted', `sha256:${sha256Hex(BODY)}`],
+    ['uppercase hex', `"sha256:${sha256Hex(BODY).toUpperCase()}"`],
+    ['weak', `W/"sha256:${sha256Hex(BODY)}"`],
+    ['another algorithm', `"sha512:${sha256Hex(BODY)}"`],
+    ['truncated', `"sha256:${sha256Hex(BODY).slice(0, 63)}"`],
+    ['one hex too many', `"sha256:${sha256Hex(BODY)}0"`],
+    ['a list', `"sha256:${sha256Hex(BODY)}", "sha256:${sha256Hex(BODY)}"`],
   ])('an etag that is %s is refused by both clients before a byte is saved', async (_label, etag) => {
     expect(parseEtag(etag)).toBeNull();
     const r = await bothClients(ok(etag === null ? [] : [`etag: ${etag}`], BODY));
@@ -118,14 +118,14 @@ describe('one etag format', () => {
   });
 
   it('an etag repeated across two headers is refused by both clients', async () => {
-    const etag = formatEtag(sha(BODY));
+    const etag = formatEtag(sha256Hex(BODY));
     const r = await bothClients(ok([`etag: ${etag}`, `etag: ${etag}`], BODY));
     expect(r.get).toEqual({ error: expect.stringMatching(/^etag mismatch: .*which names no sha256 digest; nothing was saved$/) });
     expect(r.fetch).toMatchObject({ code: 'etag_mismatch' });
   });
 
   it('the planes\' own etag is accepted by both clients, and the bytes saved', async () => {
-    const r = await bothClients(ok([`etag: ${formatEtag(sha(BODY))}`], BODY));
+    const r = await bothClients(ok([`etag: ${formatEtag(sha256Hex(BODY))}`], BODY));
     expect(r.get).toEqual({ saved: Buffer.from(BODY) });
     expect(r.fetch).toEqual({ saved: Buffer.from(BODY) });
   });
@@ -164,25 +164,25 @@ describe('one verified-body reader', () => {
   const BODY = Buffer.from('the report, all of it');
 
   it('both clients save a body whose etag names exactly its bytes, up to exactly the cap', async () => {
-    const r = await bothClients(ok([`etag: ${formatEtag(sha(BODY))}`], BODY), BODY.length);
+    const r = await bothClients(ok([`etag: ${formatEtag(sha256Hex(BODY))}`], BODY), BODY.length);
     expect(r).toEqual({ get: { saved: BODY }, fetch: { saved: BODY } });
   });
 
   it('both clients refuse a body whose etag names other bytes, after reading it, and save nothing', async () => {
-    const r = await bothClients(ok([`etag: ${formatEtag(sha('other bytes'))}`], BODY));
-    expect(r.get).toEqual({ error: `etag mismatch: the server said ${formatEtag(sha('other bytes'))} but the bytes hash to sha256:${sha(BODY)}; nothing was saved` });
+    const r = await bothClients(ok([`etag: ${formatEtag(sha256Hex('other bytes'))}`], BODY));
+    expect(r.get).toEqual({ error: `etag mismatch: the server said ${formatEtag(sha256Hex('other bytes'))} but the bytes hash to sha256:${sha256Hex(BODY)}; nothing was saved` });
     expect(r.fetch).toEqual({ code: 'etag_mismatch', error: "the body's sha256 does not match the peer's etag; nothing was stored" });
   });
 
   it('both clients refuse a body one byte past the cap, framed by the connection closing, and save nothing', async () => {
-    const answer = Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\netag: ${formatEtag(sha(BODY))}\r\nconnection: close\r\n\r\n`), BODY]);
+    const answer = Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\netag: ${formatEtag(sha256Hex(BODY))}\r\nconnection: close\r\n\r\n`), BODY]);
     const r = await bothClients(answer, BODY.length - 1);
     expect(r.get).toEqual({ error: `the file is larger than the ${BODY.length - 1} bytes get saves; pass --max-bytes to raise it; nothing was saved` });
     expect(r.fetch).toEqual({ code: 'too_large', error: `the peer's file exceeds the fetch limit of ${BODY.length - 1} bytes; nothing was stored` });
   });
 
   it('both clients refuse a body cut off before its content-length, and save nothing', async () => {
-    const answer = `HTTP/1.1 200 OK\r\netag: ${formatEtag(sha(BODY))}\r\ncontent-length: ${BODY.length + 10}\r\n\r\n${BODY.toString()}`;
+    const answer = `HTTP/1.1 200 OK\r\netag: ${formatEtag(sha256Hex(BODY))}\r\ncontent-length: ${BODY.length + 10}\r\n\r\n${BODY.toString()}`;
     const r = await bothClients(Buffer.from(answer));
     expect(r.get).toEqual({ error: expect.stringMatching(/^the download from http:\/\/127\.0\.0\.1:\d+ broke off: .*; nothing was saved$/) });
     expect(r.fetch).toMatchObject({ code: 'peer_unreachable' });
@@ -203,32 +203,32 @@ describe('one verified-body reader', () => {
 
   it('resolves with the bytes and their SHA-256 only when the etag names them', async () => {
     const { written, sink } = collect();
-    expect(await readVerifiedBody(chunks('ab', 'cd'), { sha256: sha('abcd'), maxBytes: 4, length: 4, sink })).toEqual({ bytes: 4, sha256: sha('abcd') });
+    expect(await readVerifiedBody(chunks('ab', 'cd'), { sha256: sha256Hex('abcd'), maxBytes: 4, length: 4, sink })).toEqual({ bytes: 4, sha256: sha256Hex('abcd') });
     expect(Buffer.concat(written).toString()).toBe('abcd');
-    const m = await failure(readVerifiedBody(chunks('ab', 'cd'), { sha256: sha('abce'), maxBytes: 4, sink: collect().sink }));
-    expect([m.kind, m.bytes, m.sha256]).toEqual(['mismatch', 4, sha('abcd')]);
+    const m = await failure(readVerifiedBody(chunks('ab', 'cd'), { sha256: sha256Hex('abce'), maxBytes: 4, sink: collect().sink }));
+    expect([m.kind, m.bytes, m.sha256]).toEqual(['mismatch', 4, sha256Hex('abcd')]);
   });
 
   it('never hashes or writes the chunk that would pass the cap or the content-length', async () => {
     for (const [opts, kind] of [[{ maxBytes: 3 }, 'too_large'], [{ maxBytes: 10, length: 3 }, 'over_length']] as const) {
       const { written, sink } = collect();
-      const f = await failure(readVerifiedBody(chunks('ab', 'cd'), { sha256: sha('abcd'), ...opts, sink }));
+      const f = await failure(readVerifiedBody(chunks('ab', 'cd'), { sha256: sha256Hex('abcd'), ...opts, sink }));
       expect([f.kind, f.bytes, Buffer.concat(written).toString()]).toEqual([kind, 2, 'ab']);
     }
-    const short = await failure(readVerifiedBody(chunks('ab'), { sha256: sha('ab'), maxBytes: 10, length: 3, sink: collect().sink }));
+    const short = await failure(readVerifiedBody(chunks('ab'), { sha256: sha256Hex('ab'), maxBytes: 10, length: 3, sink: collect().sink }));
     expect([short.kind, short.bytes]).toEqual(['short', 2]);
   });
 
   it('reports a failing sink or stream with what it threw', async () => {
     const disk = new Error('ENOSPC');
-    const s = await failure(readVerifiedBody(chunks('ab'), { sha256: sha('ab'), maxBytes: 10, sink: async () => { throw disk; } }));
+    const s = await failure(readVerifiedBody(chunks('ab'), { sha256: sha256Hex('ab'), maxBytes: 10, sink: async () => { throw disk; } }));
     expect([s.kind, s.cause]).toEqual(['sink', disk]);
     const cut = new Error('other side closed');
     const broken = async function* () {
       yield Buffer.from('ab');
       throw cut;
     };
-    const b = await failure(readVerifiedBody(broken(), { sha256: sha('ab'), maxBytes: 10, sink: collect().sink }));
+    const b = await failure(readVerifiedBody(broken(), { sha256: sha256Hex('ab'), maxBytes: 10, sink: collect().sink }));
     expect([b.kind, b.bytes, b.cause]).toEqual(['stream', 2, cut]);
   });
 });

@@ -1,7 +1,6 @@
 // `npm start` runs `resource-plane demo`: two capsules, a handoff printed step by step, both left
 // serving until SIGINT. This runs it as a user would and checks what it claims.
 import { spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
 import { request } from 'node:http';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -9,8 +8,8 @@ import { describe, expect, it } from 'vitest';
 import { defer } from '../helpers/cleanup.js';
 import { CLI, runCli } from '../helpers/cli.js';
 import { scratch } from '../helpers/tree.js';
+import { sha256Hex } from '../helpers/http.js';
 
-const sha256 = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
 
 describe('resource-plane demo', () => {
   it('hands a file from the reporter to the reader, verifiably, then serves until SIGINT', async () => {
@@ -42,8 +41,8 @@ describe('resource-plane demo', () => {
       expect(step4, 'step 4 prints a hash and a verdict').not.toBeNull();
       expect(step4![2]).toBe('MATCH');
       const landed = readFileSync(join(readerWorkdir, `peer-in/${handleId}-report.md`));
-      expect({ printed: step4![1], stored: stored![2], landed: sha256(landed) }).toEqual({
-        printed: sha256(readFileSync(join(reporterWorkdir, 'out/report.md'))),
+      expect({ printed: step4![1], stored: stored![2], landed: sha256Hex(landed) }).toEqual({
+        printed: sha256Hex(readFileSync(join(reporterWorkdir, 'out/report.md'))),
         stored: step4![1],
         landed: step4![1],
       });

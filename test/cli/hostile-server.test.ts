@@ -2,12 +2,12 @@
 // with raw bytes: a server that writes terminal escapes into its refusals and listing fields, sends
 // strings where the listing has numbers, or sends more than it announced (or than the client will
 // take). Nothing it sends may drive the operator's terminal, and nothing partial is ever saved.
-import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { runCliAsync as runCli } from '../helpers/cli.js';
+import { etagFor } from '../helpers/http.js';
 import { onRequestHead } from '../helpers/loopback.js';
 import { scratch } from '../helpers/tree.js';
 
@@ -35,7 +35,6 @@ function respond(status: string, headers: Record<string, string>, body: Buffer |
   };
 }
 
-const etagOf = (b: Buffer | string) => `"sha256:${createHash('sha256').update(b).digest('hex')}"`;
 
 /** Bytes a terminal acts on: C0 controls but newline, DEL, C1 controls, and bidi/format characters. */
 const TERMINAL_CONTROL = /[\x00-\x09\x0b-\x1f\x7f\u0080-\u009f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]/u;
@@ -186,7 +185,7 @@ describe('the client caps what it reads', () => {
 
   it('get refuses a content-length above --max-bytes before downloading, leaving nothing', async () => {
     const body = Buffer.alloc(4096, 7);
-    const url = await hostile(respond('200 OK', { etag: etagOf(body) }, body));
+    const url = await hostile(respond('200 OK', { etag: etagFor(body) }, body));
     const dir = scratch();
     const r = await runCli(['get', url, 'big.bin', '-o', `${dir}/`, '--max-bytes', '1Ki']);
     expect([r.status, r.stderr]).toEqual([6, 'error: the file is 4096 bytes, more than the 1024 get saves; pass --max-bytes to raise it; nothing was saved\n']);
@@ -197,7 +196,7 @@ describe('the client caps what it reads', () => {
   });
 
   it('get refuses, by its content-length, a file above the default cap of 1 GiB', async () => {
-    const url = await hostile((socket) => socket.end(`HTTP/1.1 200 OK\r\netag: ${etagOf('x')}\r\ncontent-length: 2147483648\r\n\r\nxxxx`));
+    const url = await hostile((socket) => socket.end(`HTTP/1.1 200 OK\r\netag: ${etagFor('x')}\r\ncontent-length: 2147483648\r\n\r\nxxxx`));
     const dir = scratch();
     const r = await runCli(['get', url, 'huge.bin', '-o', `${dir}/`]);
     expect([r.status, r.stderr]).toEqual([6, 'error: the file is 2147483648 bytes, more than the 1073741824 get saves; pass --max-bytes to raise it; nothing was saved\n']);
@@ -207,7 +206,7 @@ describe('the client caps what it reads', () => {
   it('get refuses a body with no content-length that runs past --max-bytes, leaving no partial file', async () => {
     const body = Buffer.alloc(256 * 1024, 9);
     // Framed by the connection's close, with an etag that truthfully names all of it.
-    const url = await hostile((socket) => socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\netag: ${etagOf(body)}\r\nconnection: close\r\n\r\n`), body])));
+    const url = await hostile((socket) => socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\netag: ${etagFor(body)}\r\nconnection: close\r\n\r\n`), body])));
     const dir = scratch();
     const r = await runCli(['get', url, 'stream.bin', '-o', join(dir, 'stream.bin'), '--max-bytes', '64Ki']);
     expect([r.status, r.stderr]).toEqual([6, 'error: the file is larger than the 65536 bytes get saves; pass --max-bytes to raise it; nothing was saved\n']);
@@ -219,12 +218,12 @@ describe('the client caps what it reads', () => {
     const whole = Buffer.concat([framed, Buffer.alloc(1 << 20, 0x41)]);
     const dir = scratch();
     // The etag names everything sent: only the framed bytes are read, so it does not match them.
-    const lying = await hostile((socket) => socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\netag: ${etagOf(whole)}\r\ncontent-length: 6\r\n\r\n`), whole])));
+    const lying = await hostile((socket) => socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\netag: ${etagFor(whole)}\r\ncontent-length: 6\r\n\r\n`), whole])));
     const r = await runCli(['get', lying, 'a.txt', '-o', join(dir, 'a.txt')]);
     expect(r.status).toBe(5);
     expect(r.stderr).toMatch(/^error: etag mismatch: .*; nothing was saved\n$/);
     expect(readdirSync(dir)).toEqual([]);
-    const framedEtag = await hostile((socket) => socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\netag: ${etagOf(framed)}\r\ncontent-length: 6\r\n\r\n`), whole])));
+    const framedEtag = await hostile((socket) => socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\netag: ${etagFor(framed)}\r\ncontent-length: 6\r\n\r\n`), whole])));
     const ok = await runCli(['get', framedEtag, 'a.txt', '-o', join(dir, 'a.txt')]);
     expect(ok.status).toBe(0);
     expect(readFileSync(join(dir, 'a.txt'))).toEqual(framed);

@@ -8,19 +8,17 @@
 // (ext4) and on /dev/shm (tmpfs, where a mapped write changes no timestamp), with files on both
 // sides of every size threshold, and files old enough for the digest cache to keep (its racy-entry
 // rule stores nothing changed in the last 2 s, so a pool of files is created ahead and aged).
-import { createHash } from 'node:crypto';
 import { mkdirSync, mkdtempSync, realpathSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
-import { rawGet, type RawResponse } from '../helpers/http.js';
+import { rawGet, type RawResponse, sha256Hex } from '../helpers/http.js';
 import { removeTree, tempDir } from '../helpers/tree.js';
 import { serveCapsule, type Served } from './capsules.js';
 import { applyMutation, bytesFor, MapWriter, mutationArb, onDisk, type Mutation } from './mutate-files.js';
 import { FUZZ_SCALE, fuzzIt, guard } from './runner.js';
 import { BIG_MAX_BYTES, EDGE_SIZES } from './thresholds.js';
 
-const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
 /** The digest cache's racy-entry margin (native/digest_cache.h: kRacyMarginNs), plus slack. */
 const AGED_MS = 2_300;
@@ -98,7 +96,7 @@ function checkRead(res: RawResponse, expected: Buffer, label: string): void {
   expect(res.status, label).toBe(200);
   expect(res.body.length, `${label}: body length`).toBe(expected.length);
   expect(res.body.equals(expected), `${label}: the body is the file's current bytes`).toBe(true);
-  expect(res.header('etag'), `${label}: the etag is the SHA-256 of the body`).toBe(`"sha256:${sha(expected)}"`);
+  expect(res.header('etag'), `${label}: the etag is the SHA-256 of the body`).toBe(`"sha256:${sha256Hex(expected)}"`);
 }
 
 function checkList(res: RawResponse, files: Map<string, Buffer>, label: string): void {
@@ -109,7 +107,7 @@ function checkList(res: RawResponse, files: Map<string, Buffer>, label: string):
   for (const e of entries) {
     const bytes = files.get(e.path)!;
     expect(e.size_bytes, `${label}: size of ${e.path}`).toBe(bytes.length);
-    expect(e.sha256, `${label}: the listed sha256 of ${e.path} is of its current bytes`).toBe(sha(bytes));
+    expect(e.sha256, `${label}: the listed sha256 of ${e.path} is of its current bytes`).toBe(sha256Hex(bytes));
   }
 }
 

@@ -6,7 +6,6 @@
 // file's bytes with the etag of those bytes; every partial body (cut by a reset) is a prefix of its
 // own file; the only other answer is a catalogued 503 over_capacity; and once every connection is
 // closed, the memory budget holds nothing (the budget is given back whichever way a response ends).
-import { createHash } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
@@ -16,8 +15,8 @@ import { removeTree, tempDir } from '../helpers/tree.js';
 import { serveCapsule, type Served } from './capsules.js';
 import { fuzzIt, guard } from './runner.js';
 import { BIG_MAX_BYTES, THRESHOLDS } from './thresholds.js';
+import { sha256Hex } from '../helpers/http.js';
 
-const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
 /**
  * Larger than what the kernel's socket buffers take in for a client that does not read (about
@@ -243,7 +242,7 @@ describe('concurrent, pipelined and reset clients against same-length files', ()
             if (g.complete) {
               expect(g.body.length, label).toBe(file!.bytes.length);
               expect(g.body.equals(file!.bytes), `${label}: the body is exactly its file's bytes`).toBe(true);
-              expect(g.headers.get('etag'), label).toBe(`"sha256:${sha(file!.bytes)}"`);
+              expect(g.headers.get('etag'), label).toBe(`"sha256:${sha256Hex(file!.bytes)}"`);
             } else {
               expect(g.body.equals(file!.bytes.subarray(0, g.body.length)), `${label}: a cut body is a prefix of its own file`).toBe(true);
             }

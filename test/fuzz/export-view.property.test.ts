@@ -2,7 +2,6 @@
 // request paths, under every containment class and both resolvers, ExportView's answer to a read
 // (code, and the bytes when ok), to a stat (the mint's check) and to a listing equals the reference
 // model's (test/fuzz/model.ts), and no byte of a file outside the root is ever returned.
-import { createHash } from 'node:crypto';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
 import { Refusal } from '../../src/codes.js';
@@ -18,6 +17,8 @@ import { drain, listEntries } from '../helpers/body.js';
 import {
   compileTree, coverageTree, materialise, MAX_BYTES, prepareWorkdir, removeWorkdir, ROOT_SPELLINGS, SECRET_MARK, treeArb, type Workdir,
 } from './trees.js';
+import { sha256Hex } from '../helpers/http.js';
+import { assertNoSecret } from '../helpers/secrets.js';
 
 const CLASSES: model.Containment[] = ['sealed', 'advisory', 'scoped'];
 const RESOLVERS: native.ResolverKind[] = native.openat2Available() ? ['openat2', 'walk'] : ['walk'];
@@ -35,7 +36,6 @@ afterAll(() => {
   removeWorkdir(wd);
 }, 600_000);
 
-const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
 async function once<T>(run: () => Promise<T>): Promise<{ code: string; value?: T; detail?: string | null }> {
   try {
@@ -52,11 +52,7 @@ async function outcome<T>(run: () => Promise<T>): Promise<{ code: string; value?
   return once(run);
 }
 
-function assertNoSecret(bytes: Buffer, where: string): void {
-  if (bytes.includes(SECRET_MARK)) throw new Error(`${where}: served bytes of a file outside the root`);
-  const digest = sha(bytes);
-  for (const s of wd.secrets) if (sha(s) === digest) throw new Error(`${where}: served a secret's digest`);
-}
+const noSecret = (bytes: Buffer, where: string) => assertNoSecret(bytes, where, { mark: SECRET_MARK, contents: wd.secrets });
 
 describe('lowering a tool argument (share-file path), against the model', () => {
   // A tool's path is a JS string: refused unless well-formed, otherwise lowered like the URL form
@@ -125,8 +121,8 @@ describe('operator plane, in process, against the reference model', () => {
               const label = where(`read '${show(raw)}'`);
               expect(got.code, label).toBe(expected.code);
               if (got.value) {
-                assertNoSecret(got.value.bytes, label);
-                expect(got.value.sha256, label).toBe(sha(got.value.bytes));
+                noSecret(got.value.bytes, label);
+                expect(got.value.sha256, label).toBe(sha256Hex(got.value.bytes));
               }
               if (expected.code === 'ok') expect(got.value!.bytes.equals(expected.bytes), label).toBe(true);
               // The mint's check: the same resolution, no size ceiling.
@@ -138,7 +134,7 @@ describe('operator plane, in process, against the reference model', () => {
             // The listing equals the model's, entry for entry; a secret listed fails at once.
             const listed = await outcome(() => listEntries(view));
             for (const e of listed.value ?? []) {
-              if (wd.secrets.some((sec) => sha(sec) === e.sha256)) throw new Error(`${label}: a secret's digest was listed as ${e.path}`);
+              if (wd.secrets.some((sec) => sha256Hex(sec) === e.sha256)) throw new Error(`${label}: a secret's digest was listed as ${e.path}`);
             }
             if (!Array.isArray(expectedList)) {
               expect(listed.code, label).toBe(expectedList.code);
@@ -149,7 +145,7 @@ describe('operator plane, in process, against the reference model', () => {
               entries.forEach((e, i) => {
                 const m = expectedList[i]!;
                 expect(e.size, `${label}: size of ${e.path}`).toBe(m.content.length);
-                expect(e.sha256, `${label}: sha256 of ${e.path}`).toBe(sha(m.content));
+                expect(e.sha256, `${label}: sha256 of ${e.path}`).toBe(sha256Hex(m.content));
               });
             }
           }

@@ -14,7 +14,6 @@
 //  - while the records disk is full a read is served or refused closed (500 io_error), never
 //    served unrecorded; every trace line parses; every 200 has its ok line, and no more.
 import { execFileSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
 import { closeSync, mkdirSync, openSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
@@ -22,12 +21,12 @@ import { describe, expect } from 'vitest';
 import { etagOf, liveWorkdir, mountTmpfs, parsedTrace, pattern, renamedVersion, serveLive, stalledGet, startWriter, unmount, WRITERS, type Answer } from '../helpers/live.js';
 import { scratch } from '../helpers/tree.js';
 import { fuzzIt, guard } from './runner.js';
+import { sha256Hex } from '../helpers/http.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
 /** The digest cache's racy-entry margin (native/digest_cache.h), plus slack for the clock's tick. */
 const SETTLE_MS = 2_300;
-const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
 type Writer = 'still' | 'inPlace' | 'append' | 'truncateRewrite' | 'renameOver';
 const WRITER_KINDS: Writer[] = ['still', 'inPlace', 'append', 'truncateRewrite', 'renameOver'];
@@ -147,7 +146,7 @@ async function runCase(c: Case): Promise<void> {
         cuts++;
         return true;
       }
-      expect(etagOf(a), label).toBe(sha(a.body));
+      expect(etagOf(a), label).toBe(sha256Hex(a.body));
       return true;
     };
     for (const op of c.ops) {
@@ -196,7 +195,7 @@ async function runCase(c: Case): Promise<void> {
           for (const [i, spec] of c.files.entries()) {
             const e = entries.find((x) => x.path === `f${i}`);
             expect(e, `f${i} is listed`).toBeDefined();
-            if (spec.writer === 'still') expect(e).toMatchObject({ size_bytes: spec.size, sha256: sha(current[i]!) });
+            if (spec.writer === 'still') expect(e).toMatchObject({ size_bytes: spec.size, sha256: sha256Hex(current[i]!) });
             if (spec.writer === 'renameOver' || spec.writer === 'inPlace') expect(e!.size_bytes).toBe(spec.size);
             if (spec.writer === 'append') expect(e!.size_bytes).toBeGreaterThanOrEqual(spec.size);
           }

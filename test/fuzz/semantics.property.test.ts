@@ -26,7 +26,6 @@
 // fragment) and that nothing after it is answered or traced, and that no refusal before routing
 // leaves a trace line. Those refusals' header names are compared as a set: the spec gives them no
 // order, and three paths write them (admission, the router's refusal, the parser's).
-import { createHash } from 'node:crypto';
 import { mkdirSync, renameSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
@@ -38,8 +37,8 @@ import { LIMITS } from '../../src/native.js';
 import { LIMITS as HTTP_LIMITS } from '../../src/limits.js';
 import { callTool } from '../../src/tools/index.js';
 import { exchangeAll, fieldsOf, TraceTail, type WireRequest, type WireResponse } from './wire.js';
+import { etagFor, sha256Hex } from '../helpers/http.js';
 
-const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 const MAX_BYTES = 1024 * 1024;
 const ROOT = 'out/';
 const CONTAINMENT = 'sealed';
@@ -89,7 +88,7 @@ function place(name: string, bytes: Buffer): void {
   writeFileSync(tmp, bytes);
   renameSync(tmp, path);
   current.set(name, bytes);
-  history.set(name, [...(history.get(name) ?? []), `"sha256:${sha(bytes)}"`]);
+  history.set(name, [...(history.get(name) ?? []), `"sha256:${sha256Hex(bytes)}"`]);
 }
 
 beforeAll(async () => {
@@ -211,7 +210,7 @@ const stepArb: fc.Arbitrary<Step> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ s: fc.constant('replace' as const), name: fc.constantFrom(...FILES), salt: fc.integer({ min: 1, max: 1000 }) }) },
 );
 
-const etagOf = (name: string) => `"sha256:${sha(current.get(name)!)}"`;
+const etagOf = (name: string) => etagFor(current.get(name)!);
 
 /** The If-None-Match value a generated spec names for a read of `name` (null: the target is no file). */
 function inmValue(inm: Inm, name: string | null): string {
@@ -375,7 +374,7 @@ function planeAnswer(req: Req, path: string, inm: string | null, name: string | 
     'content-type': 'application/octet-stream', etag: own, 'x-murmur-mtime-ms': mtimeOf(name!), 'x-murmur-generation': gen, 'x-murmur-containment': CONTAINMENT, 'x-murmur-export-root': ROOT,
   };
   const names = ['content-type', 'etag', 'x-murmur-mtime-ms', 'x-murmur-generation', 'x-murmur-containment', 'x-murmur-export-root'];
-  const readTrace = (outcome: string, sent: number) => ({ event_type: 'resource_read', path: name, outcome, bytes: sent, sha256: sha(bytes), generation, containment_achieved: CONTAINMENT, reason: null });
+  const readTrace = (outcome: string, sent: number) => ({ event_type: 'resource_read', path: name, outcome, bytes: sent, sha256: sha256Hex(bytes), generation, containment_achieved: CONTAINMENT, reason: null });
   if (inm !== null && matches(inm, own)) {
     // SPEC 10: a 304 has no content-length, no body, the same etag and validator headers.
     return { status: 304, names, values, body: null, trace: readTrace('not_modified', 0) };
@@ -424,10 +423,10 @@ function redeemAnswer(req: Req, target: Extract<Target, { t: 'redeem' }>, inm: s
   };
   if (inm !== null && matches(inm, own)) {
     // The operator plane's rules (SPEC 10): no content-length, no body, the same etag, validator and handle-id headers; bytes 0, with the sha256.
-    return { status: 304, names, values, body: null, trace: redeemTrace('not_modified', { path: name, bytes: 0, sha256: sha(bytes), reason: null }) };
+    return { status: 304, names, values, body: null, trace: redeemTrace('not_modified', { path: name, bytes: 0, sha256: sha256Hex(bytes), reason: null }) };
   }
   values['content-length'] = String(bytes.length);
-  return { status: 200, names: [...names, 'content-length'], values, body: bytes, trace: redeemTrace('ok', { path: name, bytes: bytes.length, sha256: sha(bytes), reason: null }) };
+  return { status: 200, names: [...names, 'content-length'], values, body: bytes, trace: redeemTrace('ok', { path: name, bytes: bytes.length, sha256: sha256Hex(bytes), reason: null }) };
 }
 
 const NODE_OWN = new Set(['date', 'connection', 'keep-alive']);
@@ -451,7 +450,7 @@ function check(res: WireResponse, e: Expected, last: boolean, pipelined: boolean
     expect(body.entries.map((x) => x.path), `${label}: entries`).toEqual(listingFiles());
     for (const x of body.entries) {
       expect(x.size_bytes, `${label}: size of ${x.path}`).toBe(current.get(x.path)!.length);
-      expect(x.sha256, `${label}: sha256 of ${x.path}`).toBe(sha(current.get(x.path)!));
+      expect(x.sha256, `${label}: sha256 of ${x.path}`).toBe(sha256Hex(current.get(x.path)!));
     }
     expect(res.header('content-length'), `${label}: content-length`).toBe(String(res.body.length));
   } else if (e.body === null) {

@@ -30,7 +30,6 @@
 // O_NONBLOCK, retried: an open that must wait for the lease fails at once having started the break,
 // so this process's loop, which serves the stream, never blocks. Each case checks that it took the
 // path it meant to (a cache hit, or none).
-import { createHash } from 'node:crypto';
 import { closeSync, constants, ftruncateSync, mkdirSync, openSync, statfsSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import type { Socket } from 'node:net';
@@ -42,9 +41,8 @@ import { serveCapsule, type Served } from './capsules.js';
 import { FUZZ_SCALE, fuzzIt, guard } from './runner.js';
 import { fieldsOf, readUnder, TraceTail, type Partial } from './wire.js';
 import * as native from '../../src/native.js';
-import { rawGet } from '../helpers/http.js';
+import { rawGet, sha256Hex } from '../helpers/http.js';
 
-const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 const MIB = 1024 * 1024;
 /** Far above loopback's buffers (a few MiB at most for a client paused after 64 KiB). */
 const SIZE = 12 * MIB;
@@ -381,10 +379,10 @@ async function runCase(c: Case): Promise<void> {
   expect(after.hashes - hashes, `${label}: harness: the body was ${c.kind === 'hashed' ? '' : 'not '}hashed in a pass before its headers`).toBe(c.kind === 'hashed' ? 1 : 0);
   const first = got[0];
   expect(first?.status, label).toBe(200);
-  expect(first!.headers.get('etag'), label).toBe(`"sha256:${sha(bytes)}"`);
+  expect(first!.headers.get('etag'), label).toBe(`"sha256:${sha256Hex(bytes)}"`);
   expect(first!.headers.get('content-length'), label).toBe(String(size));
   // The promise of SPEC 10, whatever happened: no client completes a body its etag does not name.
-  if (first!.complete) expect(sha(first!.body) === sha(bytes) && first!.body.equals(bytes), `${label}: a completed body is exactly the bytes its etag names`).toBe(true);
+  if (first!.complete) expect(sha256Hex(first!.body) === sha256Hex(bytes) && first!.body.equals(bytes), `${label}: a completed body is exactly the bytes its etag names`).toBe(true);
   // A half-close: Node's server (httpAllowHalfOpen off) aborts the request and ends the connection
   // cleanly, usually mid-body; the spec promises no body then, only a trace that says so. The
   // model takes the client's view and requires the trace to agree with it.
@@ -397,7 +395,7 @@ async function runCase(c: Case): Promise<void> {
   // before it, an end, is the kernel's and libuv's business: the short body is what a client sees.)
   // A pipelined request behind the reset never got its turn: not answered, not processed.
   if (behind) expect(got.length, `${label}: the request behind the reset is never answered`).toBe(1);
-  const read = { event_type: 'resource_read', path: name, outcome: 'ok', bytes: size, sha256: sha(bytes), generation, containment_achieved: 'advisory', reason: null };
+  const read = { event_type: 'resource_read', path: name, outcome: 'ok', bytes: size, sha256: sha256Hex(bytes), generation, containment_achieved: 'advisory', reason: null };
   const expected: Array<Record<string, unknown>> = [read];
   // handle_id null after a read: docs/trace.md, and SPEC 8's rule that a field that does not apply is
   // an explicit null (SPEC 8's table row says "without handle_id": docs/fuzzing.md, round three).

@@ -4,7 +4,6 @@
 // whole in peer-in/ with their sha256; one past the fetch limit, `too_large` with the fetch
 // limit's message and nothing stored; one past the peer plane's max_bytes, the peer's own
 // `too_large` (its redeem is a 413) and nothing stored. Every fetch leaves its peer_file_fetch line.
-import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
@@ -15,8 +14,8 @@ import { removeTree, tempDir } from '../helpers/tree.js';
 import { serveCapsule, type Served } from './capsules.js';
 import { fuzzIt, guard } from './runner.js';
 import { TraceTail } from './wire.js';
+import { sha256Hex } from '../helpers/http.js';
 
-const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 /** README, Errors: fetch-peer-file's cap (10 MiB by default). */
 const FETCH_LIMIT = DEFAULT_FETCH_MAX_BYTES;
 /** The sharer's exports.peer_files.max_bytes: two past the fetch limit, so both bounds are reachable. */
@@ -85,10 +84,10 @@ async function runCase(size: number): Promise<void> {
   if (size <= FETCH_LIMIT) {
     expect(code, label).toBeNull();
     expect(result.bytes, label).toBe(size);
-    expect(result.sha256, label).toBe(sha(bytes));
+    expect(result.sha256, label).toBe(sha256Hex(bytes));
     expect(fresh.length, `${label}: one file landed`).toBe(1);
     expect(readFileSync(join(peer.workdir, 'peer-in', fresh[0]!)).equals(bytes), `${label}: the landed bytes`).toBe(true);
-    expect(lines[0], label).toMatchObject({ outcome: 'ok', bytes: size, sha256: sha(bytes), handle_id: minted.handle_id });
+    expect(lines[0], label).toMatchObject({ outcome: 'ok', bytes: size, sha256: sha256Hex(bytes), handle_id: minted.handle_id });
     return;
   }
   expect(code, label).toBe('too_large');

@@ -6,6 +6,7 @@ import { request as nodeRequest } from 'node:http';
 import { connect } from 'node:net';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { formatEtag } from '../../src/wire.js';
 
 export interface RawResponse {
   /** e.g. `HTTP/1.1` */
@@ -170,6 +171,11 @@ export function parseResponse(raw: Buffer, bodiless = false): RawResponse {
 
 export function sha256Hex(data: Buffer | string): string {
   return createHash('sha256').update(data).digest('hex');
+}
+
+/** The etag a server of this contract sends for these bytes (the format is src/wire.ts's). */
+export function etagFor(data: Buffer | string): string {
+  return formatEtag(sha256Hex(data));
 }
 
 /** The keys of a JSON object text in the order they appear on the wire (JSON.parse keeps it). */

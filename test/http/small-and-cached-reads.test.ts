@@ -4,8 +4,7 @@
 // its digest from the digest cache only under a read lease, and never a digest of other bytes,
 // whatever writers do (a streamed body is verified against it as it is sent); the trace's event ids
 // stay UUIDv7 and in creation order.
-import { execFileSync, spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { spawn } from 'node:child_process';
 import { closeSync, constants, openSync, readdirSync, readFileSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { open as openAsync } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -20,8 +19,9 @@ import { holdPool } from '../helpers/pool.js';
 import { defer } from '../helpers/cleanup.js';
 import { requireSeen, skipRace, until } from '../helpers/race.js';
 import { scratch } from '../helpers/tree.js';
+import { sha256Hex } from '../helpers/http.js';
+import { leasesWork } from '../helpers/leases.js';
 
-const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 const RESOLVER = native.chooseResolver();
 const { syncReadMaxBytes: SYNC, streamThresholdBytes: STREAM, streamChunkBytes: CHUNK } = native.LIMITS;
 /** What a streamed body holds of the budget: two chunks. */
@@ -35,15 +35,6 @@ async function viewOf(dir: string, maxBytes = 64 * 1024 * 1024): Promise<ExportV
   return new ExportView({ workdirFd: () => fd, root: 'out', maxBytes, containment: 'sealed', resolver: RESOLVER });
 }
 
-function leasesWork(dir: string): boolean {
-  try {
-    execFileSync('python3', ['-c', 'import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); fcntl.fcntl(fd, 1024, fcntl.F_RDLCK)', join(dir, 'out', 'small')], { stdio: 'ignore' });
-    return true;
-  } catch {
-    console.warn('[small-and-cached-reads] read leases are refused here: reads never use the digest cache; the cache tests are skipped');
-    return false;
-  }
-}
 
 describe('a small file is read without the thread pool', () => {
   it('answers while every pool thread is held, and a large read waits for one', async (ctx) => {
@@ -63,14 +54,14 @@ describe('a small file is read without the thread pool', () => {
     });
     const small = await view.read('small');
     expect((await drain(small))!.toString()).toBe('tiny');
-    expect(small.sha256).toBe(sha(Buffer.from('tiny')));
+    expect(small.sha256).toBe(sha256Hex(Buffer.from('tiny')));
     expect(bigDone, 'a 1 MiB read needs a pool thread, and none is free').toBe(false);
 
     await release();
     const got = await big;
     const bytes = (await drain(got))!;
     expect(bytes.length).toBe(1024 * 1024);
-    expect(got.sha256).toBe(sha(bytes));
+    expect(got.sha256).toBe(sha256Hex(bytes));
   });
 
   it('gives the same answer as the pool read, for every size around the line', async () => {
@@ -150,7 +141,7 @@ for (;;) { fs.ftruncateSync(fd, 1); fs.writeSync(fd, big, 0, big.length, 1); }`,
       }
       small++;
       expect(r.bytes.length, 'read on the JS thread').toBeLessThanOrEqual(16 * 1024);
-      expect(r.sha256).toBe(sha(r.bytes));
+      expect(r.sha256).toBe(sha256Hex(r.bytes));
     }
     // Through a budget: every byte held is accounted for while it is held, and a body read whole
     // is never more than the streaming threshold.
@@ -175,7 +166,7 @@ for (;;) { fs.ftruncateSync(fd, 1); fs.writeSync(fd, big, 0, big.length, 1); }`,
         expect(budget.inUse, 'a stream holds its window').toBeGreaterThanOrEqual(WINDOW);
       }
       const bytes = await drain(r);
-      if (bytes) expect(r.sha256).toBe(sha(bytes));
+      if (bytes) expect(r.sha256).toBe(sha256Hex(bytes));
     }
     expect(budget.inUse).toBe(0);
     // Each half proves something only if its interleaving happened: otherwise skipped, loudly.
@@ -256,7 +247,7 @@ describe('a large file read again takes its digest from the cache, under a read 
   it('hashes the first read, and reuses the digest for an unchanged file', async (ctx) => {
     const dir = scratch(['out/small: s', 'out/big @ 2m']);
     writeFileSync(join(dir, 'out', 'big'), Buffer.alloc(2 * 1024 * 1024, 7));
-    if (!leasesWork(dir)) return ctx.skip();
+    if (!leasesWork(dir, 'small-and-cached-reads')) return ctx.skip();
     await sleep(SETTLE_MS); // past the racy-entry margin: a digest may be stored
     const view = await viewOf(dir);
     const s0 = native.digestCacheStats();
@@ -265,8 +256,8 @@ describe('a large file read again takes its digest from the cache, under a read 
     const second = await view.read('big');
     expect(first.digestCached).toBe(false);
     expect(second.digestCached).toBe(true);
-    expect(second.sha256).toBe(sha((await drain(second))!));
-    expect(second.sha256).toBe(sha(readFileSync(join(dir, 'out', 'big'))));
+    expect(second.sha256).toBe(sha256Hex((await drain(second))!));
+    expect(second.sha256).toBe(sha256Hex(readFileSync(join(dir, 'out', 'big'))));
     const d = native.digestCacheStats();
     expect(d.stores - s0.stores).toBe(1);
     expect(d.hits - s0.hits).toBe(1);
@@ -276,7 +267,7 @@ describe('a large file read again takes its digest from the cache, under a read 
     // Read whole (above the cache's floor, below the streaming threshold): a larger one this young
     // would be a snapshot, which never asks the cache at all.
     const dir = scratch(['out/small: s', 'out/fresh @ 300k']);
-    if (!leasesWork(dir)) return ctx.skip();
+    if (!leasesWork(dir, 'small-and-cached-reads')) return ctx.skip();
     const view = await viewOf(dir);
     const s0 = native.digestCacheStats();
     (await view.read('fresh')).release();
@@ -296,7 +287,7 @@ describe('a large file read again takes its digest from the cache, under a read 
 
   it('rehashes after a rewrite of the same size', async (ctx) => {
     const dir = scratch(['out/small: s', 'out/f @ 1m']);
-    if (!leasesWork(dir)) return ctx.skip();
+    if (!leasesWork(dir, 'small-and-cached-reads')) return ctx.skip();
     await sleep(SETTLE_MS);
     const view = await viewOf(dir);
     // Each body is released (its stream closed): a cached one holds a read lease until then, and a
@@ -309,12 +300,12 @@ describe('a large file read again takes its digest from the cache, under a read 
     const after = await view.read('f');
     after.release();
     expect(after.digestCached).toBe(false);
-    expect(after.sha256).toBe(sha(Buffer.alloc(1024 * 1024, 1)));
+    expect(after.sha256).toBe(sha256Hex(Buffer.alloc(1024 * 1024, 1)));
   });
 
   it('never answers from the cache while a writable shared mapping exists, and the digest is of the bytes served', async (ctx) => {
     const dir = scratch(['out/small: s', 'out/m @ 1m']);
-    if (!leasesWork(dir)) return ctx.skip();
+    if (!leasesWork(dir, 'small-and-cached-reads')) return ctx.skip();
     await sleep(SETTLE_MS);
     const view = await viewOf(dir);
     (await view.read('m')).release();
@@ -352,7 +343,7 @@ while True:
       if (r.kind !== 'snapshot') asked++;
       // Served only if every byte sent hashes to the etag; a body the writer changed meanwhile is cut.
       const bytes = await drain(r);
-      if (bytes) expect(r.sha256, 'the etag is the hash of exactly the bytes served').toBe(sha(bytes));
+      if (bytes) expect(r.sha256, 'the etag is the hash of exactly the bytes served').toBe(sha256Hex(bytes));
     }
     // The lease refusal, counted on every read that asked the cache, is what this test is about.
     expect(native.digestCacheStats().leaseRefused - s0.leaseRefused, 'the lease was refused on every read that asked').toBe(asked);
@@ -361,7 +352,7 @@ while True:
 
   it('lets a writer that arrives mid-digest through, stores nothing, and sends only what it hashed', async (ctx) => {
     const dir = scratch(['out/small: s', 'out/huge @ 256m']);
-    if (!leasesWork(dir)) return ctx.skip();
+    if (!leasesWork(dir, 'small-and-cached-reads')) return ctx.skip();
     const path = join(dir, 'out', 'huge');
     const view = await viewOf(dir, 512 * 1024 * 1024);
     // A writer already running, told when to open: the file is opened for writing and closed
@@ -388,7 +379,7 @@ while True:
         expect(native.digestCacheStats().stores - s0.stores, 'nothing stored under a broken lease').toBe(0);
         // The digest taken while the writer came is the one the body is sent under.
         const bytes = await drain(r);
-        if (bytes) expect(r.sha256, 'the etag is the hash of exactly the bytes served').toBe(sha(bytes));
+        if (bytes) expect(r.sha256, 'the etag is the hash of exactly the bytes served').toBe(sha256Hex(bytes));
       } else {
         r.release();
       }

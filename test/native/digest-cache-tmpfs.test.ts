@@ -7,7 +7,6 @@
 // filesystem of the temp directory (ext4, xfs or btrfs), the same reads are still answered from
 // the cache.
 import { execFileSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, statfsSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,8 +15,9 @@ import { describe, expect, it } from 'vitest';
 import * as native from '../../src/native.js';
 import { capsule, filesManifest } from '../helpers/capsule.js';
 import { defer } from '../helpers/cleanup.js';
-import { rawGet, readTrace } from '../helpers/http.js';
+import { rawGet, readTrace, sha256Hex } from '../helpers/http.js';
 import { removeTree, tempDir } from '../helpers/tree.js';
+import { leasesWork } from '../helpers/leases.js';
 
 const TMPFS_MAGIC = 0x01021994;
 /** The allowlist of native/digest_cache.cc: ext2/3/4, xfs, btrfs. */
@@ -26,7 +26,6 @@ const onTmpfs = existsSync('/dev/shm') && statfsSync('/dev/shm').type === TMPFS_
 /** The racy-entry margin of native/digest_cache.h plus slack: older files are stored by the cache. */
 const SETTLE_MS = 2_300;
 const BIG = 1024 * 1024; // above kCachedReadMinBytes (read.h): a read of it uses the cache
-const sha = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
 
 // Maps the file MAP_SHARED read-write, touches its first page for reading (the read fault), writes
 // `data` at offset 0 through the mapping, and unmaps. Python's mmap holds a dup of the descriptor
@@ -46,15 +45,6 @@ function mappedWrite(path: string, data: string): void {
   execFileSync('python3', ['-c', MAP_WRITE, path, data], { stdio: ['ignore', 'ignore', 'inherit'] });
 }
 
-function leasesWork(dir: string): boolean {
-  writeFileSync(join(dir, 'probe'), 'x');
-  try {
-    execFileSync('python3', ['-c', 'import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); fcntl.fcntl(fd, 1024, fcntl.F_RDLCK)', join(dir, 'probe')], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 const delta = (before: native.DigestCacheStats, after: native.DigestCacheStats) =>
   Object.fromEntries(Object.entries(after).map(([k, v]) => [k, v - (before[k as keyof native.DigestCacheStats] ?? 0)])) as native.DigestCacheStats;
@@ -93,8 +83,8 @@ describe('the digest cache on a filesystem whose mapped writes leave the times a
     // First the old bytes, read and listed twice: today's cache would store them and then hit.
     for (let i = 0; i < 2; i++) {
       const first = await readOver(c.url, 'big.bin');
-      expect(first.etag).toBe(`"sha256:${sha(Buffer.alloc(BIG, 'a'))}"`);
-      expect((await listOver(c.url)).get('small.txt')).toBe(sha('thirty-four bytes of listed text!\n'));
+      expect(first.etag).toBe(`"sha256:${sha256Hex(Buffer.alloc(BIG, 'a'))}"`);
+      expect((await listOver(c.url)).get('small.txt')).toBe(sha256Hex('thirty-four bytes of listed text!\n'));
     }
 
     const before = { big: statSync(big, { bigint: true }), small: statSync(small, { bigint: true }) };
@@ -110,12 +100,12 @@ describe('the digest cache on a filesystem whose mapped writes leave the times a
 
     const read = await readOver(c.url, 'big.bin');
     expect(read.body.equals(readFileSync(big))).toBe(true);
-    expect(read.etag).toBe(`"sha256:${sha(readFileSync(big))}"`);
+    expect(read.etag).toBe(`"sha256:${sha256Hex(readFileSync(big))}"`);
     const listed = await listOver(c.url);
-    expect(listed.get('small.txt')).toBe(sha(readFileSync(small)));
-    expect(listed.get('big.bin')).toBe(sha(readFileSync(big)));
+    expect(listed.get('small.txt')).toBe(sha256Hex(readFileSync(small)));
+    expect(listed.get('big.bin')).toBe(sha256Hex(readFileSync(big)));
     const traced = readTrace(c.tracePath).filter((e) => e.event_type === 'resource_read' && e.path === 'big.bin');
-    expect(traced.at(-1)).toMatchObject({ outcome: 'ok', sha256: sha(readFileSync(big)) });
+    expect(traced.at(-1)).toMatchObject({ outcome: 'ok', sha256: sha256Hex(readFileSync(big)) });
 
     // Nothing on tmpfs was stored or answered from the cache: every file was hashed.
     expect(delta(s0, native.digestCacheStats())).toMatchObject({ hits: 0, stores: 0 });
@@ -138,8 +128,8 @@ describe('the digest cache on the temp directory\'s filesystem', () => {
     const read = await readOver(c.url, 'big.bin');
     const listed = await listOver(c.url);
     expect(delta(s0, native.digestCacheStats())).toMatchObject({ hits: 3, hashes: 0, fsUncached: 0 });
-    expect(read.etag).toBe(`"sha256:${sha(readFileSync(big))}"`);
-    expect(listed.get('big.bin')).toBe(sha(readFileSync(big)));
+    expect(read.etag).toBe(`"sha256:${sha256Hex(readFileSync(big))}"`);
+    expect(listed.get('big.bin')).toBe(sha256Hex(readFileSync(big)));
   });
 
   it.runIf(allowed)('and a mapped write there moves the times, so the cached digest is not used', async () => {
@@ -150,7 +140,7 @@ describe('the digest cache on the temp directory\'s filesystem', () => {
     mappedWrite(big, 'NEW');
     expect(statSync(big, { bigint: true }).ctimeNs).not.toBe(before.ctimeNs);
     const read = await readOver(c.url, 'big.bin');
-    expect(read.etag).toBe(`"sha256:${sha(readFileSync(big))}"`);
+    expect(read.etag).toBe(`"sha256:${sha256Hex(readFileSync(big))}"`);
     expect(read.body.subarray(0, 3).toString()).toBe('NEW');
   });
 });

@@ -8,7 +8,6 @@
 // timestamp (STACK.md), so without the lease the second listing below would report the old digest.
 // On tmpfs the cache is not used at all (its mapped writes never move a time; issue 18).
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, readdirSync, realpathSync, statfsSync, statSync, writeFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
@@ -18,6 +17,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as native from '../../src/native.js';
 import { skipRace, until } from '../helpers/race.js';
 import { removeTree, tempDir } from '../helpers/tree.js';
+import { sha256Hex } from '../helpers/http.js';
+import { leasesWork } from '../helpers/leases.js';
 
 /** The racy-entry margin of native/digest_cache.h, plus slack for the clock's coarse tick. */
 const SETTLE_MS = 2_300;
@@ -25,20 +26,15 @@ const TMPFS_MAGIC = 0x01021994;
 const onTmpfs = existsSync('/dev/shm') && statfsSync('/dev/shm').type === TMPFS_MAGIC;
 
 /** Whether this process may take a read lease on a file it owns (fs.leases-enable, the fs). */
-function leasesWork(): boolean {
+function leasesWorkHere(): boolean {
   const dir = tempDir('rp-lease-probe-');
   try {
-    writeFileSync(join(dir, 'f'), 'x');
-    execFileSync('python3', ['-c', 'import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); fcntl.fcntl(fd, 1024, fcntl.F_RDLCK)', join(dir, 'f')], { stdio: 'ignore' });
-    return true;
-  } catch {
-    console.warn('[digest-cache] read leases are refused here: the cache is never used, and the tests that need hits are skipped');
-    return false;
+    return leasesWork(dir, 'digest-cache');
   } finally {
     removeTree(dir);
   }
 }
-const LEASES = leasesWork();
+const LEASES = leasesWorkHere();
 /** /proc/sys/fs/lease-break-time: how long the kernel lets a lease holder keep a writer waiting. */
 const LEASE_BREAK_MS = Number(readFileSync('/proc/sys/fs/lease-break-time', 'utf8')) * 1000;
 
@@ -123,7 +119,6 @@ class Writer {
   }
 }
 
-const sha = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
 const opts = (): native.ResolveOptions => ({ refuseSymlinks: false, resolver: native.chooseResolver() });
 
 /** A streamed body's opening as the read path takes it: one resolution, then the body (snapshots refused). */
@@ -204,7 +199,7 @@ describe('the digest cache', () => {
     expect(delta(s0, s1)).toMatchObject({ hashes: 3, stores: 3, hits: 0 });
     expect(delta(s1, s2)).toMatchObject({ hashes: 0, stores: 0, hits: 3 });
     expect([...second.values()]).toEqual([...first.values()]);
-    for (const f of ['a', 'b', 'c']) expect(second.get(f)!.sha256).toBe(sha(`contents of ${f}\n`));
+    for (const f of ['a', 'b', 'c']) expect(second.get(f)!.sha256).toBe(sha256Hex(`contents of ${f}\n`));
   });
 
   it.runIf(LEASES)('rehashes a file rewritten with a different size, or the same size', async () => {
@@ -215,9 +210,9 @@ describe('the digest cache', () => {
     const after = await listing(ext, 'same');
     const s1 = native.digestCacheStats();
     expect(delta(s0, s1)).toMatchObject({ hashes: 2, hits: 1 });
-    expect(after.get('b')).toMatchObject({ size: 16, sha256: sha('b is longer now\n') });
-    expect(after.get('c')).toMatchObject({ size: 14, sha256: sha('CONTENTS OF C\n') });
-    expect(after.get('a')!.sha256).toBe(sha('contents of a\n'));
+    expect(after.get('b')).toMatchObject({ size: 16, sha256: sha256Hex('b is longer now\n') });
+    expect(after.get('c')).toMatchObject({ size: 14, sha256: sha256Hex('CONTENTS OF C\n') });
+    expect(after.get('a')!.sha256).toBe(sha256Hex('contents of a\n'));
   });
 
   it.runIf(LEASES)('never stores a file that changed within the racy-entry margin', async () => {
@@ -228,7 +223,7 @@ describe('the digest cache', () => {
     const second = await listing(ext, 'fresh');
     const s1 = native.digestCacheStats();
     expect(delta(s0, s1)).toMatchObject({ hashes: 2, stores: 0, hits: 0, racy: 2 });
-    expect(second.get('x')!.sha256).toBe(sha('just written'));
+    expect(second.get('x')!.sha256).toBe(sha256Hex('just written'));
   });
 
   it('hashes a file another process holds open for writing on every listing', async () => {
@@ -240,7 +235,7 @@ describe('the digest cache', () => {
     expect(delta(s0, s1)).toMatchObject({ hashes: 2, stores: 0, hits: 0, leaseRefused: 2 });
     await fdWriter.write(0, 'W');
     const after = await listing(ext, 'open');
-    expect(after.get('w')!.sha256).toBe(sha(readFileSync(path)));
+    expect(after.get('w')!.sha256).toBe(sha256Hex(readFileSync(path)));
     expect(readFileSync(path, 'utf8')).toBe('Written by nobody yet');
   });
 
@@ -253,7 +248,7 @@ describe('the digest cache', () => {
     second.stream.close();
     const s2 = native.digestCacheStats();
     expect(delta(s0, s1)).toMatchObject({ hashes: 1, stores: 1, hits: 0, leaseRefused: 0, leaseBroken: 0, racy: 0 });
-    expect(first).toMatchObject({ digestCached: false, size: 300 * 1024, sha256: sha(Buffer.alloc(300 * 1024, 's')) });
+    expect(first).toMatchObject({ digestCached: false, size: 300 * 1024, sha256: sha256Hex(Buffer.alloc(300 * 1024, 's')) });
     expect(first.stream.leased).toBe(false);
     expect(delta(s1, s2)).toMatchObject({ hashes: 0, stores: 0, hits: 1, leaseRefused: 0 });
     expect(second).toMatchObject({ digestCached: true, size: first.size, sha256: first.sha256, mtimeMs: first.mtimeMs });
@@ -266,7 +261,7 @@ describe('the digest cache', () => {
     const opened = await openStream(ext.fd, 'open', 'w', 1 << 20);
     opened.stream.close();
     expect(delta(s0, native.digestCacheStats())).toMatchObject({ hashes: 1, stores: 0, hits: 0, leaseRefused: 1 });
-    expect(opened).toMatchObject({ digestCached: false, sha256: sha(readFileSync(path)) });
+    expect(opened).toMatchObject({ digestCached: false, sha256: sha256Hex(readFileSync(path)) });
   });
 
   it.runIf(LEASES)('is bounded: an LRU of at most its capacity', async () => {
@@ -332,7 +327,7 @@ describe.each([{ fs: 'tmpdir' }, { fs: 'tmpfs' }])('a writable shared mapping on
 
     const s0 = native.digestCacheStats();
     const first = await listing(place, 'mapped');
-    expect(first.get('m')!.sha256).toBe(sha(Buffer.concat([Buffer.from('b'), Buffer.alloc(PAGE - 1, 'a')])));
+    expect(first.get('m')!.sha256).toBe(sha256Hex(Buffer.concat([Buffer.from('b'), Buffer.alloc(PAGE - 1, 'a')])));
 
     // The page is already dirty: this write changes the bytes and, as a rule, no timestamp.
     const before = statSync(path, { bigint: true });
@@ -348,7 +343,7 @@ describe.each([{ fs: 'tmpdir' }, { fs: 'tmpfs' }])('a writable shared mapping on
     expect(after.size).toBe(before.size);
 
     const second = await listing(place, 'mapped');
-    expect(second.get('m')!.sha256).toBe(sha(bytes()));
+    expect(second.get('m')!.sha256).toBe(sha256Hex(bytes()));
     expect(bytes().subarray(0, 1).toString()).toBe('c');
     // On ext4 the lease is refused while the mapping exists; tmpfs is off the cache's allowlist
     // (native/digest_cache.h), so no lease is even asked for there.
@@ -370,6 +365,6 @@ describe.each([{ fs: 'tmpdir' }, { fs: 'tmpfs' }])('a writable shared mapping on
     expect(delta(s1, native.digestCacheStats())).toMatchObject(
       fs === 'tmpfs' ? { stores: 0, hits: 0, hashes: 2, fsUncached: 2 } : { stores: 1, hits: 1, leaseRefused: 0 },
     );
-    expect(third.get('m')!.sha256).toBe(sha(bytes()));
+    expect(third.get('m')!.sha256).toBe(sha256Hex(bytes()));
   });
 });

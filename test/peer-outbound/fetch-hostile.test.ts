@@ -5,7 +5,7 @@
 // planted as a symlink. After every refusal: nothing landed, no `.tmp-*` left, nothing written
 // outside `peer-in/`, no descriptor leaked and no token in a message or the trace.
 import { execFileSync } from 'node:child_process';
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { lstatSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
@@ -20,6 +20,7 @@ import { capsule, offlineCapsule, type CapsuleSession } from '../helpers/capsule
 import { listenLoopback, type Loopback } from '../helpers/loopback.js';
 import { refusal } from '../helpers/refusal.js';
 import { fdCount, removeTree, scratch } from '../helpers/tree.js';
+import { etagFor, sha256Hex } from '../helpers/http.js';
 
 // ── Fixtures ─────────────────────────────────────────────────────────────────
 
@@ -113,8 +114,6 @@ async function rawPeer(onRequest: (socket: Socket) => void): Promise<Hostile> {
   return { ...(await listenLoopback(server, REDEEMS_ONLY)), requests };
 }
 
-const sha = (bytes: Buffer | string) => createHash('sha256').update(bytes).digest('hex');
-const etagOf = (bytes: Buffer | string) => `"sha256:${sha(bytes)}"`;
 
 /** A well-shaped token this process never minted (its MAC is noise): what a peer would verify. */
 function handleFor(p: string | null = 'report.md'): string {
@@ -128,7 +127,7 @@ function handleFor(p: string | null = 'report.md'): string {
 function honest(body: Buffer | string, extra: Record<string, string> = {}) {
   return (_req: IncomingMessage, res: ServerResponse) => {
     const bytes = Buffer.from(body);
-    res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': bytes.length, etag: etagOf(bytes), ...extra });
+    res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': bytes.length, etag: etagFor(bytes), ...extra });
     res.end(bytes);
   };
 }
@@ -169,7 +168,7 @@ describe('a peer lying in its etag', () => {
   it('is refused with etag_mismatch after the body is hashed, and nothing is stored', async () => {
     const gamma = await local();
     const peer = await httpPeer((_req, res) => {
-      res.writeHead(200, { etag: etagOf('other bytes'), 'content-length': 11 });
+      res.writeHead(200, { etag: etagFor('other bytes'), 'content-length': 11 });
       res.end('hello world');
     });
     const handle = handleFor();
@@ -184,12 +183,12 @@ describe('a peer lying in its etag', () => {
 
   it.each([
     ['absent', null],
-    ['unquoted', `sha256:${sha('hello')}`],
-    ['uppercase hex', `"sha256:${sha('hello').toUpperCase()}"`],
-    ['weak', `W/"sha256:${sha('hello')}"`],
-    ['another algorithm', `"sha512:${sha('hello')}"`],
-    ['truncated', `"sha256:${sha('hello').slice(0, 63)}"`],
-    ['padded', ` "sha256:${sha('hello')}" `],
+    ['unquoted', `sha256:${sha256Hex('hello')}`],
+    ['uppercase hex', `"sha256:${sha256Hex('hello').toUpperCase()}"`],
+    ['weak', `W/"sha256:${sha256Hex('hello')}"`],
+    ['another algorithm', `"sha512:${sha256Hex('hello')}"`],
+    ['truncated', `"sha256:${sha256Hex('hello').slice(0, 63)}"`],
+    ['padded', ` "sha256:${sha256Hex('hello')}" `],
   ])('refuses an etag that is %s before reading the body', async (_label, etag) => {
     const gamma = await local();
     const peer = await httpPeer((_req, res) => {
@@ -207,7 +206,7 @@ describe('a peer lying in its etag', () => {
   it('refuses an etag repeated across two headers', async () => {
     const gamma = await local();
     const peer = await rawPeer((socket) => {
-      socket.end(`HTTP/1.1 200 OK\r\ncontent-length: 5\r\netag: ${etagOf('hello')}\r\netag: ${etagOf('hello')}\r\nconnection: close\r\n\r\nhello`);
+      socket.end(`HTTP/1.1 200 OK\r\ncontent-length: 5\r\netag: ${etagFor('hello')}\r\netag: ${etagFor('hello')}\r\nconnection: close\r\n\r\nhello`);
     });
     const handle = handleFor();
     const error = await refusal(() => fetchPeerFile(gamma.session, { peer: peer.address, handle }));
@@ -262,7 +261,7 @@ describe('a peer that never answers', () => {
   it('is peer_unreachable when it stalls mid-body, and the partial temporary file is removed', async () => {
     const gamma = await local();
     const peer = await rawPeer((socket) => {
-      socket.write(`HTTP/1.1 200 OK\r\ncontent-length: 1000\r\netag: ${etagOf('x'.repeat(1000))}\r\n\r\n${'x'.repeat(100)}`);
+      socket.write(`HTTP/1.1 200 OK\r\ncontent-length: 1000\r\netag: ${etagFor('x'.repeat(1000))}\r\n\r\n${'x'.repeat(100)}`);
     });
     const handle = handleFor();
     const error = await refusal(() => fetchPeerFile(gamma.session, { peer: peer.address, handle }, { totalTimeoutMs: 400 }));
@@ -274,7 +273,7 @@ describe('a peer that never answers', () => {
   it('is peer_unreachable when the connection drops mid-body', async () => {
     const gamma = await local();
     const peer = await rawPeer((socket) => {
-      socket.end(`HTTP/1.1 200 OK\r\ncontent-length: 1000\r\netag: ${etagOf('x'.repeat(1000))}\r\n\r\n${'x'.repeat(100)}`);
+      socket.end(`HTTP/1.1 200 OK\r\ncontent-length: 1000\r\netag: ${etagFor('x'.repeat(1000))}\r\n\r\n${'x'.repeat(100)}`);
     });
     const handle = handleFor();
     const error = await refusal(() => fetchPeerFile(gamma.session, { peer: peer.address, handle }));
@@ -292,7 +291,7 @@ describe('a peer sending more than the cap', () => {
     const gamma = await local();
     let written = 0;
     const peer = await httpPeer((_req, res) => {
-      res.writeHead(200, { etag: etagOf('whatever') });
+      res.writeHead(200, { etag: etagFor('whatever') });
       const chunk = Buffer.alloc(8 * 1024, 0x61);
       const timer = setInterval(() => {
         if (res.destroyed) return clearInterval(timer);
@@ -317,7 +316,7 @@ describe('a peer sending more than the cap', () => {
     const gamma = await local();
     const peer = await rawPeer((socket) => {
       // Declares far more than the cap, then sends only a little and stalls.
-      socket.write(`HTTP/1.1 200 OK\r\ncontent-length: ${CAP * 100}\r\netag: ${etagOf('x')}\r\n\r\n${'x'.repeat(10)}`);
+      socket.write(`HTTP/1.1 200 OK\r\ncontent-length: ${CAP * 100}\r\netag: ${etagFor('x')}\r\n\r\n${'x'.repeat(10)}`);
     });
     const handle = handleFor();
     const started = Date.now();
@@ -333,7 +332,7 @@ describe('a peer sending more than the cap', () => {
     const flood = Buffer.alloc(CAP * 4, 0x62);
     const peer = await rawPeer((socket) => {
       // Declares 16 bytes (under the cap) and sends four times the cap; the etag names the flood.
-      socket.write(`HTTP/1.1 200 OK\r\ncontent-length: 16\r\netag: ${etagOf(flood)}\r\n\r\n`);
+      socket.write(`HTTP/1.1 200 OK\r\ncontent-length: 16\r\netag: ${etagFor(flood)}\r\n\r\n`);
       socket.end(flood);
     });
     const handle = handleFor();
@@ -352,7 +351,7 @@ describe('a peer sending more than the cap', () => {
     const peer = await httpPeer((req, res) => {
       const body = req.url === `/resources/peer/${overHandle}` ? over : exact;
       // Chunked (no content-length), so only the running count can catch it.
-      res.writeHead(200, { etag: etagOf(body) });
+      res.writeHead(200, { etag: etagFor(body) });
       res.end(body);
     });
     const error = await refusal(() => fetchPeerFile(gamma.session, { peer: peer.address, handle: overHandle }, { maxBytes: CAP }));
@@ -556,7 +555,7 @@ describe('landing fetched bytes', () => {
     const gamma = await local();
     const good = await httpPeer(honest('fine'));
     const liar = await httpPeer((_req, res) => {
-      res.writeHead(200, { etag: etagOf('not this') });
+      res.writeHead(200, { etag: etagFor('not this') });
       res.end('this');
     });
     const refuser = await httpPeer((_req, res) => {

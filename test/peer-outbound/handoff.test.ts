@@ -18,6 +18,7 @@ import { buildEscapeTree, ESCAPE_CASES, MAX_BYTES, SECRET, SECRET_SHA } from '..
 import { listenLoopback } from '../helpers/loopback.js';
 import { refusal } from '../helpers/refusal.js';
 import { scratch } from '../helpers/tree.js';
+import { sha256Hex } from '../helpers/http.js';
 
 // ── Fixtures ─────────────────────────────────────────────────────────────────
 
@@ -87,7 +88,6 @@ function countingListener() {
   return listenLoopback(createServer((socket) => socket.destroy()));
 }
 
-const sha = (bytes: Buffer | string) => createHash('sha256').update(bytes).digest('hex');
 
 // ── End to end ───────────────────────────────────────────────────────────────
 
@@ -111,7 +111,7 @@ describe('share-file → redeem → fetch-peer-file between two capsules', () =>
     expect(fetched).toEqual({
       path: `peer-in/${minted.handle_id}-report.bin`,
       bytes: binary.length,
-      sha256: sha(binary),
+      sha256: sha256Hex(binary),
       peer: alpha.address,
       generation: 2,
     });
@@ -130,10 +130,10 @@ describe('share-file → redeem → fetch-peer-file between two capsules', () =>
     for (const event of [mint[0]!, redeem[0]!, fetch[0]!]) expect(event.handle_id).toBe(minted.handle_id);
     expect(Object.keys(mint[0]!).slice(5)).toEqual(['handle_id', 'path', 'audience', 'expires_at_ms', 'outcome', 'reason']);
     expect(mint[0]).toMatchObject({ path: 'report.bin', audience: beta.audience, expires_at_ms: minted.expires_at_ms, outcome: 'ok', reason: null });
-    expect(redeem[0]).toMatchObject({ outcome: 'ok', audience_asserted: beta.audience, bytes: binary.length, sha256: sha(binary) });
+    expect(redeem[0]).toMatchObject({ outcome: 'ok', audience_asserted: beta.audience, bytes: binary.length, sha256: sha256Hex(binary) });
     expect(Object.keys(fetch[0]!).slice(5)).toEqual(['peer', 'handle_id', 'stored_path', 'bytes', 'sha256', 'outcome', 'reason']);
     expect(fetch[0]).toMatchObject({
-      peer: alpha.address, stored_path: fetched.path, bytes: binary.length, sha256: sha(binary), outcome: 'ok', reason: null,
+      peer: alpha.address, stored_path: fetched.path, bytes: binary.length, sha256: sha256Hex(binary), outcome: 'ok', reason: null,
     });
     expect(traceOf(alpha).text).not.toContain('mh1.');
     expect(traceOf(beta).text).not.toContain('mh1.');
@@ -223,7 +223,7 @@ describe('a file whose name looks like a handle', () => {
     // The fetcher's side: stored_path is redacted too, and its sha256 names the landed file.
     const [landed] = eventsOf(beta, 'peer_file_fetch');
     expect(landed).toMatchObject({ handle_id: minted.handle_id, stored_path: `peer-in/${minted.handle_id}-${redacted}`, sha256: redeem.sha256 });
-    expect(sha(readFileSync(join(beta.workdir, fetched.path)))).toBe(landed!.sha256);
+    expect(sha256Hex(readFileSync(join(beta.workdir, fetched.path)))).toBe(landed!.sha256);
   });
 });
 

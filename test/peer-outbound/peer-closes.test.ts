@@ -20,6 +20,7 @@ import { handleId } from '../../src/redact.js';
 import { answerBody, listenLoopback, onRequestHead, type BodyEnding } from '../helpers/loopback.js';
 import { startMcpServe } from '../helpers/mcp.js';
 import { scratch } from '../helpers/tree.js';
+import { sha256Hex } from '../helpers/http.js';
 
 const ISSUER = 'ses_closing_peer';
 const MANIFEST = 'name: reader\nversion: "1"\ncapabilities:\n  peer_fetch:\n    allow: ["127.0.0.1"]\n';
@@ -35,7 +36,6 @@ const RESET_AFTER_MS = [0, 1, 2, 5];
 /** How the peer ends its 200: the whole body then FIN; the whole body kept open; no content-length, the FIN ends it; cut short then FIN; cut short then RST. */
 type Ending = BodyEnding;
 
-const sha = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
 
 function cardFor(port: number): string {
   return JSON.stringify({
@@ -119,7 +119,7 @@ describe('a peer that closes its redeem answer while the fetcher is not reading'
     for (const r of run.results) {
       expect(r.answer.isError, `${r.size} bytes: ${r.answer.content[0]?.text}`).toBeFalsy();
       const landed = r.answer.structuredContent as { path: string; bytes: number; sha256: string; generation: number };
-      expect(landed).toMatchObject({ path: `peer-in/${handleId(r.handle)}-blob-${r.size}.bin`, bytes: r.size, sha256: sha(r.body), generation: 3 });
+      expect(landed).toMatchObject({ path: `peer-in/${handleId(r.handle)}-blob-${r.size}.bin`, bytes: r.size, sha256: sha256Hex(r.body), generation: 3 });
       expect(readFileSync(join(run.workdir, landed.path)).equals(r.body)).toBe(true);
     }
     const fetches = run.events.filter((e) => e.event_type === 'peer_file_fetch');

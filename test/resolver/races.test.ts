@@ -3,7 +3,6 @@
 // accounting over many operations. None of these may ever yield an outside byte or a hash that
 // does not describe the body.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { ExportView, type Containment } from '../../src/export/export-view.js';
 import { Refusal } from '../../src/codes.js';
@@ -13,9 +12,9 @@ import { raceSwaps, racesTimeout, raceUntil, sawAll } from '../helpers/race.js';
 import { heldDirectory, RESOLVERS } from '../helpers/resolvers.js';
 import { fdCount, makeTree, scratch } from '../helpers/tree.js';
 import { listEntries } from '../helpers/body.js';
+import { sha256Hex } from '../helpers/http.js';
 
 const SECRET = 'OUTSIDE-SECRET-BYTES';
-const sha = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
 
 function viewOf(fd: number, containment: Containment, resolver: native.ResolverKind, maxBytes = 1 << 20): ExportView {
   return new ExportView({ plane: 'files', workdirFd: () => fd, root: 'out', maxBytes, containment, resolver });
@@ -46,7 +45,7 @@ describe.each(RESOLVERS)('symlink-swap race (%s)', (resolver) => {
           try {
             const r = await v.read(rel);
             expect(r.bytes.toString()).toBe('inside bytes');
-            expect(r.sha256).toBe(sha(r.bytes));
+            expect(r.sha256).toBe(sha256Hex(r.bytes));
             return 'ok';
           } catch (error) {
             if (!(error instanceof Refusal)) throw error;
@@ -87,7 +86,7 @@ describe.each(RESOLVERS)('content churn (%s)', (resolver) => {
     const deadline = Date.now() + 120_000;
     for (let i = 0; i < 2000 || (versions.size < 2 && Date.now() < deadline); i++) {
       const r = await v.read('f.txt');
-      expect(r.sha256).toBe(sha(r.bytes));
+      expect(r.sha256).toBe(sha256Hex(r.bytes));
       const text = r.bytes.toString();
       expect(text.length).toBeGreaterThan(0);
       expect(text).toBe(text[0]!.repeat(text.length));
@@ -105,7 +104,7 @@ describe.each(RESOLVERS)('content churn (%s)', (resolver) => {
     await raceUntil(ctx, {
       step: async () => {
         const r = await v.read('f.txt');
-        expect(r.sha256).toBe(sha(r.bytes));
+        expect(r.sha256).toBe(sha256Hex(r.bytes));
         const text = r.bytes.toString();
         return text.length === 0 ? 'empty' : text === text[0]!.repeat(text.length) ? text[0]! : 'torn';
       },
@@ -124,7 +123,7 @@ describe.each(RESOLVERS)('content churn (%s)', (resolver) => {
         try {
           const r = await v.read('f.txt');
           expect(r.bytes.length).toBeLessThanOrEqual(150_000);
-          expect(r.sha256).toBe(sha(r.bytes));
+          expect(r.sha256).toBe(sha256Hex(r.bytes));
           return 'ok';
         } catch (error) {
           expect((error as Refusal).code).toBe('too_large');
