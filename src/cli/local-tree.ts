@@ -1,0 +1,228 @@
+// The directory `resource-plane mirror` writes into, held by descriptor, so that whatever names a
+// listing carries nothing is written outside it. Node has no openat/renameat, so every operation
+// names its target as `/proc/self/fd/<dir descriptor>/<one component>`: the kernel follows the
+// magic link to the directory that descriptor holds (wherever it now is) and looks the one
+// component up inside it, and O_NOFOLLOW (or O_EXCL, or rename, which never follows its last
+// component) keeps a symlink in that component from being followed. A directory is opened only
+// beneath the one above it, one component at a time, with O_NOFOLLOW|O_DIRECTORY: a symlink planted
+// anywhere on the way (`sub -> /etc`) stops the walk (ELOOP/ENOTDIR) instead of leading out.
+// Names reach here already checked to be components (no `/`, not empty, `.` or `..`: mirror.ts
+// safeComponents); the descriptor walk is what holds even so.
+import { randomBytes, createHash } from 'node:crypto';
+import * as fs from 'node:fs';
+import type { FileHandle } from 'node:fs/promises';
+
+const PROC_FD = '/proc/self/fd';
+const { O_RDONLY, O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK } = fs.constants;
+const HASH_CHUNK = 256 * 1024;
+
+/** A component of a local path that is not a directory mirror may enter (a symlink, a file). */
+export class NotADirectory extends Error {
+  constructor(readonly at: string) {
+    super(`'${at}' is a symlink or not a directory, and mirror never writes through one`);
+    this.name = 'NotADirectory';
+  }
+}
+
+/** Our temporary files: `.rp-mirror.<12 hex>.part`, short whatever the name they become. */
+export const TEMP_PATTERN = /^\.rp-mirror\.[0-9a-f]{12}\.part$/;
+
+function errno(error: unknown): string | undefined {
+  return (error as NodeJS.ErrnoException)?.code;
+}
+
+export class LocalTree {
+  /** Open directories by relative path ('' is the root); closed by close(). */
+  private readonly dirs = new Map<string, number>();
+  /** Directories whose entries changed: fsync'd once at close(), so the renames are durable. */
+  private readonly dirty = new Set<number>();
+
+  private constructor(rootFd: number) {
+    this.dirs.set('', rootFd);
+  }
+
+  /**
+   * The operator's directory (created when missing; the operator's own path, so a symlink there is
+   * followed, as `get -o` follows one). Fails when /proc/self/fd cannot reach it: without it there
+   * is no descriptor-relative name, and mirror writes nothing rather than write by path.
+   */
+  static open(dir: string): LocalTree {
+    fs.mkdirSync(dir, { recursive: true });
+    const fd = fs.openSync(dir, O_RDONLY | O_DIRECTORY);
+    try {
+      if (!fs.statSync(`${PROC_FD}/${fd}`).isDirectory()) throw new Error('not a directory');
+    } catch (error) {
+      fs.closeSync(fd);
+      throw new Error(`${PROC_FD} does not reach the directory (${errno(error) ?? (error as Error).message}); mirror needs /proc to write beneath a descriptor`);
+    }
+    return new LocalTree(fd);
+  }
+
+  /** The name of `name` inside the directory `fd` holds. */
+  private at(fd: number, name: string): string {
+    return `${PROC_FD}/${fd}/${name}`;
+  }
+
+  /**
+   * The descriptor of the directory `components` name beneath the root, each opened beneath the
+   * last without following a symlink. Missing: created when `create`, else null. Throws
+   * NotADirectory when one is a symlink or anything but a directory.
+   */
+  dir(components: readonly string[], create: boolean): number | null {
+    let fd = this.dirs.get('')!;
+    let rel = '';
+    for (const name of components) {
+      rel = rel === '' ? name : `${rel}/${name}`;
+      const held = this.dirs.get(rel);
+      if (held !== undefined) {
+        fd = held;
+        continue;
+      }
+      let next: number;
+      try {
+        next = fs.openSync(this.at(fd, name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+      } catch (error) {
+        const code = errno(error);
+        if (code === 'ENOENT' && create) {
+          try {
+            fs.mkdirSync(this.at(fd, name), 0o755);
+          } catch (made) {
+            if (errno(made) !== 'EEXIST') throw made;
+          }
+          this.dirty.add(fd);
+          try {
+            next = fs.openSync(this.at(fd, name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+          } catch (again) {
+            if (errno(again) === 'ELOOP' || errno(again) === 'ENOTDIR') throw new NotADirectory(rel);
+            throw again;
+          }
+        } else if (code === 'ENOENT') {
+          return null;
+        } else if (code === 'ELOOP' || code === 'ENOTDIR') {
+          throw new NotADirectory(rel);
+        } else {
+          throw error;
+        }
+      }
+      this.dirs.set(rel, next);
+      fd = next;
+    }
+    return fd;
+  }
+
+  /**
+   * The SHA-256 of the regular file `name` in the directory `dir`, when it is one (never through a
+   * symlink, never blocking on a FIFO) of exactly `size` bytes; null otherwise (absent, another
+   * size, a symlink, a special file, unreadable): it then has to be fetched.
+   */
+  async digest(dir: number, name: string, size: number, signal?: AbortSignal): Promise<string | null> {
+    let file: FileHandle;
+    try {
+      file = await fs.promises.open(this.at(dir, name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+    } catch {
+      return null;
+    }
+    try {
+      const st = await file.stat();
+      if (!st.isFile() || st.size !== size) return null;
+      const hash = createHash('sha256');
+      const buffer = Buffer.allocUnsafe(Math.min(HASH_CHUNK, Math.max(size, 1)));
+      let read = 0;
+      for (;;) {
+        if (signal?.aborted) return null;
+        const { bytesRead } = await file.read(buffer, 0, buffer.length, read);
+        if (bytesRead === 0) break;
+        hash.update(buffer.subarray(0, bytesRead));
+        read += bytesRead;
+      }
+      return read === size ? hash.digest('hex') : null;
+    } catch {
+      return null;
+    } finally {
+      await file.close().catch(() => undefined);
+    }
+  }
+
+  /** An exclusive new temporary file in `dir` (O_CREAT|O_EXCL: never an existing name, never a symlink). */
+  async temp(dir: number): Promise<{ name: string; file: FileHandle }> {
+    const name = `.rp-mirror.${randomBytes(6).toString('hex')}.part`;
+    const file = await fs.promises.open(this.at(dir, name), 'wx', 0o644);
+    return { name, file };
+  }
+
+  /** Gives the temporary file `temp` the name `name` in `dir`: rename replaces a symlink there, never writes through it. */
+  place(dir: number, temp: string, name: string): void {
+    fs.renameSync(this.at(dir, temp), this.at(dir, name));
+    this.dirty.add(dir);
+  }
+
+  /** Removes one of mirror's own temporary names; one already gone is fine. */
+  discard(dir: number, temp: string): void {
+    try {
+      fs.unlinkSync(this.at(dir, temp));
+    } catch {
+      // already renamed into place, or never made
+    }
+  }
+
+  /**
+   * Every entry beneath the root that `keep` does not name (by relative path), directories entered
+   * only through a descriptor and never through a symlink: files, symlinks and special files are
+   * removed when `remove` (the link itself, never what it points to), else only counted; a
+   * directory left empty that `keep` names nothing in is removed too. Returns how many entries
+   * that was (directories not counted).
+   */
+  prune(keep: ReadonlySet<string>, keptDirs: ReadonlySet<string>, remove: boolean): number {
+    const visit = (fd: number, rel: string): number => {
+      let count = 0;
+      for (const entry of fs.readdirSync(`${PROC_FD}/${fd}`, { withFileTypes: true })) {
+        const path = rel === '' ? entry.name : `${rel}/${entry.name}`;
+        if (entry.isDirectory()) {
+          let child: number | null;
+          try {
+            child = this.dir(path.split('/'), false);
+          } catch (error) {
+            if (error instanceof NotADirectory) continue; // swapped meanwhile: left alone
+            throw error;
+          }
+          if (child === null) continue;
+          count += visit(child, path);
+          if (remove && !keptDirs.has(path)) {
+            try {
+              fs.rmdirSync(this.at(fd, entry.name));
+              this.dirty.add(fd);
+              this.dirs.delete(path);
+              this.dirty.delete(child);
+              fs.closeSync(child);
+            } catch {
+              // not empty (something appeared), or gone: left as it is
+            }
+          }
+          continue;
+        }
+        if (keep.has(path)) continue;
+        count += 1;
+        if (remove) {
+          fs.unlinkSync(this.at(fd, entry.name));
+          this.dirty.add(fd);
+        }
+      }
+      return count;
+    };
+    return visit(this.dirs.get('')!, '');
+  }
+
+  /** fsyncs every directory whose entries changed, then closes every descriptor. */
+  close(): void {
+    for (const fd of this.dirty) {
+      try {
+        fs.fsyncSync(fd);
+      } catch {
+        // a directory that cannot be synced (some filesystems refuse): its renames stand
+      }
+    }
+    for (const fd of this.dirs.values()) fs.closeSync(fd);
+    this.dirs.clear();
+    this.dirty.clear();
+  }
+}
