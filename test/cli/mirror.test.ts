@@ -2,7 +2,7 @@
 // listening servers: the launched operator plane (GETs counted from its trace), and plain HTTP
 // servers that misbehave on purpose (a file that changes between the listing and its GET, hostile
 // names, wrong digests, terminal escapes, a body that stalls so the run can be interrupted).
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -287,5 +287,43 @@ describe('an interrupted mirror', () => {
     expect(again.status, again.stderr).toBe(0);
     expect(srv.gets).toEqual(['c.bin']);
     expect(readFileSync(join(dst, 'c.bin'), 'utf8')).toBe(big);
+  });
+});
+
+describe('where mirror reads from and how it shows progress', () => {
+  it('takes the export from a unix operator socket', async () => {
+    const sockDir = scratch();
+    const c = await capsule({ tree: EXPORT, yaml: filesManifest('out/'), operatorListen: `unix:${join(sockDir, 'operator.sock')}` });
+    const dst = scratch();
+    const r = await runCliAsync(['mirror', `unix:${join(sockDir, 'operator.sock')}`, dst, '--jobs', '2']);
+    expect(r.status, r.stderr).toBe(0);
+    expect(tree(dst)).toEqual(EXPECTED);
+    expect(reads(c)).toHaveLength(4);
+  });
+
+  it.skipIf(spawnSync('script', ['--version']).status !== 0)('draws a bar of files on stderr when stderr is a terminal (script(1))', async () => {
+    let release: () => void = () => undefined;
+    const released = new Promise<void>((r) => (release = r));
+    defer(release);
+    const srv = await fake([entry('a.txt', 'first'), entry('b.txt', 'second'), entry('c.txt', 'third')], (p) => {
+      if (p !== 'c.txt') return { body: p === 'a.txt' ? 'first' : 'second' };
+      return (res: ServerResponse) => void released.then(() => {
+        res.writeHead(200, { etag: `"sha256:${sha('third')}"`, 'content-length': 5 });
+        res.end('third');
+      });
+    });
+    const dst = scratch();
+    const quote = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
+    const command = [process.execPath, CLI, 'mirror', srv.url, dst, '--jobs', '1'].map(quote).join(' ');
+    const child = reap(spawn('script', ['-qfec', command, '/dev/null']));
+    let screen = '';
+    child.stdout.on('data', (c: Buffer) => (screen += c.toString()));
+    const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+    const deadline = Date.now() + 20_000;
+    while (!/2 of 3 files/.test(screen) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    expect(screen).toMatch(/2 of 3 files/);
+    release();
+    expect(await exited).toBe(0);
+    expect(screen).toContain('mirror: 3 listed, 0 up to date, 3 fetched (16 bytes), 0 deleted, 0 failed');
   });
 });
