@@ -24,9 +24,6 @@ export class NotADirectory extends Error {
   }
 }
 
-/** Our temporary files: `.rp-mirror.<12 hex>.part`, short whatever the name they become. */
-export const TEMP_PATTERN = /^\.rp-mirror\.[0-9a-f]{12}\.part$/;
-
 function errno(error: unknown): string | undefined {
   return (error as NodeJS.ErrnoException)?.code;
 }
@@ -143,7 +140,11 @@ export class LocalTree {
     }
   }
 
-  /** An exclusive new temporary file in `dir` (O_CREAT|O_EXCL: never an existing name, never a symlink). */
+  /**
+   * An exclusive new temporary file in `dir` (O_CREAT|O_EXCL: never an existing name, never a
+   * symlink), named `.rp-mirror.<12 hex>.part`: short whatever the name it becomes. Removed on every
+   * way out but SIGKILL; one a killed run left is a local file like any other (--delete removes it).
+   */
   async temp(dir: number): Promise<{ name: string; file: FileHandle }> {
     const name = `.rp-mirror.${randomBytes(6).toString('hex')}.part`;
     const file = await fs.promises.open(this.at(dir, name), 'wx', 0o644);
