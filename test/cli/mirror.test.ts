@@ -199,6 +199,24 @@ describe('a hostile server', () => {
     expect(r.stderr).toContain("error: sub/new.txt: 'sub' is a symlink or not a directory, and mirror never writes through one; nothing was saved");
     expect(r.stderr).toContain('error: ../escape.txt: the listing names no place inside the directory');
     expect(parts(dst)).toEqual([]);
+
+    // With --delete the planted link (which the export does not have) goes first, as a link: the
+    // files under `sub` then land in a real directory, and `outside` is still untouched.
+    const d = await runCliAsync(['mirror', srv.url, dst, '--delete']);
+    expect(d.status).toBe(5);
+    expect(lstatSync(join(dst, 'sub')).isDirectory()).toBe(true);
+    expect(readFileSync(join(dst, 'sub/new.txt'), 'utf8')).toBe(evil);
+    expect(tree(join(base, 'outside'))).toEqual({ target: 'untouched' });
+  });
+
+  it('reports a file that vanished between the listing and its GET in the server\'s words (exit 4)', async () => {
+    const srv = await fake([entry('gone.txt', 'was here'), entry('kept.txt', 'still here')], (p) => (p === 'kept.txt' ? { body: 'still here' } : undefined));
+    const dst = scratch();
+    const r = await runCliAsync(['mirror', srv.url, dst]);
+    expect(r.status).toBe(4);
+    expect(r.stderr).toBe('error: gone.txt: 404 not_found: no such file under the export root\n');
+    expect(srv.gets.filter((g) => g === 'gone.txt')).toHaveLength(1);
+    expect(tree(dst)).toEqual({ 'kept.txt': 'still here' });
   });
 
   it('never saves a body that does not hash to the listed digest (exit 5)', async () => {
