@@ -15,6 +15,13 @@ import type { FileHandle } from 'node:fs/promises';
 const PROC_FD = '/proc/self/fd';
 const { O_RDONLY, O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK } = fs.constants;
 const HASH_CHUNK = 256 * 1024;
+/**
+ * A file of at most this many bytes is checked with synchronous calls: four pool round trips
+ * (open, fstat, read, close) cost more than the work for a small file (10,000 files of 4 KiB:
+ * about 0.5 s synchronously, 1.3-1.6 s through the pool with four at a time, here), and one such
+ * file holds the event loop for well under a millisecond. Larger files go through the pool.
+ */
+const SYNC_HASH_MAX = 256 * 1024;
 
 /** A component of a local path that is not a directory mirror may enter (a symlink, a file). */
 export class NotADirectory extends Error {
@@ -113,6 +120,7 @@ export class LocalTree {
    * size, a symlink, a special file, unreadable): it then has to be fetched.
    */
   async digest(dir: number, name: string, size: number, signal?: AbortSignal): Promise<string | null> {
+    if (size <= SYNC_HASH_MAX) return this.digestSmall(dir, name, size);
     let file: FileHandle;
     try {
       file = await fs.promises.open(this.at(dir, name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
@@ -137,6 +145,34 @@ export class LocalTree {
       return null;
     } finally {
       await file.close().catch(() => undefined);
+    }
+  }
+
+  /** digest() for a small file, with synchronous calls (SYNC_HASH_MAX says why). */
+  private digestSmall(dir: number, name: string, size: number): string | null {
+    let fd: number;
+    try {
+      fd = fs.openSync(this.at(dir, name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+    } catch {
+      return null;
+    }
+    try {
+      const st = fs.fstatSync(fd);
+      if (!st.isFile() || st.size !== size) return null;
+      // One byte more than expected tells a file that grew since the fstat.
+      const buffer = Buffer.allocUnsafe(size + 1);
+      let read = 0;
+      for (;;) {
+        const n = fs.readSync(fd, buffer, read, buffer.length - read, read);
+        if (n === 0) break;
+        read += n;
+        if (read === buffer.length) break;
+      }
+      return read === size ? createHash('sha256').update(buffer.subarray(0, size)).digest('hex') : null;
+    } catch {
+      return null;
+    } finally {
+      fs.closeSync(fd);
     }
   }
 

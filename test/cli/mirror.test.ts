@@ -4,7 +4,7 @@
 // names, wrong digests, terminal escapes, a body that stalls so the run can be interrupted).
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, lstatSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -57,6 +57,23 @@ describe('mirror against the operator plane', () => {
     expect(JSON.parse(r.stdout)).toEqual({ listed: 4, up_to_date: 4, fetched: 0, fetched_bytes: 0, requests: 0, deleted: 0, extra_kept: 0, failed: [] });
     expect(reads(c).length - before).toBe(0);
     expect(readTrace(c.tracePath).filter((e) => e.event_type === 'resource_list')).toHaveLength(2);
+  });
+
+  it('checks a large local file by its bytes too (hashed through the pool): same bytes no GET, one byte off one GET', async () => {
+    const c = await capsule({ tree: ['out/big.bin @ 300k', 'out/small.txt: s'], yaml: filesManifest('out/') });
+    const dst = scratch();
+    expect((await runCliAsync(['mirror', c.url, dst])).status).toBe(0);
+    const before = reads(c).length;
+    expect((await runCliAsync(['mirror', c.url, dst])).status).toBe(0);
+    expect(reads(c).length).toBe(before);
+    // Same size, one byte different, as a damaged copy would be.
+    const fd = openSync(join(dst, 'big.bin'), 'r+');
+    writeSync(fd, Buffer.from([1]), 0, 1, 200 * 1024);
+    closeSync(fd);
+    const r = await runCliAsync(['mirror', c.url, dst, '--json']);
+    expect(r.status, r.stderr).toBe(0);
+    expect(reads(c).slice(before).map((e) => e.path)).toEqual(['big.bin']);
+    expect(readFileSync(join(dst, 'big.bin')).equals(Buffer.alloc(300 * 1024))).toBe(true);
   });
 
   it('fetches only what changed or was added; keeps removed files without --delete, removes them with it', async () => {
