@@ -35,14 +35,33 @@ function errno(error: unknown): string | undefined {
   return (error as NodeJS.ErrnoException)?.code;
 }
 
+/**
+ * A directory of the tree, held open by descriptor while anyone uses it: `dir()` takes a reference,
+ * `release()` gives it back. Only an unreferenced one is ever closed, so a descriptor number in
+ * use can never be closed and reused for another directory under an operation.
+ */
+export class HeldDir {
+  refs = 0;
+  /** Its entries changed: fsync'd before it is closed, so the renames in it are durable. */
+  dirty = false;
+  constructor(readonly fd: number) {}
+}
+
+/**
+ * Directory descriptors kept open beyond those in use: a tree of many directories must not run
+ * the process out of descriptors (a soft limit of 1,024 is common), and reopening one costs a
+ * walk of opens from the root.
+ */
+const MAX_IDLE_DIRS = 64;
+
 export class LocalTree {
-  /** Open directories by relative path ('' is the root); closed by close(). */
-  private readonly dirs = new Map<string, number>();
-  /** Directories whose entries changed: fsync'd once at close(), so the renames are durable. */
-  private readonly dirty = new Set<number>();
+  /** Open directories by relative path ('' is the root, held for the tree's life), least recent first. */
+  private readonly dirs = new Map<string, HeldDir>();
 
   private constructor(rootFd: number) {
-    this.dirs.set('', rootFd);
+    const root = new HeldDir(rootFd);
+    root.refs = 1;
+    this.dirs.set('', root);
   }
 
   /**
@@ -67,51 +86,94 @@ export class LocalTree {
     return `${PROC_FD}/${fd}/${name}`;
   }
 
-  /**
-   * The descriptor of the directory `components` name beneath the root, each opened beneath the
-   * last without following a symlink. Missing: created when `create`, else null. Throws
-   * NotADirectory when one is a symlink or anything but a directory.
-   */
-  dir(components: readonly string[], create: boolean): number | null {
-    let fd = this.dirs.get('')!;
-    let rel = '';
-    for (const name of components) {
-      rel = rel === '' ? name : `${rel}/${name}`;
-      const held = this.dirs.get(rel);
-      if (held !== undefined) {
-        fd = held;
-        continue;
-      }
-      let next: number;
-      try {
-        next = fs.openSync(this.at(fd, name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
-      } catch (error) {
-        const code = errno(error);
-        if (code === 'ENOENT' && create) {
-          try {
-            fs.mkdirSync(this.at(fd, name), 0o755);
-          } catch (made) {
-            if (errno(made) !== 'EEXIST') throw made;
-          }
-          this.dirty.add(fd);
-          try {
-            next = fs.openSync(this.at(fd, name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
-          } catch (again) {
-            if (errno(again) === 'ELOOP' || errno(again) === 'ENOTDIR') throw new NotADirectory(rel);
-            throw again;
-          }
-        } else if (code === 'ENOENT') {
-          return null;
-        } else if (code === 'ELOOP' || code === 'ENOTDIR') {
-          throw new NotADirectory(rel);
-        } else {
-          throw error;
-        }
-      }
-      this.dirs.set(rel, next);
-      fd = next;
+  /** The held directory at `rel`, marked most recently used, with a reference taken. */
+  private take(rel: string): HeldDir | undefined {
+    const held = this.dirs.get(rel);
+    if (held === undefined) return undefined;
+    this.dirs.delete(rel);
+    this.dirs.set(rel, held);
+    held.refs += 1;
+    return held;
+  }
+
+  /** Gives back a reference dir() took; idle directories past MAX_IDLE_DIRS are synced and closed. */
+  release(held: HeldDir): void {
+    held.refs -= 1;
+    if (this.dirs.size <= MAX_IDLE_DIRS) return;
+    for (const [rel, d] of this.dirs) {
+      if (this.dirs.size <= MAX_IDLE_DIRS) break;
+      if (d.refs === 0) this.drop(rel, d);
     }
-    return fd;
+  }
+
+  /** Closes an unreferenced directory (synced first if its entries changed) and forgets it. */
+  private drop(rel: string, held: HeldDir): void {
+    this.dirs.delete(rel);
+    if (held.dirty) {
+      try {
+        fs.fsyncSync(held.fd);
+      } catch {
+        // a directory that cannot be synced (some filesystems refuse): its renames stand
+      }
+    }
+    fs.closeSync(held.fd);
+  }
+
+  /**
+   * The directory `components` name beneath the root, each opened beneath the last without
+   * following a symlink, with a reference taken (give it back with release()). Missing: created
+   * when `create`, else null. Throws NotADirectory when one is a symlink or anything but a directory.
+   */
+  dir(components: readonly string[], create: boolean): HeldDir | null {
+    let held = this.take('')!;
+    let rel = '';
+    try {
+      for (const name of components) {
+        rel = rel === '' ? name : `${rel}/${name}`;
+        const known = this.take(rel);
+        if (known !== undefined) {
+          this.release(held);
+          held = known;
+          continue;
+        }
+        const next = this.openChild(held, name, rel, create);
+        if (next === null) return null;
+        const child = new HeldDir(next);
+        child.refs = 1;
+        this.dirs.set(rel, child);
+        this.release(held);
+        held = child;
+      }
+      const found = held;
+      held = null as unknown as HeldDir;
+      return found;
+    } finally {
+      if (held !== null) this.release(held);
+    }
+  }
+
+  /** Opens (or, with `create`, makes and opens) `name` in `parent`; null when missing. */
+  private openChild(parent: HeldDir, name: string, rel: string, create: boolean): number | null {
+    try {
+      return fs.openSync(this.at(parent.fd, name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    } catch (error) {
+      const code = errno(error);
+      if (code === 'ELOOP' || code === 'ENOTDIR') throw new NotADirectory(rel);
+      if (code !== 'ENOENT') throw error;
+      if (!create) return null;
+    }
+    try {
+      fs.mkdirSync(this.at(parent.fd, name), 0o755);
+    } catch (made) {
+      if (errno(made) !== 'EEXIST') throw made;
+    }
+    parent.dirty = true;
+    try {
+      return fs.openSync(this.at(parent.fd, name), O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    } catch (again) {
+      if (errno(again) === 'ELOOP' || errno(again) === 'ENOTDIR') throw new NotADirectory(rel);
+      throw again;
+    }
   }
 
   /**
@@ -119,11 +181,11 @@ export class LocalTree {
    * symlink, never blocking on a FIFO) of exactly `size` bytes; null otherwise (absent, another
    * size, a symlink, a special file, unreadable): it then has to be fetched.
    */
-  async digest(dir: number, name: string, size: number, signal?: AbortSignal): Promise<string | null> {
+  async digest(dir: HeldDir, name: string, size: number, signal?: AbortSignal): Promise<string | null> {
     if (size <= SYNC_HASH_MAX) return this.digestSmall(dir, name, size);
     let file: FileHandle;
     try {
-      file = await fs.promises.open(this.at(dir, name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+      file = await fs.promises.open(this.at(dir.fd, name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
     } catch {
       return null;
     }
@@ -149,10 +211,10 @@ export class LocalTree {
   }
 
   /** digest() for a small file, with synchronous calls (SYNC_HASH_MAX says why). */
-  private digestSmall(dir: number, name: string, size: number): string | null {
+  private digestSmall(dir: HeldDir, name: string, size: number): string | null {
     let fd: number;
     try {
-      fd = fs.openSync(this.at(dir, name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+      fd = fs.openSync(this.at(dir.fd, name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
     } catch {
       return null;
     }
@@ -181,22 +243,22 @@ export class LocalTree {
    * symlink), named `.rp-mirror.<12 hex>.part`: short whatever the name it becomes. Removed on every
    * way out but SIGKILL; one a killed run left is a local file like any other (--delete removes it).
    */
-  async temp(dir: number): Promise<{ name: string; file: FileHandle }> {
+  async temp(dir: HeldDir): Promise<{ name: string; file: FileHandle }> {
     const name = `.rp-mirror.${randomBytes(6).toString('hex')}.part`;
-    const file = await fs.promises.open(this.at(dir, name), 'wx', 0o644);
+    const file = await fs.promises.open(this.at(dir.fd, name), 'wx', 0o644);
     return { name, file };
   }
 
   /** Gives the temporary file `temp` the name `name` in `dir`: rename replaces a symlink there, never writes through it. */
-  place(dir: number, temp: string, name: string): void {
-    fs.renameSync(this.at(dir, temp), this.at(dir, name));
-    this.dirty.add(dir);
+  place(dir: HeldDir, temp: string, name: string): void {
+    fs.renameSync(this.at(dir.fd, temp), this.at(dir.fd, name));
+    dir.dirty = true;
   }
 
   /** Removes one of mirror's own temporary names; one already gone is fine. */
-  discard(dir: number, temp: string): void {
+  discard(dir: HeldDir, temp: string): void {
     try {
-      fs.unlinkSync(this.at(dir, temp));
+      fs.unlinkSync(this.at(dir.fd, temp));
     } catch {
       // already renamed into place, or never made
     }
@@ -210,12 +272,12 @@ export class LocalTree {
    * that was (directories not counted).
    */
   prune(keep: ReadonlySet<string>, keptDirs: ReadonlySet<string>, remove: boolean): number {
-    const visit = (fd: number, rel: string): number => {
+    const visit = (dir: HeldDir, rel: string): number => {
       let count = 0;
-      for (const entry of fs.readdirSync(`${PROC_FD}/${fd}`, { withFileTypes: true })) {
+      for (const entry of fs.readdirSync(`${PROC_FD}/${dir.fd}`, { withFileTypes: true })) {
         const path = rel === '' ? entry.name : `${rel}/${entry.name}`;
         if (entry.isDirectory()) {
-          let child: number | null;
+          let child: HeldDir | null;
           try {
             child = this.dir(path.split('/'), false);
           } catch (error) {
@@ -223,43 +285,50 @@ export class LocalTree {
             throw error;
           }
           if (child === null) continue;
-          count += visit(child, path);
+          try {
+            count += visit(child, path);
+          } finally {
+            this.release(child);
+          }
           if (remove && !keptDirs.has(path)) {
             try {
-              fs.rmdirSync(this.at(fd, entry.name));
-              this.dirty.add(fd);
-              this.dirs.delete(path);
-              this.dirty.delete(child);
-              fs.closeSync(child);
+              fs.rmdirSync(this.at(dir.fd, entry.name));
             } catch {
-              // not empty (something appeared), or gone: left as it is
+              continue; // not empty (something appeared), or gone: left as it is
             }
+            dir.dirty = true;
+            this.forget(path);
           }
           continue;
         }
         if (keep.has(path)) continue;
         count += 1;
         if (remove) {
-          fs.unlinkSync(this.at(fd, entry.name));
-          this.dirty.add(fd);
+          fs.unlinkSync(this.at(dir.fd, entry.name));
+          dir.dirty = true;
         }
       }
       return count;
     };
-    return visit(this.dirs.get('')!, '');
+    const root = this.dir([], false)!;
+    try {
+      return visit(root, '');
+    } finally {
+      this.release(root);
+    }
+  }
+
+  /** Closes and forgets a removed directory and everything held beneath it (none is in use). */
+  private forget(path: string): void {
+    for (const [rel, held] of [...this.dirs]) {
+      if (rel !== path && !rel.startsWith(`${path}/`)) continue;
+      this.dirs.delete(rel);
+      fs.closeSync(held.fd);
+    }
   }
 
   /** fsyncs every directory whose entries changed, then closes every descriptor. */
   close(): void {
-    for (const fd of this.dirty) {
-      try {
-        fs.fsyncSync(fd);
-      } catch {
-        // a directory that cannot be synced (some filesystems refuse): its renames stand
-      }
-    }
-    for (const fd of this.dirs.values()) fs.closeSync(fd);
-    this.dirs.clear();
-    this.dirty.clear();
+    for (const [rel, held] of [...this.dirs]) this.drop(rel, held);
   }
 }

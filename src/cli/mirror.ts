@@ -15,7 +15,7 @@ import {
   announcedLength, base, checkListing, ClientError, connect, EXIT_STATUS, getFailure, getRaw, LIST_MAX_BYTES, GET_MAX_BYTES, printable, printableJson,
   refusal, refusedBy, writeAll, type ClientFailure, type Connection, type Listing, type Origin,
 } from './client.js';
-import { LocalTree, NotADirectory } from './local-tree.js';
+import { LocalTree, NotADirectory, type HeldDir } from './local-tree.js';
 import { BodyFailure, readVerifiedBody } from '../response-body.js';
 import { parseEtag } from '../wire.js';
 
@@ -172,7 +172,7 @@ const interrupted = () => new ClientError('interrupted; files already placed are
  * since the listing: asked again, then reported), the body must hash to it, then temp file, fsync,
  * rename. Returns the bytes placed.
  */
-async function fetchInto(run: Run, line: Line, job: Job, dir: number): Promise<number> {
+async function fetchInto(run: Run, line: Line, job: Job, dir: HeldDir): Promise<number> {
   const { entry } = job;
   const name = job.parts[job.parts.length - 1]!;
   const target = `/resources/files/${job.parts.map(encodeURIComponent).join('/')}`;
@@ -248,15 +248,28 @@ async function mirrorOne(run: Run, line: Line, job: Job): Promise<MirrorFailure 
   try {
     const dirs = parts.slice(0, -1);
     const held = run.tree.dir(dirs, false);
-    if (held !== null && (await run.tree.digest(held, parts[parts.length - 1]!, entry.size_bytes, run.signal)) === entry.sha256) {
-      run.summary.upToDate += 1;
-      return null;
+    if (held !== null) {
+      let same: boolean;
+      try {
+        same = (await run.tree.digest(held, parts[parts.length - 1]!, entry.size_bytes, run.signal)) === entry.sha256;
+      } finally {
+        run.tree.release(held);
+      }
+      if (same) {
+        run.summary.upToDate += 1;
+        return null;
+      }
     }
     if (run.signal?.aborted) throw interrupted();
     const dir = run.tree.dir(dirs, true)!;
-    // Read after the await: `x += await f()` would add to the value x had before it, losing
-    // what the other workers added meanwhile.
-    const bytes = await fetchInto(run, line, job, dir);
+    let bytes: number;
+    try {
+      // Read after the await: `x += await f()` would add to the value x had before it, losing
+      // what the other workers added meanwhile.
+      bytes = await fetchInto(run, line, job, dir);
+    } finally {
+      run.tree.release(dir);
+    }
     run.summary.fetchedBytes += bytes;
     run.summary.fetched += 1;
     return null;

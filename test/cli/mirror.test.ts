@@ -104,6 +104,28 @@ describe('mirror against the operator plane', () => {
     expect(existsSync(join(dst, 'sub'))).toBe(true);
   });
 
+  it('keeps its directory descriptors bounded: 300 directories mirror under a limit of 128 open files', async () => {
+    const lines = Array.from({ length: 300 }, (_, i) => `out/d${i}/f.txt: ${i}`);
+    const c = await capsule({ tree: lines, yaml: filesManifest('out/') });
+    const dst = scratch();
+    const quote = (x: string) => `'${x.replace(/'/g, "'\\''")}'`;
+    const run = () => new Promise<{ status: number | null; stderr: string }>((resolve) => {
+      const child = spawn('sh', ['-c', `ulimit -n 128 && exec ${[process.execPath, CLI, 'mirror', c.url, dst, '--delete'].map(quote).join(' ')}`]);
+      let stderr = '';
+      child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+      child.on('close', (status) => resolve({ status, stderr }));
+    });
+    const first = await run();
+    expect(first.status, first.stderr).toBe(0);
+    expect(Object.keys(tree(dst))).toHaveLength(300);
+    expect(readFileSync(join(dst, 'd299/f.txt'), 'utf8')).toBe('299');
+    // Again, with every directory walked by --delete and every file checked: nothing fetched.
+    const before = reads(c).length;
+    const again = await run();
+    expect(again.status, again.stderr).toBe(0);
+    expect(reads(c).length).toBe(before);
+  });
+
   it('refuses a bad --jobs and a URL that names a resource as usage mistakes (exit 2), writing nothing', async () => {
     const c = await capsule({ tree: EXPORT, yaml: filesManifest('out/') });
     const dst = join(scratch(), 'never');
