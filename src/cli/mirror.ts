@@ -261,6 +261,11 @@ async function mirrorOne(run: Run, line: Line, job: Job): Promise<MirrorFailure 
       }
     }
     if (run.signal?.aborted) throw interrupted();
+    // Listed larger than it may be saved: refused without a GET (a body is still held to the limit
+    // whatever the listing said).
+    if (entry.size_bytes > run.maxBytes) {
+      throw new ClientError(`the file is listed at ${entry.size_bytes} bytes, more than the ${run.maxBytes} mirror saves; pass --max-bytes to raise it; nothing was saved`, 'too_large');
+    }
     const dir = run.tree.dir(dirs, true)!;
     let bytes: number;
     try {

@@ -248,6 +248,21 @@ describe('a hostile server', () => {
     expect(tree(join(base, 'outside'))).toEqual({ target: 'untouched' });
   });
 
+  it('refuses a file listed above --max-bytes without a GET, and one whose body runs past it (exit 6)', async () => {
+    const srv = await fake([entry('big.txt', 'x'.repeat(2048)), entry('lies.txt', 'tiny'), entry('ok.txt', 'ok')], (p) =>
+      // lies.txt: listed at 4 bytes, its etag the listed digest, its body 4 KiB of something else.
+      p === 'lies.txt' ? { body: 'y'.repeat(4096), etag: `"sha256:${sha('tiny')}"` } : p === 'ok.txt' ? { body: 'ok' } : { body: 'x'.repeat(2048) },
+    );
+    const dst = scratch();
+    const r = await runCliAsync(['mirror', srv.url, dst, '--max-bytes', '1Ki']);
+    expect(r.status).toBe(6);
+    expect(srv.gets.sort()).toEqual(['lies.txt', 'ok.txt']);
+    expect(r.stderr).toContain('error: big.txt: the file is listed at 2048 bytes, more than the 1024 mirror saves; pass --max-bytes to raise it; nothing was saved');
+    expect(r.stderr).toContain('error: lies.txt: the file is 4096 bytes, more than the 1024 mirror saves');
+    expect(tree(dst)).toEqual({ 'ok.txt': 'ok' });
+    expect(parts(dst)).toEqual([]);
+  });
+
   it('reports a file that vanished between the listing and its GET in the server\'s words (exit 4)', async () => {
     const srv = await fake([entry('gone.txt', 'was here'), entry('kept.txt', 'still here')], (p) => (p === 'kept.txt' ? { body: 'still here' } : undefined));
     const dst = scratch();
