@@ -20,7 +20,9 @@
 // curl against `resource-plane serve` run as a user runs it: default options, Landlock on, on a
 // tree whose newest change is older than the digest cache's 2 s racy margin) next to
 // `find | xargs -0 sha256sum`, and start-to-ready and idle RSS next to a bare Fastify listener
-// (and a bare node:http one).
+// (and a bare node:http one). The mirror rows (bench/mirror.mjs, issue 38): `mirror` of the listing
+// tree into an empty directory (files/s, against `get` in a shell loop), a second `mirror` with
+// nothing changed (against one listing) and one with one file changed (exactly one GET).
 //
 // The machine is small (2 cores) and often shared, so absolute numbers are noisy: every server
 // stays up for the whole run, and each round measures every server on a case one after the other
@@ -46,6 +48,7 @@ import { atExit, fetchOnce, firstJsonLine, rssBytes, sleep, stop, track } from '
 import { mcpClient } from './mcp.mjs';
 import { chartRows, renderChartSvg } from './chart.mjs';
 import { renderReport, summarise } from './report.mjs';
+import { mirrorRound, renderMirror, summariseMirror } from './mirror.mjs';
 import { autocannonLoad, ensureTool, startNginx, toolVersion, wrkCycle, wrkLoad } from './tools.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -285,7 +288,7 @@ async function mint() {
 }
 
 // ---- measurements ----
-const raw = { reads: {}, peer: [], sha256: [], listing: [], start: [], streamed: [], rewritten: [], busy: [] };
+const raw = { reads: {}, peer: [], sha256: [], listing: [], start: [], streamed: [], rewritten: [], busy: [], mirror: [] };
 const push = (obj, key, v) => (obj[key] ??= []).push(v);
 
 async function timedLoad(url, size, headers) {
@@ -485,6 +488,19 @@ async function listingRound(r) {
   }
 }
 
+/** The mirror rows' server (bench/mirror.mjs): the listing tree served as listingRound serves it. */
+async function serveListing() {
+  const s = await startNode('ours (mirror)', [CLI, 'serve', '--workdir', listing]);
+  return {
+    url: s.url,
+    trace: s.line.trace,
+    stop: async () => {
+      const code = await stop(s.child);
+      if (code !== 0) odd.push(`mirror server exited with ${code} on SIGTERM`);
+    },
+  };
+}
+
 const START_KINDS = {
   ours: { label: 'ours (start)', args: (r) => oursArgs(`start-${r}-${raw.start.length}`) },
   fastify: { label: 'bare Fastify', args: () => [join(HERE, 'peer-bare-fastify.mjs')] },
@@ -576,6 +592,7 @@ try {
     await streamedRound(r);
     await rewrittenRound(r);
     await listingRound(r);
+    raw.mirror.push(await mirrorRound({ round: r, cli: CLI, root: listRoot, digests: listDigests, scratch, serve: serveListing }));
     for (let i = 0; i < START_SAMPLES; i++) {
       for (const kind of rotate(['fastify', 'ours', 'bare', 'unconfined'], r + i)) await startSample(kind, r);
     }
@@ -621,7 +638,9 @@ const meta = {
   odd,
 };
 const summary = summarise(raw, servers.map((s) => s.id), CASES);
+summary.mirror = summariseMirror(raw.mirror);
 process.stdout.write(renderReport(meta, summary, servers, CASES));
+process.stdout.write(`${renderMirror(summary.mirror).join('\n')}\n`);
 if (outFile) {
   // A directory (one that exists, or a path ending in /) gets the results and the chart.
   const toDir = outFile.endsWith('/') || (existsSync(outFile) && statSync(outFile).isDirectory());

@@ -113,3 +113,15 @@ export const CARD_TOTAL_TIMEOUT_MS = 10_000;
 export const LIST_MAX_BYTES = 64 * 1024 * 1024;
 /** The file `get` saves at most, unless --max-bytes says otherwise. */
 export const GET_MAX_BYTES = 1024 * 1024 * 1024;
+/** `mirror`'s connections (and files in flight) at once, unless --jobs says otherwise. */
+export const DEFAULT_JOBS = 4;
+/** The most `--jobs` may ask for. */
+export const MAX_JOBS = 64;
+/** `mirror`'s GETs of a file whose etag is not its listed digest, before it is reported as changed. */
+export const CHANGED_ATTEMPTS = 3;
+/**
+ * Directory descriptors `mirror` keeps open beyond those in use: a tree of many directories must
+ * not run the process out of descriptors (a soft limit of 1,024 is common), and reopening one
+ * costs a walk of opens from the root.
+ */
+export const MAX_IDLE_DIRS = 64;

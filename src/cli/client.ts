@@ -52,7 +52,7 @@ const TIMEOUTS = { headersTimeout: 30_000, bodyTimeout: 60_000 };
 
 
 /** Reads a body up to `max` bytes and stops there: a server that streams forever is not read on. */
-async function readCapped(body: Readable, max: number): Promise<Buffer> {
+export async function readCapped(body: Readable, max: number): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let n = 0;
   for await (const chunk of body as AsyncIterable<Buffer>) {
@@ -64,39 +64,91 @@ async function readCapped(body: Readable, max: number): Promise<Buffer> {
 }
 
 /** The content-length a server announced, when it is a plain non-negative integer. */
-function announcedLength(headers: Record<string, string | string[] | undefined>): number | null {
+export function announcedLength(headers: Record<string, string | string[] | undefined>): number | null {
   const value = headers['content-length'];
   return typeof value === 'string' && /^\d{1,15}$/.test(value) ? Number(value) : null;
 }
 
+/** A response whose body is left unread for the caller. */
+export interface Answer {
+  statusCode: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: Readable;
+}
+
 /**
- * One GET with the request target sent exactly as given: a URL object would resolve dot segments
- * (even `%2E%2E`) before the server ever saw them. The body is left unread for the caller; `done`
- * closes the connection.
+ * One connection to `origin`, kept alive across requests (mirror's workers each hold one; ls and
+ * get use one per request). `get` sends the request target exactly as given: a URL object would
+ * resolve dot segments (even `%2E%2E`) before the server ever saw them. `close` destroys the
+ * connection rather than closing it: a body left unread (a refusal, a bad etag) would hold a
+ * graceful close open forever, and with nothing else pending the process would end silently.
  */
-async function request(origin: Origin, path: string, signal?: AbortSignal) {
-  path = `${origin.prefix}${path}`;
+export interface Connection {
+  get(path: string, signal?: AbortSignal): Promise<Answer>;
+  close(): Promise<void>;
+}
+
+export function connect(origin: Origin): Connection {
   const client = outboundClient(origin.origin, { connect: { timeout: 10_000, ...(origin.socketPath ? { socketPath: origin.socketPath } : {}) } });
-  // Destroyed, not closed: a body left unread (a refusal, a bad etag) would hold a graceful close
-  // open forever, and with nothing else pending the process would end silently.
-  const done = () => client.destroy().catch(() => undefined);
+  return {
+    async get(path, signal) {
+      try {
+        const res = await client.request({ method: 'GET', path: `${origin.prefix}${path}`, headers: origin.headers, ...TIMEOUTS, ...(signal ? { signal } : {}) });
+        return { statusCode: res.statusCode, headers: res.headers, body: res.body as Readable };
+      } catch (error) {
+        if (signal?.aborted) throw new ClientError('interrupted; nothing was saved', 'unreachable');
+        throw new ClientError(`cannot reach ${origin.shown}: ${printable((error as Error).message)}`, 'unreachable');
+      }
+    },
+    close: () => client.destroy().catch(() => undefined),
+  };
+}
+
+/** One GET on a connection of its own; `done` closes it. */
+async function request(origin: Origin, path: string, signal?: AbortSignal): Promise<Answer & { done: () => Promise<void> }> {
+  const connection = connect(origin);
   try {
-    const res = await client.request({ method: 'GET', path, headers: origin.headers, ...TIMEOUTS, ...(signal ? { signal } : {}) });
-    return { statusCode: res.statusCode, headers: res.headers, body: res.body as Readable, done };
+    return { ...(await connection.get(path, signal)), done: connection.close };
   } catch (error) {
-    await done();
-    if (signal?.aborted) throw new ClientError('interrupted; nothing was saved', 'unreachable');
-    throw new ClientError(`cannot reach ${origin.shown}: ${printable((error as Error).message)}`, 'unreachable');
+    await connection.close();
+    throw error;
   }
 }
 
-/** A whole (small) response: the listing, up to `maxBytes`, or a refusal. */
-async function getRaw(origin: Origin, path: string, maxBytes: number) {
+/** A refusal answer, its body read up to the one cap, in the server's words. */
+export async function refusedBy(res: Answer): Promise<ClientError> {
+  return refusal(res.statusCode, await readCapped(res.body, ERROR_BODY_MAX_BYTES));
+}
+
+/**
+ * A whole (small) response: the listing, up to `maxBytes`, or a refusal. `verb` names who reads
+ * it. With `verifyEtag` (mirror), a 200 that carries an etag is accepted only when the etag names
+ * exactly its bytes (the one reader, src/response-body.ts); ls reads the listing as sent.
+ */
+export async function getRaw(origin: Origin, path: string, maxBytes: number, verb: 'ls' | 'mirror' = 'ls', verifyEtag = false) {
   const res = await request(origin, path);
-  const tooLarge = () => new ClientError(`the listing is larger than ${maxBytes} bytes, the most ls reads; pass --max-bytes to raise it`, 'too_large');
+  const flag = verb === 'ls' ? '--max-bytes' : '--listing-max-bytes';
+  const tooLarge = () => new ClientError(`the listing is larger than ${maxBytes} bytes, the most ${verb} reads; pass ${flag} to raise it`, 'too_large');
   try {
     if (res.statusCode !== 200) return { statusCode: res.statusCode, headers: res.headers, body: await readCapped(res.body, ERROR_BODY_MAX_BYTES) };
-    if ((announcedLength(res.headers) ?? 0) > maxBytes) throw tooLarge();
+    const length = announcedLength(res.headers);
+    if ((length ?? 0) > maxBytes) throw tooLarge();
+    const etag = res.headers.etag;
+    if (verifyEtag && etag !== undefined) {
+      const named = parseEtag(etag);
+      if (named === null) throw new ClientError(`the listing's etag ${printable(String(etag))} names no sha256 digest; nothing was changed`, 'unverified');
+      const chunks: Buffer[] = [];
+      try {
+        await readVerifiedBody(res.body as AsyncIterable<Buffer>, { sha256: named, maxBytes, length, sink: async (chunk) => void chunks.push(chunk) });
+      } catch (error) {
+        if (!(error instanceof BodyFailure)) throw error;
+        if (error.kind === 'too_large') throw tooLarge();
+        if (error.kind === 'stream') throw error.cause;
+        const why = error.kind === 'mismatch' ? `does not name its bytes (sha256:${error.sha256})` : `came with a body of another length than its content-length`;
+        throw new ClientError(`the listing's etag ${printable(String(etag))} ${why}; nothing was changed`, 'unverified');
+      }
+      return { statusCode: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) };
+    }
     // One byte past the cap tells a listing that is too large from one that is exactly the cap.
     const body = await readCapped(res.body, maxBytes + 1);
     if (body.length > maxBytes) throw tooLarge();
@@ -110,7 +162,7 @@ async function getRaw(origin: Origin, path: string, maxBytes: number) {
 }
 
 /** Where requests go: an http(s) origin, or a unix socket (`unix:/path`, an operator listener). */
-interface Origin {
+export interface Origin {
   origin: string;
   socketPath?: string;
   shown: string;
@@ -149,7 +201,7 @@ export function parseHeaders(lines: readonly string[] = []): Record<string, stri
  * back: the verbs name the path themselves, and a path typed but not used would read as a listing
  * or a file of it.
  */
-function base(url: string, verb: 'ls' | 'get', headers: Record<string, string>): Origin {
+export function base(url: string, verb: 'ls' | 'get' | 'mirror', headers: Record<string, string>): Origin {
   if (url.startsWith('unix:')) {
     const socketPath = url.slice('unix:'.length);
     if (!socketPath.startsWith('/')) throw new ClientError(`'${url}' needs an absolute socket path (unix:/path)`, 'usage');
@@ -176,7 +228,7 @@ function base(url: string, verb: 'ls' | 'get', headers: Record<string, string>):
 }
 
 /** A refusal from the server, in its own words, every one of them through `printable`. */
-function refusal(status: number, body: Buffer): ClientError {
+export function refusal(status: number, body: Buffer): ClientError {
   const text = body.toString('utf8');
   try {
     const parsed = JSON.parse(text) as { error?: unknown; message?: unknown };
@@ -190,7 +242,7 @@ function refusal(status: number, body: Buffer): ClientError {
   return new ClientError(`the server answered ${status}`, 'refused');
 }
 
-interface Listing {
+export interface Listing {
   root: string;
   mode: string;
   max_bytes: number;
@@ -207,7 +259,7 @@ const isCount = (v: unknown): v is number => Number.isInteger(v) && (v as number
  * through `printable`), its counts non-negative integers and its times integers. A number sent as
  * a string would otherwise reach the terminal raw.
  */
-function checkListing(value: unknown): Listing {
+export function checkListing(value: unknown): Listing {
   const refuse = (what: string): never => {
     throw new ClientError(`${MALFORMED}: ${what}`, 'unverified');
   };
@@ -232,7 +284,7 @@ function checkListing(value: unknown): Listing {
  * nothing a terminal acts on. JSON.stringify escapes only C0 controls (and lone surrogates), not
  * C1 controls (U+009B is a CSI to some terminals) or bidi overrides.
  */
-function printableJson(text: string): string {
+export function printableJson(text: string): string {
   // Per UTF-16 code unit: a format character above U+FFFF is escaped as its surrogate pair.
   return text.replace(/[\p{Cc}\p{Cf}]/gu, (c) => Array.from({ length: c.length }, (_, i) => `\\u${c.charCodeAt(i).toString(16).padStart(4, '0')}`).join(''));
 }
@@ -323,7 +375,7 @@ export interface GetOptions {
 const COPY_CHUNK = 1024 * 1024;
 
 /** Appends all of `chunk` (a write may take only part of it). */
-async function writeAll(file: FileHandle, chunk: Buffer): Promise<void> {
+export async function writeAll(file: FileHandle, chunk: Buffer): Promise<void> {
   let off = 0;
   while (off < chunk.length) {
     try {
@@ -382,7 +434,7 @@ function targetFor(relpath: string, output: string | undefined): string {
   return target;
 }
 
-function errnoOf(error: unknown): string {
+export function errnoOf(error: unknown): string {
   return (error as NodeJS.ErrnoException)?.code ?? (error as Error)?.message ?? String(error);
 }
 
@@ -424,9 +476,9 @@ function place(temp: string, target: string, force: boolean): void {
 }
 
 /** A body `get` did not accept, in its own words: why nothing was saved. */
-function getFailure(
+export function getFailure(
   failure: BodyFailure,
-  at: { shown: string; etag: unknown; length: number | null; maxBytes: number; aborted: boolean },
+  at: { shown: string; etag: unknown; length: number | null; maxBytes: number; aborted: boolean; verb?: 'get' | 'mirror' },
 ): ClientError {
   // Whatever stopped a body still arriving, an interrupt the user asked for is what they are told.
   if (at.aborted && failure.kind !== 'short' && failure.kind !== 'mismatch') return new ClientError('interrupted; nothing was saved', 'unreachable');
@@ -434,7 +486,7 @@ function getFailure(
     case 'over_length':
       return new ClientError(`the server sent more than the ${at.length} bytes of its content-length; nothing was saved`, 'unverified');
     case 'too_large':
-      return new ClientError(`the file is larger than the ${at.maxBytes} bytes get saves; pass --max-bytes to raise it; nothing was saved`, 'too_large');
+      return new ClientError(`the file is larger than the ${at.maxBytes} bytes ${at.verb ?? 'get'} saves; pass --max-bytes to raise it; nothing was saved`, 'too_large');
     case 'short':
       return new ClientError(`the server sent ${failure.bytes} of the ${at.length} bytes of its content-length; nothing was saved`, 'unverified');
     case 'stream':
@@ -469,7 +521,7 @@ export async function get(url: string, relpath: string, opts: GetOptions = {}): 
   let file: FileHandle | null = null;
   let progress: Progress | null = null;
   try {
-    if (res.statusCode !== 200) throw refusal(res.statusCode, await readCapped(res.body, ERROR_BODY_MAX_BYTES));
+    if (res.statusCode !== 200) throw await refusedBy(res);
     const etag = res.headers.etag;
     const expected = parseEtag(etag);
     if (expected === null) {

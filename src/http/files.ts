@@ -1,14 +1,15 @@
 // The operator plane (SPEC section 4): the listing and the read of `exports.files.root`, routed on
 // the raw request path. Every request here leaves exactly one trace line, written before the reply
 // goes out (src/http/exchange.ts).
+import { createHash } from 'node:crypto';
 import { asRefusal, Refusal } from '../codes.js';
 import type { RenderedListing } from '../native.js';
 import type { Body, Release } from '../export/export-view.js';
 import { lowerRelpath } from '../paths.js';
 import type { Session } from '../session/session.js';
-import { HEADER } from '../wire.js';
+import { formatEtag, HEADER } from '../wire.js';
 import { resourceList, resourceRead, type Outcome } from '../trace/events.js';
-import { answerRead, chunkBuffers, observer, clientGone, releaseOnClose, refuse, sendTracedBody, traced, type BuildRead, type Exchange } from './exchange.js';
+import { answerRead, chunkBuffers, observer, clientGone, noneMatch, releaseOnClose, refuse, sendTracedBody, traced, type BuildRead, type Exchange } from './exchange.js';
 import type { PlaneContext } from './context.js';
 import { headerSafe, readHeaders, type HeaderList, type PlaneReply } from './reply.js';
 
@@ -50,15 +51,28 @@ async function handleList(session: Session, x: Exchange, method: string, generat
   }
   releaseOnClose(x, listing.release);
   const { body } = listing;
-  const sent = listed({ outcome: 'ok', reason: null }, listing.entryCount, listing.totalBytes);
-  if (!(await traced(x, sent))) return;
-  x.observe?.('ok', 0);
+  // The listing's strong validator: the SHA-256 of exactly these bytes, in the files' etag format.
+  // The addon hands the body over whole (held in the budget), so it is hashed once here, before
+  // the headers: about 0.7 ms per MB on this thread, against the seconds the listing took to make.
+  const etag = formatEtag(createHash('sha256').update(body).digest('hex'));
   const headers: HeaderList = [
     ['content-type', 'application/json'],
+    ['etag', etag],
     [HEADER.generation, String(generation)],
     [HEADER.containment, session.containment],
     [HEADER.exportRoot, headerSafe(view.opts.root)],
   ];
+  // The client already holds exactly these bytes: a 304 with the same headers and no body, traced
+  // as a listing that sent none (the counts still say what the listing it holds describes).
+  if (noneMatch(x.reply.req.headers['if-none-match'], etag)) {
+    if (!(await traced(x, listed({ outcome: 'not_modified', reason: null }, listing.entryCount, listing.totalBytes)))) return;
+    x.observe?.('not_modified', 0);
+    x.reply.send(304, headers, Buffer.alloc(0));
+    return;
+  }
+  const sent = listed({ outcome: 'ok', reason: null }, listing.entryCount, listing.totalBytes);
+  if (!(await traced(x, sent))) return;
+  x.observe?.('ok', 0);
   sendTracedBody(x, headers, body, sent);
 }
 

@@ -57,6 +57,13 @@ const EXEMPT: Exemption[] = [
   { file: 'src/cli/client.ts', call: 'linkSync', match: 'linkSync(temp, target)', reason: 'the operator client giving its own verified download its name without replacing anything' },
   { file: 'src/cli/client.ts', call: 'renameSync', match: 'renameSync(temp, target)', reason: 'the operator client moving its own verified download into place (--force)' },
   { file: 'src/cli/client.ts', call: 'unlinkSync', match: 'unlinkSync(path)', reason: 'the operator client discarding its own temporary download name' },
+  { file: 'src/cli/local-tree.ts', call: 'mkdirSync', match: 'mkdirSync(dir, { recursive: true })', reason: '`mirror` creates the directory the operator named to mirror into, on the operator side' },
+  { file: 'src/cli/local-tree.ts', call: 'mkdirSync', match: 'mkdirSync(this.at(parent.fd, name), 0o755)', reason: '`mirror` creates a directory the export has, beneath the descriptor of the operator\'s mirror directory, never through a symlink' },
+  { file: 'src/cli/local-tree.ts', call: 'open', match: "open(this.at(dir.fd, name), 'wx', 0o644)", reason: '`mirror` streams a download into its own exclusive temporary file beneath the operator\'s mirror directory; its writes go through this handle' },
+  { file: 'src/cli/local-tree.ts', call: 'renameSync', match: 'renameSync(this.at(dir.fd, temp), this.at(dir.fd, name))', reason: '`mirror` moving its own verified download into place beneath the operator\'s mirror directory' },
+  { file: 'src/cli/local-tree.ts', call: 'unlinkSync', match: 'unlinkSync(this.at(dir.fd, temp))', reason: '`mirror` discarding its own temporary download name' },
+  { file: 'src/cli/local-tree.ts', call: 'rmdirSync', match: 'rmdirSync(this.at(dir.fd, entry.name))', reason: '`mirror --delete` removing a directory left empty that the export does not have, in the operator\'s mirror directory (rmdir: only when empty)' },
+  { file: 'src/cli/local-tree.ts', call: 'unlinkSync', match: 'unlinkSync(this.at(dir.fd, entry.name))', reason: '`mirror --delete` removing a local entry the export does not have, in the operator\'s mirror directory (the link itself, never what it points to)' },
   // The landing mechanism itself, reachable only through native.Landing.open, whose call sites are
   // held to the declared rows: each of its writes by name.
   { file: 'native/write.cc', call: 'mkdirat', match: 'mkdirat(workdir_fd, inbox.c_str(), 0755)', reason: 'the landing creates peer-in beneath the workdir descriptor when it is missing: the peer-in row' },

@@ -1,7 +1,7 @@
 // The operator client against the plugin it ships with, in a host app that mounts the planes under
 // a prefix behind an auth hook: -H carries the credential (never printed), the base URL names the
-// prefix, and the exit status tells each failure apart (docs/cli.md, *Exit status*).
-import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+// prefix, and the exit status tells each failure apart (docs/cli.md, *Exit status*). mirror too.
+import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import Fastify, { type FastifyInstance } from 'fastify';
@@ -12,6 +12,7 @@ import { parseManifest } from '../../src/manifest/model.js';
 import { openSession } from '../../src/session/open-session.js';
 import type { Session } from '../../src/session/session.js';
 import { filesManifest } from '../helpers/capsule.js';
+import { readTrace } from '../helpers/http.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { removeTree, scratch, tempDir } from '../helpers/tree.js';
 
@@ -102,5 +103,33 @@ describe('ls and get against the plugin, under its prefix and behind an auth hoo
     expect(notUrl.status).toBe(2);
     const resourcePath = await runCliAsync(['ls', `${base}/cap/resources/files`]);
     expect(resourcePath.status).toBe(2);
+  });
+});
+
+describe('mirror against the plugin, under its prefix and behind an auth hook', () => {
+  const reads = () => readTrace(join(d, 'trace.jsonl')).filter((e) => e.event_type === 'resource_read').length;
+
+  it('without the header: refused by the host (exit 4), nothing written', async () => {
+    const dst = join(scratch([]), 'dst');
+    const r = await runCliAsync(['mirror', `${base}/cap`, dst]);
+    expect(r.status).toBe(4);
+    expect(r.stderr).toBe('error: the server answered 401\n');
+    expect(existsSync(dst)).toBe(false);
+  });
+
+  it('with -H and the prefixed base URL: mirrors verified, then a second run sends no GET', async () => {
+    const dst = join(scratch([]), 'dst');
+    const before = reads();
+    const r = await runCliAsync(['mirror', `${base}/cap`, dst, '-H', `Authorization: ${TOKEN}`]);
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toBe('mirror: 1 listed, 0 up to date, 1 fetched (15 bytes), 0 deleted, 0 failed\n');
+    expect(readFileSync(join(dst, 'a.txt'), 'utf8')).toBe('behind the hook');
+    expect(reads() - before).toBe(1);
+    secretNowhere(r);
+    const again = await runCliAsync(['mirror', `${base}/cap/`, dst, '--header', `authorization: ${TOKEN}`, '--json']);
+    expect(again.status, again.stderr).toBe(0);
+    expect(JSON.parse(again.stdout)).toMatchObject({ listed: 1, up_to_date: 1, fetched: 0, requests: 0 });
+    expect(reads() - before).toBe(1);
+    secretNowhere(again);
   });
 });
