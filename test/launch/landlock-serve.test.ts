@@ -1,4 +1,4 @@
-// A confined `resource-plane serve` (src/launch/confine.ts), attacked from inside: the test-only
+// A confined `resource-plane serve` (src/launch/confine-plan.ts, confine-apply.ts), attacked from inside: the test-only
 // hooks (src/testing/probes.ts) read a file outside the workdir without any check, from every
 // kind of thread that opens files, and open a TCP connection to a port no allow list names. All of
 // it fails with EACCES, while the same server still serves a file over a real socket, records its
