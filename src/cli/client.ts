@@ -17,37 +17,13 @@ import { outboundClient } from '../outbound-client.js';
 import { BodyFailure, ERROR_BODY_MAX_BYTES, readVerifiedBody, type VerifiedBody } from '../response-body.js';
 import { parseEtag } from '../wire.js';
 import { GET_MAX_BYTES, LIST_MAX_BYTES } from '../limits.js';
+import { ClientError, type ClientFailure } from './exit.js';
 
 /**
  * Why a verb failed, as its exit status tells a script (docs/cli.md, *Exit status*): a usage
  * mistake, a server that cannot be reached (or broke off, or timed out), a refusal from the
  * server, an answer that fails verification, a file over --max-bytes, or a local file problem.
  */
-export type ClientFailure = 'usage' | 'unreachable' | 'refused' | 'unverified' | 'too_large' | 'local';
-
-export const EXIT_STATUS: Readonly<Record<ClientFailure, number>> = Object.freeze({
-  usage: 2,
-  unreachable: 3,
-  refused: 4,
-  unverified: 5,
-  too_large: 6,
-  local: 7,
-});
-
-export class ClientError extends Error {
-  constructor(
-    message: string,
-    readonly kind: ClientFailure,
-  ) {
-    super(message);
-    this.name = 'ClientError';
-  }
-
-  get exitStatus(): number {
-    return EXIT_STATUS[this.kind];
-  }
-}
-
 const TIMEOUTS = { headersTimeout: 30_000, bodyTimeout: 60_000 };
 
 

@@ -4,7 +4,6 @@
 // pointing at the command's --help and exits 2; ls and get exit by what failed (docs/cli.md,
 // *Exit status*: 3 unreachable, 4 refused, 5 unverified, 6 too large, 7 local); others exit 1.
 import { existsSync, realpathSync } from 'node:fs';
-import { constants as osConstants } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import type { SingleBar } from 'cli-progress';
 import { Command, CommanderError, Option } from 'commander';
@@ -27,6 +26,7 @@ import * as native from '../native.js';
 import { effectiveGrants, renderExplainScope } from '../manifest/scope.js';
 import { packageVersion } from '../version.js';
 import { DRAIN_TIMEOUT_MS, MAX_JOBS, SHUTDOWN_GRACE_MS } from '../limits.js';
+import { ClientError, EXIT, signalStatus } from './exit.js';
 
 const PROGRAM = 'resource-plane';
 
@@ -71,21 +71,20 @@ function parseBudgetSeconds(value: string): number {
 
 /** Prints what went wrong and exits; `command` is the subcommand a usage error points to. */
 function fail(error: unknown, command: string | null = null): never {
-  if ((error as Error)?.name === 'ClientError') {
-    const e = error as Error & { exitStatus: number; kind: string };
-    process.stderr.write(`error: ${e.message}${e.kind === 'usage' && command ? ` ${helpPointer(command)}` : ''}\n`);
-    process.exit(e.exitStatus);
+  if (error instanceof ClientError) {
+    process.stderr.write(`error: ${error.message}${error.kind === 'usage' && command ? ` ${helpPointer(command)}` : ''}\n`);
+    process.exit(error.exitStatus);
   }
   if (error instanceof ManifestError) {
     process.stderr.write(`${error.render()}\n`);
-    process.exit(2);
+    process.exit(EXIT.usage);
   }
   if (error instanceof UsageError) {
     process.stderr.write(`error: ${error.message} ${helpPointer(command)}\n`);
-    process.exit(2);
+    process.exit(EXIT.usage);
   }
   process.stderr.write(`error: ${(error as Error)?.message ?? String(error)}\n`);
-  process.exit(1);
+  process.exit(EXIT.internal);
 }
 
 // ── Environment ─────────────────────────────────────────────────────────────────────────────────
@@ -414,7 +413,7 @@ async function stoppable<T>(verb: string, run: (signal: AbortSignal) => Promise<
   const r = await run(abort.signal).catch((error) => {
     if (abort.signal.aborted) {
       process.stderr.write(`error: ${said}\n`);
-      process.exit(128 + osConstants.signals[stoppedBy]);
+      process.exit(signalStatus(stoppedBy));
     }
     return fail(error, verb);
   });
@@ -709,13 +708,13 @@ export async function main(): Promise<void> {
   process.once('beforeExit', () => {
     if (finished) return;
     process.stderr.write('error: the command stopped before it finished (an internal error); nothing was completed\n');
-    process.exit(1);
+    process.exit(EXIT.internal);
   });
   try {
     await program().parseAsync(process.argv);
     finished = true;
   } catch (error) {
-    if (error instanceof CommanderError) process.exit(error.exitCode === 0 ? 0 : 2);
+    if (error instanceof CommanderError) process.exit(error.exitCode === 0 ? EXIT.done : EXIT.usage);
     fail(error);
   }
 }
