@@ -1,4 +1,4 @@
-// What the adversarial suites share (test/resolver/adversarial.test.ts, test/http/*, test/cli/hostile-listing.test.ts):
+// What the adversarial suites share (test/export/adversarial.test.ts, test/http/*, test/cli/hostile-listing.test.ts):
 // the planted secret they must never leak, a files plane over a tree, child processes reaped when
 // the test ends, and an inotify watcher that proves whether the server opened a file.
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
