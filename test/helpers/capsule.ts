@@ -6,6 +6,7 @@
 // `offlineCapsule` is a session with no listener (src/session/open-session.ts), for a capsule
 // that only calls out.
 import { randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { launch, type Launched } from '../../src/launch/launch.js';
@@ -16,7 +17,7 @@ import type { RunningServer } from '../../src/http/listener.js';
 import type { Session } from '../../src/session/session.js';
 import type { Containment } from '../../src/wire.js';
 import { defer } from './cleanup.js';
-import { makeTree, removeTree, tempDir } from './tree.js';
+import { makeTree, removeTree, scratch, tempDir } from './tree.js';
 
 export interface CapsuleOptions {
   /** The whole murmur.yaml. */
@@ -153,6 +154,27 @@ export function filesManifest(root: string | null, maxBytes?: number): string {
   const head = 'name: plane-test\nversion: "1.0"\n';
   if (root === null) return head;
   return `${head}exports:\n  files:\n    root: ${JSON.stringify(root)}\n    mode: read-only\n${maxBytes === undefined ? '' : `    max_bytes: ${maxBytes}\n`}`;
+}
+
+/** The manifest of a capsule named `cap` that exports `out/` read-only: what a launch test serves. */
+export const CAP_YAML = 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n';
+
+/** A workdir holding `tree` and CAP_YAML as its murmur.yaml, removed when the running test finishes. */
+export function capsuleDir(tree: string[] = ['out/a.txt: a']): string {
+  const workdir = scratch(tree);
+  writeFileSync(join(workdir, 'murmur.yaml'), CAP_YAML);
+  return workdir;
+}
+
+/**
+ * For a launch that must leave nothing behind: CAP_YAML outside the workdir, a workdir that does
+ * not exist yet (two levels down), and a records directory of its own.
+ */
+export function unmadeCapsule(): { records: string; manifest: string; workdir: string } {
+  const base = scratch();
+  const manifest = join(base, 'murmur.yaml');
+  writeFileSync(manifest, CAP_YAML);
+  return { records: scratch(), manifest, workdir: join(base, 'new', 'cap') };
 }
 
 /** The workdir (built from `tree`) and the trace path, and how to remove what was made for them. */

@@ -11,8 +11,8 @@ import { parseManifest } from '../../src/manifest/model.js';
 import { defer } from '../helpers/cleanup.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { scratch } from '../helpers/tree.js';
+import { CAP_YAML, unmadeCapsule } from '../helpers/capsule.js';
 
-const YAML = 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n';
 
 /** A port this process listens on until the test ends. */
 async function takenPort(): Promise<number> {
@@ -23,18 +23,11 @@ async function takenPort(): Promise<number> {
 }
 
 /** An empty records directory, a manifest file, and a workdir path that does not exist yet. */
-function layout(): { records: string; manifest: string; workdir: string } {
-  const base = scratch();
-  const manifest = join(base, 'murmur.yaml');
-  writeFileSync(manifest, YAML);
-  return { records: scratch(), manifest, workdir: join(base, 'new', 'cap') };
-}
-
 describe('serve on a port already in use', () => {
   for (const [name, extra] of [['confined (the default)', []], ['with --no-landlock', ['--no-landlock']]] as const) {
     it(`${name}: exits 1 and leaves no session and no workdir behind`, async () => {
       const port = await takenPort();
-      const { records, manifest, workdir } = layout();
+      const { records, manifest, workdir } = unmadeCapsule();
       const r = await runCliAsync(['serve', '--workdir', workdir, '--manifest', manifest, '--listen', `127.0.0.1:${port}`, ...extra],
         { RESOURCE_PLANE_RECORDS_DIR: records });
       expect(r.status, r.stderr).toBe(1);
@@ -49,9 +42,9 @@ describe('serve on a port already in use', () => {
 
   it('the same for its operator listener, in a workdir that exists (kept as it was)', async () => {
     const port = await takenPort();
-    const { records } = layout();
+    const { records } = unmadeCapsule();
     const workdir = scratch(['out/a.txt: a']);
-    writeFileSync(join(workdir, 'murmur.yaml'), YAML);
+    writeFileSync(join(workdir, 'murmur.yaml'), CAP_YAML);
     const r = await runCliAsync(['serve', '--workdir', workdir, '--operator-listen', `127.0.0.1:${port}`], { RESOURCE_PLANE_RECORDS_DIR: records });
     expect(r.status, r.stderr).toBe(1);
     expect(r.stderr).toContain(
@@ -65,13 +58,13 @@ describe('serve on a port already in use', () => {
 describe('launch() on a port already in use', () => {
   it('rejects, and leaves no session and no workdir behind', async () => {
     const port = await takenPort();
-    const { records, workdir } = layout();
+    const { records, workdir } = unmadeCapsule();
     const saved = process.env.RESOURCE_PLANE_RECORDS_DIR;
     process.env.RESOURCE_PLANE_RECORDS_DIR = records;
     defer(() => {
       process.env.RESOURCE_PLANE_RECORDS_DIR = saved;
     });
-    const manifest = parseManifest(YAML);
+    const manifest = parseManifest(CAP_YAML);
     await expect(launch({ workdir, manifest, listen: `127.0.0.1:${port}` })).rejects.toThrow(/EADDRINUSE/);
     await expect(launch({ workdir, manifest, operatorListen: `127.0.0.1:${port}` })).rejects.toThrow(/EADDRINUSE/);
     expect(readdirSync(records)).toEqual([]);

@@ -6,7 +6,7 @@
 // through /proc, must hold no descriptor on it. Without confinement (no re-exec) the same
 // descriptor is still there: that is what proves the look through /proc can see it.
 import { spawn } from 'node:child_process';
-import { readdirSync, readlinkSync, writeFileSync } from 'node:fs';
+import { readdirSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { Confinement } from '../../src/session/confinement.js';
@@ -15,6 +15,7 @@ import { defer } from '../helpers/cleanup.js';
 import { CLI } from '../helpers/cli.js';
 import { readTrace } from '../helpers/http.js';
 import { scratch } from '../helpers/tree.js';
+import { capsuleDir } from '../helpers/capsule.js';
 
 const ABI = landlockAbi().abi;
 
@@ -54,15 +55,14 @@ function descriptorsOf(pid: number): Map<number, string> {
   return fds;
 }
 
-function capsuleDir(): { workdir: string; trace: string; outside: string } {
-  const workdir = scratch(['out/a.txt: a']);
-  writeFileSync(join(workdir, 'murmur.yaml'), 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n');
+function launchDirs(): { workdir: string; trace: string; outside: string } {
+  const workdir = capsuleDir();
   return { workdir, trace: join(scratch(), 'trace.jsonl'), outside: join(scratch(['outside.txt: LAUNCHER-ONLY']), 'outside.txt') };
 }
 
 describe('a descriptor the launcher left open', () => {
   it.skipIf(ABI === 0)('is closed before the confined image runs', async () => {
-    const { workdir, trace, outside } = capsuleDir();
+    const { workdir, trace, outside } = launchDirs();
     const pid = await serveFromShell(outside, ['--workdir', workdir, '--trace', trace]);
     expect((readTrace(trace)[0]!.confinement as Confinement).applied).toBe(true);
     const fds = descriptorsOf(pid);
@@ -73,7 +73,7 @@ describe('a descriptor the launcher left open', () => {
   });
 
   it('is still held without confinement (no re-exec): the look through /proc sees it', async () => {
-    const { workdir, trace, outside } = capsuleDir();
+    const { workdir, trace, outside } = launchDirs();
     const pid = await serveFromShell(outside, ['--workdir', workdir, '--trace', trace, '--no-landlock']);
     expect((readTrace(trace)[0]!.confinement as Confinement).applied).toBe(false);
     expect(descriptorsOf(pid).get(200)).toBe(outside);

@@ -16,16 +16,9 @@ import { defer } from '../helpers/cleanup.js';
 import { CLI, runCliAsync, startServe } from '../helpers/cli.js';
 import { readTrace } from '../helpers/http.js';
 import { scratch } from '../helpers/tree.js';
+import { CAP_YAML, unmadeCapsule } from '../helpers/capsule.js';
 
 const ABI = landlockAbi().abi;
-const YAML = 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n';
-
-function layout(): { records: string; manifest: string; workdir: string } {
-  const base = scratch();
-  const manifest = join(base, 'murmur.yaml');
-  writeFileSync(manifest, YAML);
-  return { records: scratch(), manifest, workdir: join(base, 'new', 'cap') };
-}
 
 async function takenPort(): Promise<number> {
   const server = createServer((s) => s.destroy());
@@ -49,7 +42,7 @@ function run(args: string[], env: NodeJS.ProcessEnv, shell?: string): Promise<{ 
 describe('a failed launch leaves nothing', () => {
   it('the operator port taken after the peer listener was bound', async () => {
     const port = await takenPort();
-    const { records, manifest, workdir } = layout();
+    const { records, manifest, workdir } = unmadeCapsule();
     const r = await runCliAsync(['serve', '--workdir', workdir, '--manifest', manifest, '--operator-listen', `127.0.0.1:${port}`], { RESOURCE_PLANE_RECORDS_DIR: records });
     expect(r.status, r.stderr).toBe(1);
     expect(r.stderr).toContain('EADDRINUSE');
@@ -59,7 +52,7 @@ describe('a failed launch leaves nothing', () => {
 
   it('a unix operator socket bound before the peer port failed is removed', async () => {
     const port = await takenPort();
-    const { records, manifest, workdir } = layout();
+    const { records, manifest, workdir } = unmadeCapsule();
     const dir = scratch();
     const sock = join(dir, 'op.sock');
     // The peer port is taken: the launch fails at its first bind, before the operator socket exists.
@@ -70,7 +63,7 @@ describe('a failed launch leaves nothing', () => {
   });
 
   it.skipIf(ABI === 0)('an execve refused after confinement fails closed: an error, no second session, nothing kept', async () => {
-    const { records, manifest, workdir } = layout();
+    const { records, manifest, workdir } = unmadeCapsule();
     // Under a 256 KiB stack limit execve takes 128 KiB of arguments and environment: the first
     // exec fits, the re-exec (the same, plus the handoff) does not.
     const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, RESOURCE_PLANE_RECORDS_DIR: records };
@@ -88,7 +81,7 @@ describe('a failed launch leaves nothing', () => {
   });
 
   it.skipIf(ABI === 0)('a domain the kernel refuses to stack: served unconfined as the one session it planned', async () => {
-    const { records, manifest, workdir } = layout();
+    const { records, manifest, workdir } = unmadeCapsule();
     // 16 nested domains (the kernel's limit), each handling only make_block: restrict_self then
     // fails with E2BIG inside serve.
     const stack = `import ctypes, os, sys
@@ -136,7 +129,7 @@ describe('a stale unix operator socket', () => {
   for (const [name, extra] of [['confined', []], ['with --no-landlock', ['--no-landlock']]] as const) {
     it(`${name}: is replaced after kill -KILL, and the log says so`, async () => {
       const workdir = scratch(['out/a.txt: a']);
-      writeFileSync(join(workdir, 'murmur.yaml'), YAML);
+      writeFileSync(join(workdir, 'murmur.yaml'), CAP_YAML);
       const sock = join(privateDir(), 'op.sock');
       const records = scratch();
       const first = await startServe(['--workdir', workdir, '--operator-listen', `unix:${sock}`, ...extra], { RESOURCE_PLANE_RECORDS_DIR: records });
@@ -160,7 +153,7 @@ describe('a stale unix operator socket', () => {
 
   it('a live one is still an error, naming the process that holds it', async () => {
     const workdir = scratch(['out/a.txt: a']);
-    writeFileSync(join(workdir, 'murmur.yaml'), YAML);
+    writeFileSync(join(workdir, 'murmur.yaml'), CAP_YAML);
     const sock = join(privateDir(), 'op.sock');
     const records = scratch();
     const first = await startServe(['--workdir', workdir, '--operator-listen', `unix:${sock}`], { RESOURCE_PLANE_RECORDS_DIR: records });

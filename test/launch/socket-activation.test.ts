@@ -5,7 +5,7 @@
 // test binds (python3) is NOTIFY_SOCKET, and serve sends it READY=1 once it serves and
 // STOPPING=1 when it stops.
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -16,17 +16,15 @@ import { defer } from '../helpers/cleanup.js';
 import { CLI, runCliAsync, startServe } from '../helpers/cli.js';
 import { readTrace } from '../helpers/http.js';
 import { scratch } from '../helpers/tree.js';
+import { capsuleDir } from '../helpers/capsule.js';
 
 const ABI = landlockAbi().abi;
 const ACTIVATE = '/usr/bin/systemd-socket-activate';
 const HAVE_ACTIVATE = existsSync(ACTIVATE);
 const HAVE_PYTHON = spawnSync('python3', ['-c', 'import socket'], { stdio: 'ignore' }).status === 0;
-const YAML = 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n';
 
 function capsule(): { workdir: string; trace: string } {
-  const workdir = scratch(['out/a.txt: hello']);
-  writeFileSync(join(workdir, 'murmur.yaml'), YAML);
-  return { workdir, trace: join(scratch(), 'trace.jsonl') };
+  return { workdir: capsuleDir(['out/a.txt: hello']), trace: join(scratch(), 'trace.jsonl') };
 }
 
 function freePort(): Promise<number> {

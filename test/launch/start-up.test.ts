@@ -12,6 +12,7 @@ import { landlockAbi } from '../../src/native.js';
 import { defer } from '../helpers/cleanup.js';
 import { startServe } from '../helpers/cli.js';
 import { scratch } from '../helpers/tree.js';
+import { capsuleDir } from '../helpers/capsule.js';
 
 const ABI = landlockAbi().abi;
 const RECORDER = fileURLToPath(new URL('../helpers/load-recorder.mjs', import.meta.url));
@@ -19,11 +20,6 @@ const HAS_SYNC_HOOKS = typeof (nodeModule as { registerHooks?: unknown }).regist
 const HAS_COMPILE_CACHE = typeof (nodeModule as { enableCompileCache?: unknown }).enableCompileCache === 'function';
 const ROOT = typeof process.geteuid === 'function' && process.geteuid() === 0;
 
-function capsule(): string {
-  const workdir = scratch(['out/a.txt: a']);
-  writeFileSync(join(workdir, 'murmur.yaml'), 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n');
-  return workdir;
-}
 
 describe('compileCacheProblem', () => {
   it('accepts a directory of this user that no one else can write, with its version entries', () => {
@@ -110,7 +106,7 @@ describe('compileCacheProblem', () => {
 describe("serve's log about the compile cache", () => {
   it.skipIf(!HAS_COMPILE_CACHE)("says that a caller's NODE_COMPILE_CACHE is used unchecked", async () => {
     const callers = join(scratch(), 'callers-cache');
-    const s = await startServe(['--workdir', capsule(), '--no-landlock', '--trace', join(scratch(), 'trace.jsonl')], { NODE_COMPILE_CACHE: callers });
+    const s = await startServe(['--workdir', capsuleDir(), '--no-landlock', '--trace', join(scratch(), 'trace.jsonl')], { NODE_COMPILE_CACHE: callers });
     defer(async () => {
       s.child.kill('SIGTERM');
       await s.exited;
@@ -123,7 +119,7 @@ describe("serve's log about the compile cache", () => {
 describe('serve start-up', () => {
   it.skipIf(!HAS_SYNC_HOOKS)('loads no schema compiler, and node:http only through require', async () => {
     const record = join(scratch(), 'loads.txt');
-    const s = await startServe(['--workdir', capsule(), '--no-landlock', '--trace', join(scratch(), 'trace.jsonl')], {
+    const s = await startServe(['--workdir', capsuleDir(), '--no-landlock', '--trace', join(scratch(), 'trace.jsonl')], {
       NODE_OPTIONS: `--import ${RECORDER}`,
       LOAD_RECORDER_FILE: record,
     });
@@ -145,7 +141,7 @@ describe('serve start-up', () => {
     expect(version, `no compile cache for Node ${process.versions.node} in ${COMPILE_CACHE_DIR}: run npm run build with it`).toBeDefined();
     const entries = join(COMPILE_CACHE_DIR, version!);
     const before = readdirSync(entries).map((name) => `${name} ${statSync(join(entries, name)).mtimeMs}`).sort();
-    const s = await startServe(['--workdir', capsule(), '--trace', join(scratch(), 'trace.jsonl')], { NODE_DEBUG_NATIVE: 'COMPILE_CACHE' });
+    const s = await startServe(['--workdir', capsuleDir(), '--trace', join(scratch(), 'trace.jsonl')], { NODE_DEBUG_NATIVE: 'COMPILE_CACHE' });
     const res = await fetch(`${s.ready.url}/resources/files/a.txt`);
     expect(res.status).toBe(200);
     s.child.kill('SIGTERM');

@@ -5,22 +5,19 @@
 //     during start-up wait in the backlog for the confined image);
 //   - a rival that tries to bind the port once serve holds it never gets it, through the re-exec.
 import { spawn } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { defer } from '../helpers/cleanup.js';
 import { CLI } from '../helpers/cli.js';
 import { scratch } from '../helpers/tree.js';
+import { capsuleDir } from '../helpers/capsule.js';
 
 const STARTS = Number(process.env.WINDOW_STARTS ?? 20);
 /** Refused connects tolerated per start before the port is bound (a cap, not a clock). */
 const MAX_ATTEMPTS = 500_000;
 
 function capsule(): { workdir: string; records: string } {
-  const workdir = scratch(['out/a.txt: a']);
-  writeFileSync(join(workdir, 'murmur.yaml'), 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n');
-  return { workdir, records: scratch() };
+  return { workdir: capsuleDir(), records: scratch() };
 }
 
 function freePort(): Promise<number> {
