@@ -172,7 +172,7 @@ async function runCase(c: Case): Promise<void> {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     await exited;
   });
-  for (let i = 0; i < 3_000 && !stdout.includes('\n') && child.exitCode === null; i++) await new Promise((r) => setTimeout(r, 5));
+  for (let i = 0; i < 6_000 && !stdout.includes('\n') && child.exitCode === null; i++) await new Promise((r) => setTimeout(r, 5));
   const want = model(c, listenFds);
   const label = `${JSON.stringify({ ...c, listenFds })} → ${JSON.stringify(want)}; stderr: ${stderr.slice(0, 400)}`;
   const sockets = opened.filter((o) => o.target !== null);

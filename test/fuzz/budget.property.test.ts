@@ -150,7 +150,7 @@ async function inUse(s: Server): Promise<number> {
 /** Waits (bounded) until the gauge shows `want`; returns what it last showed. */
 async function gaugeAt(s: Server, want: number): Promise<number> {
   let seen = -1;
-  for (let i = 0; i < 100; i++) {
+  for (let i = 0; i < 250; i++) {
     seen = await inUse(s);
     if (seen === want) return seen;
     await new Promise((r) => setTimeout(r, 20));
