@@ -165,8 +165,8 @@ async function runCase(c: Case): Promise<void> {
   for (const o of opened) (o.slot === 'file' ? closeSync(o.fd) : native.closeFd(o.fd));
   let stdout = '';
   let stderr = '';
-  child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   defer(async () => {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
@@ -225,7 +225,7 @@ describe('socket activation', () => {
     timeoutMs: 120_000,
     // Fixed cases: the names out of order (operator first), all three shuffled, a hand-over for the
     // parent process, a duplicate name, one socket named nothing.
-    examples: () => [
+    examples: (): Array<[Case]> => [
       [{ slots: ['unix', 'tcp'], fds: { k: 'count' }, pid: 'self', names: ['operator', 'peer'] }],
       [{ slots: ['tcp', 'unix', 'tcp'], fds: { k: 'count' }, pid: 'self', names: ['metrics', 'operator', 'peer'] }],
       [{ slots: ['tcp', 'unix'], fds: { k: 'count' }, pid: 'parent', names: ['peer', 'operator'] }],

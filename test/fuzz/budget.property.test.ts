@@ -220,7 +220,7 @@ describe('the memory budget', () => {
     timeoutMs: 120_000,
     // Fixed: a listing under a full budget, rescued (answered only after the reset) and left to
     // wait (503); a whole read the same; small reads that always fit.
-    examples: () => [
+    examples: (): Array<[Case]> => [
       [{ ops: [{ op: 'req', kind: 'hold', rescue: true }, { op: 'req', kind: 'hold', rescue: true }, { op: 'req', kind: 'list', rescue: true }, { op: 'req', kind: 'small', rescue: true }, { op: 'req', kind: 'w500', rescue: true }] }],
       [{ ops: [{ op: 'req', kind: 'hold', rescue: true }, { op: 'req', kind: 'hold', rescue: true }, { op: 'req', kind: 'small', rescue: true }, { op: 'req', kind: 'list', rescue: false }, { op: 'reset' }, { op: 'req', kind: 'w100', rescue: true }] }],
     ],

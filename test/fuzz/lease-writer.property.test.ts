@@ -189,7 +189,7 @@ describe("the lease's promise to writers", () => {
     // Fixed: a client stalled after its first byte and a writer that truncates on open, one that
     // opens to append (writing nothing), one that truncates after a longer stall; then a client
     // that never pauses.
-    examples: () => [
+    examples: (): Array<[Case]> => [
       [{ pauseAt: 1, delay: 100, op: 'trunc-open' }],
       [{ pauseAt: 64 * 1024, delay: 300, op: 'append' }],
       [{ pauseAt: MiB, delay: 20, op: 'truncate' }],

@@ -153,28 +153,29 @@ async function runCase(c: Case): Promise<void> {
     }
     const digestDir = join(real, DIGESTS[e.digest]!);
     mkdirSync(digestDir, { recursive: true });
-    if (e.e === 'stray-file') {
-      writeFileSync(join(digestDir, 'stray'), 'not a session\n');
+    if (e.e === 'stray-file' || e.e === 'dot-dir') {
+      if (e.e === 'stray-file') {
+        writeFileSync(join(digestDir, 'stray'), 'not a session\n');
+      } else {
+        mkdirSync(join(digestDir, '.pruning-ses_old-1'), { recursive: true });
+        writeFileSync(join(digestDir, '.pruning-ses_old-1', 'trace.jsonl'), oldTrace);
+      }
       continue;
     }
-    if (e.e === 'dot-dir') {
-      mkdirSync(join(digestDir, '.pruning-ses_old-1'), { recursive: true });
-      writeFileSync(join(digestDir, '.pruning-ses_old-1', 'trace.jsonl'), oldTrace);
-      continue;
-    }
-    const id = IDS[e.id]!;
+    const id = IDS[(e as { id: number }).id]!;
     const dir = join(digestDir, id);
     if (used.has(dir)) continue;
     used.add(dir);
-    if (e.e === 'dir-link') {
-      symlinkSync(join(elsewhere, 'session'), dir);
+    if (e.e !== 'session') {
+      if (e.e === 'dir-link') {
+        symlinkSync(join(elsewhere, 'session'), dir);
+      } else {
+        mkdirSync(dir);
+        symlinkSync(join(elsewhere, 'trace.jsonl'), join(dir, 'trace.jsonl'));
+      }
       continue;
     }
     mkdirSync(dir);
-    if (e.e === 'trace-link') {
-      symlinkSync(join(elsewhere, 'trace.jsonl'), join(dir, 'trace.jsonl'));
-      continue;
-    }
     const t = traceText(e, id, now);
     writeFileSync(join(dir, 'trace.jsonl'), t.text);
     const live = e.held || e.trace === 'reused';
@@ -262,7 +263,7 @@ describe('the records tool', () => {
     timeoutMs: 90_000,
     // Fixed: a reused session id (ended, held again) through a symlinked records directory beside
     // an ended old one in the same workdir; every kind of entry the tool must leave alone.
-    examples: () => [
+    examples: (): Array<[Case]> => [
       [{ viaLink: true, threshold: '1h', entries: [
         { e: 'session', digest: 0, id: 0, trace: 'reused', startH: 48, endH: 3, held: false, capsule: 'cap' },
         { e: 'session', digest: 0, id: 1, trace: 'ended', startH: 48, endH: 3, held: false, capsule: 'cap' },
