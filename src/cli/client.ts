@@ -163,6 +163,10 @@ export function parseHeaders(lines: readonly string[] = []): Record<string, stri
     if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)) throw new ClientError("-H/--header takes 'Name: value' (a header name, a colon, the value)", 'usage');
     const value = line.slice(colon + 1).trim();
     if (/[\r\n\0]/.test(value)) throw new ClientError(`-H/--header '${name}': the value may not hold a line break or NUL`, 'usage');
+    // RFC 9110's field-value: visible ASCII, space, tab and obs-text (a byte 0x80-0xFF, sent as that
+    // one Latin-1 byte). Anything else (a control, DEL, a character past U+00FF) cannot be sent:
+    // a usage mistake (status 2) before any connection, not a server that "cannot be reached".
+    if (/[^\t\x20-\x7e\x80-\xff]/.test(value)) throw new ClientError(`-H/--header '${name}': the value may hold only visible ASCII, spaces, tabs and Latin-1 characters (U+0080 to U+00FF)`, 'usage');
     const key = name.toLowerCase();
     if (RESERVED_HEADERS.has(key)) throw new ClientError(`-H/--header '${name}' is this client's to set, not yours`, 'usage');
     headers[key] = headers[key] === undefined ? value : `${headers[key]}, ${value}`;
