@@ -207,3 +207,16 @@ export function parseAddresses(opts: AddressOptions, inherited: boolean, onStale
     metrics: inherited || opts.metricsListen === undefined ? null : parseSideListen('--metrics-listen', opts.metricsListen, opts.workdir, onStale),
   };
 }
+
+/**
+ * The digest cache's capacity (`serve --digest-cache-entries`, the session option
+ * `digestCacheEntries`): a whole number of entries from 0 (no cache) to 2^24. Each entry takes about
+ * 100 bytes once stored (native/digest_cache.h), beside the memory budget.
+ */
+export function parseDigestCacheEntries(value: string | number, flag = '--digest-cache-entries'): number {
+  const n = typeof value === 'number' ? value : /^[0-9]{1,9}$/.test(value) ? Number(value) : NaN;
+  if (!Number.isInteger(n) || n < 0 || n > native.MAX_DIGEST_CACHE_ENTRIES) {
+    throw new UsageError(`${flag} must be a whole number of entries from 0 (no cache) to ${native.MAX_DIGEST_CACHE_ENTRIES} (got '${String(value)}')`);
+  }
+  return n;
+}
