@@ -163,6 +163,31 @@ describe('a digest cache smaller than the tree', () => {
   });
 });
 
+describe('a listing body larger than the memory budget', () => {
+  it('is served whole under --memory-budget 16Mi (alone, as one request larger than the budget is), and the budget is free again after', async () => {
+    const base = scratch([], 'rp-listing-budget-');
+    const workdir = join(base, 'work');
+    // 8,300 files in a directory 3.5 KB deep: each entry ~3.6 KB of JSON, a ~30 MB body.
+    const deep = join('deep', ...Array.from({ length: 14 }, (_, i) => `${String(i).padStart(2, '0')}${'d'.repeat(248)}`));
+    mkdirSync(join(workdir, 'out', deep), { recursive: true });
+    for (let i = 0; i < 8300; i++) writeFileSync(join(workdir, 'out', deep, `f${i}`), `${i}`);
+    writeFileSync(join(workdir, 'murmur.yaml'), filesManifest('out/'));
+    const s = await startServe(['--workdir', workdir, '--trace', join(base, 'trace.jsonl'), '--metrics', '--memory-budget', '16Mi']);
+    defer(async () => {
+      s.child.kill('SIGTERM');
+      await s.exited;
+    });
+    const res = await rawGet(s.ready.url, '/resources/files');
+    expect(res.status).toBe(200);
+    expect(res.body.length).toBeGreaterThan(30_000_000);
+    const entries = (res.json() as { entries: Listed[] }).entries;
+    expect(entries).toHaveLength(8300);
+    expect(entries.filter((e) => e.sha256 !== sha(Buffer.from(e.path.slice(e.path.lastIndexOf('/') + 2))))).toEqual([]);
+    const text = (await rawGet(s.ready.url, '/metrics')).body.toString();
+    expect(/^resource_plane_memory_budget_in_use_bytes (\d+)$/m.exec(text)?.[1]).toBe('0');
+  });
+});
+
 describe('--digest-cache-entries', () => {
   it.each(['abc', '-1', '1.5', '16777217', '1e3', ''])('refuses %j with one line naming the range', (value) => {
     const r = runCli(['serve', '--workdir', join(scratch([]), 'none'), '--digest-cache-entries', value]);
