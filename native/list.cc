@@ -62,6 +62,10 @@ constexpr int kMaxDepth = static_cast<int>(kMaxComponents) - 1;
 
 // Files handed to a hashing thread at a time: one lock and one wake-up per batch, not per file.
 constexpr size_t kBatchFiles = 64;
+// Symlinks' targets are opened by the walker (the resolver's one open), so a batch holds their
+// descriptors: at most this many, so the queue (Hashing::kQueueMax batches) holds at most 64
+// descriptors of them, as the per-file queue did before.
+constexpr size_t kBatchOpened = 8;
 
 bool valid_utf8(const std::string& s) {
   size_t i = 0;
@@ -107,6 +111,7 @@ struct FileJob {
 struct Batch {
   DirRef dir;
   std::vector<FileJob> files;
+  size_t opened = 0;  // of files, those whose descriptor is already open (symlinks' targets)
 };
 
 // The batches a walk queued, hashed by the walking thread and up to kMaxHelpers threads of its
@@ -391,7 +396,7 @@ struct Walker {
                                        OpenFor::Reading, &ignored, &failure);
         if (!file.valid()) continue;
         batch.files.push_back(FileJob{std::string(), std::move(path), std::move(file)});
-        if (batch.files.size() >= kBatchFiles) flush(&batch, dir);
+        if (++batch.opened >= kBatchOpened || batch.files.size() >= kBatchFiles) flush(&batch, dir);
       }
       // FIFOs, sockets and devices are skipped without being opened.
     }
