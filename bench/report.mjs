@@ -26,6 +26,8 @@ export const TARGETS = [
   { id: 'listing_repeat_vs_sha256sum', what: 'listing, repeat of the unchanged tree, timed by curl: ours / `sha256sum` (time)', target: '≤ 0.25×', ok: (v) => v <= 0.25 },
   { id: 'access_log_cost', what: '1 KiB read: ours with its defaults (access log on) / `--no-access-log` (req/s, issue 41)', target: '≥ 0.95×', ok: (v) => v >= 0.95 },
   { id: 'access_log_cost_busy', what: 'the same with a busy loop holding the other core', target: '≥ 0.95×', ok: (v) => v >= 0.95 },
+  { id: 'big_listing_first_vs_sha256sum', what: 'listing BIG files of 65 B in DIRS directories, first, timed by curl: ours / `find \| xargs sha256sum` in the same round (time; issue 38)', target: '≤ 0.50×', ok: (v) => v <= 0.5 },
+  { id: 'big_listing_repeat_vs_sha256sum', what: 'the same listing, repeat of the unchanged tree, timed by curl: ours / `sha256sum` (time; issue 38)', target: '≤ 0.40×', ok: (v) => v <= 0.4 },
   { id: 'redeem_vs_read', what: '1 KiB redeem / 1 KiB operator read, time per request, same server (issue 29; stretch 1.1×)', target: '≤ 1.3×', ok: (v) => v <= 1.3 },
 ];
 
@@ -77,6 +79,8 @@ export function summarise(raw, serverIds, cases) {
   const rd = (id, c, r) => raw.reads[`${id}/${c}`][r];
   const listFor = (r) => raw.listing.find((l) => l.round === r);
   const sums = (r) => mean(listFor(r).sha256sum_s);
+  const bigFor = (r) => (raw.big_listing ?? []).find((l) => l.round === r);
+  const bigSums = (r) => mean(bigFor(r).sha256sum_s);
   const startOf = (kind, r) => raw.start.filter((s) => s.kind === kind && s.round === r);
 
   const ready = (kind, r) => median(startOf(kind, r).map((s) => s.ready_ms));
@@ -105,6 +109,8 @@ export function summarise(raw, serverIds, cases) {
     ceiling1k_vs_nginx: perRound((r) => rd('node_memory', '1k', r).rps / rd('nginx', '1k', r).rps),
     listing_first_vs_sha256sum: perRound((r) => listFor(r).first_s / sums(r)),
     listing_repeat_vs_sha256sum: perRound((r) => median(listFor(r).repeat_s) / sums(r)),
+    big_listing_first_vs_sha256sum: perRound((r) => bigFor(r).first_s / bigSums(r)),
+    big_listing_repeat_vs_sha256sum: perRound((r) => median(bigFor(r).repeat_s) / bigSums(r)),
     redeem_vs_read: perRound((r) => raw.peer[r].read.rps / raw.peer[r].redeem.rps),
     access_log_cost: perRound((r) => rd('ours', '1k', r).rps / rd('ours_no_access_log', '1k', r).rps),
     access_log_cost_busy: perRound((r) => raw.busy[r].ours.rps / raw.busy[r].ours_no_access_log.rps),
@@ -143,6 +149,11 @@ export function summarise(raw, serverIds, cases) {
       repeat_s: stat(raw.listing.flatMap((l) => l.repeat_s)),
       node_client_repeat_s: stat(raw.listing.map((l) => l.node_client_repeat_s)),
       tree_age_s: stat(raw.listing.map((l) => l.tree_age_s)),
+    },
+    big_listing: {
+      sha256sum_s: stat((raw.big_listing ?? []).flatMap((l) => l.sha256sum_s)),
+      first_s: stat((raw.big_listing ?? []).map((l) => l.first_s)),
+      repeat_s: stat((raw.big_listing ?? []).flatMap((l) => l.repeat_s)),
     },
     start: {
       bare_ready_ms: stat(raw.start.filter((s) => s.kind === 'bare').map((s) => s.ready_ms)),
@@ -220,14 +231,17 @@ export function renderReport(meta, s, servers, cases) {
     ['ours (`serve`, default options, Landlock on), first listing after start, timed by curl (s)', cell(s.listing.first_s)],
     ['ours, repeat listing, timed by curl (s)', cell(s.listing.repeat_s)],
     ['ours, repeat listing, timed by a node:http client (s)', cell(s.listing.node_client_repeat_s)],
+    [`\`find … -print0 | xargs -0 sha256sum\`, ${(meta.big_listing_files ?? 0).toLocaleString('en-US')} × 65 B in ${meta.big_listing_dirs} directories (s)`, cell(s.big_listing?.sha256sum_s)],
+    ['ours, first listing of that tree after start, timed by curl (s)', cell(s.big_listing?.first_s)],
+    ['ours, repeat listing of that tree, timed by curl (s)', cell(s.big_listing?.repeat_s)],
     ['start to ready: bare node:http / bare Fastify / ours / ours with `--no-landlock` (ms)', `${cell(s.start.bare_ready_ms)} / ${cell(s.start.fastify_ready_ms)} / ${cell(s.start.ours_ready_ms)} / ${cell(s.start.unconfined_ready_ms)}`],
     ['idle RSS after one request: bare node:http / bare Fastify / ours (MiB)', `${cell(s.start.bare_rss_mib)} / ${cell(s.start.fastify_rss_mib)} / ${cell(s.start.ours_rss_mib)}`],
   ], false));
   out.push('');
-  out.push('### Against the targets (issues 23, 25, 29)');
+  out.push('### Against the targets (issues 23, 25, 29, 38)');
   out.push('');
   out.push(table(['ratio', 'measured', 'target', 'status'], s.targets.map((t) => [
-    t.what.replace('N ×', `${meta.listing_files.toLocaleString('en-US')} ×`),
+    t.what.replace('N ×', `${meta.listing_files.toLocaleString('en-US')} ×`).replace('BIG', (meta.big_listing_files ?? 0).toLocaleString('en-US')).replace('DIRS', String(meta.big_listing_dirs)),
     t.unit ? signed(t.measured, t.unit) : cell(t.measured, '×'),
     t.target,
     t.met === null ? 'not measured' : `${t.met ? '**met**' : '**not met**'}${t.rounds > 1 && t.met_in_rounds !== (t.met ? t.rounds : 0) ? ` (in ${t.met_in_rounds} of ${t.rounds} rounds)` : ''}`,

@@ -50,6 +50,7 @@ import { chartRows, renderChartSvg } from './chart.mjs';
 import { renderReport, summarise } from './report.mjs';
 import { mirrorRound, renderMirror, summariseMirror } from './mirror.mjs';
 import { autocannonLoad, ensureTool, startNginx, toolVersion, wrkCycle, wrkLoad } from './tools.mjs';
+import { bigListingRound, makeBigListingTree } from './big-listing.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const CLI = join(HERE, '..', 'dist', 'cli', 'main.js');
@@ -82,6 +83,10 @@ const CONNECTIONS = 32;
 const LIST_FILES = quick ? 1000 : 10_000;
 const LIST_FILE_SIZE = 4096;
 const LIST_REPEATS = 3; // repeat listings per round (their median is the round's repeat time)
+// The whole-export listing of issue 38 (bench/big-listing.mjs): 200,000 files of 65 B in 500 directories.
+const BIG_LIST_FILES = quick ? 2000 : 200_000;
+const BIG_LIST_DIRS = quick ? 5 : 500;
+const BIG_LIST_REPEATS = 2;
 const START_SAMPLES = quick ? 1 : 2; // per kind and round
 const SHA_BYTES = 64 * 1024 * 1024;
 const MiB = 1024 * 1024;
@@ -167,6 +172,8 @@ for (const kind of ['distinct', 'same']) {
     cycles[kind].push(`/resources/files/cycle-${kind}/f${i}.bin`);
   }
 }
+say(`writing the ${BIG_LIST_FILES.toLocaleString('en-US')}-file listing tree`);
+const bigTree = makeBigListingTree(join(scratch, 'big-listing'), BIG_LIST_FILES, BIG_LIST_DIRS);
 const listingWrittenAt = Date.now();
 // The filesystem under the trees, as `stat -f` names it: the digest cache is used only where
 // mapped writes move the times (ext2/3/4, xfs, btrfs; native/digest_cache.h).
@@ -288,7 +295,7 @@ async function mint() {
 }
 
 // ---- measurements ----
-const raw = { reads: {}, peer: [], sha256: [], listing: [], start: [], streamed: [], rewritten: [], busy: [], mirror: [] };
+const raw = { reads: {}, peer: [], sha256: [], listing: [], big_listing: [], start: [], streamed: [], rewritten: [], busy: [], mirror: [] };
 const push = (obj, key, v) => (obj[key] ??= []).push(v);
 
 async function timedLoad(url, size, headers) {
@@ -593,6 +600,9 @@ try {
     await rewrittenRound(r);
     await listingRound(r);
     raw.mirror.push(await mirrorRound({ round: r, cli: CLI, root: listRoot, digests: listDigests, scratch, serve: serveListing }));
+    raw.big_listing.push(await bigListingRound({
+      r, tree: bigTree, cli: CLI, curl: curl.path, start: startNode, stop, repeats: BIG_LIST_REPEATS, bodyFile: join(scratch, 'big-listing.json'), odd,
+    }));
     for (let i = 0; i < START_SAMPLES; i++) {
       for (const kind of rotate(['fastify', 'ours', 'bare', 'unconfined'], r + i)) await startSample(kind, r);
     }
@@ -630,6 +640,8 @@ const meta = {
   warmup_seconds: WARMUP_SECONDS,
   quick,
   listing_files: LIST_FILES,
+  big_listing_files: BIG_LIST_FILES,
+  big_listing_dirs: BIG_LIST_DIRS,
   listing_fs: listingFs,
   listing_dir: listRoot,
   command: `npm run bench${quick ? ' -- --quick' : ''}`,

@@ -12,6 +12,7 @@
 #include "bind_stream.h"
 #include "codes.h"
 #include "landlock.h"
+#include "digest_cache.h"
 #include "limits.h"
 
 namespace {
@@ -37,6 +38,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("digestCacheStats", Napi::Function::New(env, rp::DigestCacheStatsOf, "digestCacheStats"));
   exports.Set("setDigestCacheCapacity",
               Napi::Function::New(env, rp::SetDigestCacheCapacity, "setDigestCacheCapacity"));
+  exports.Set("setListingCacheMinBytes",
+              Napi::Function::New(env, rp::SetListingCacheMinBytes, "setListingCacheMinBytes"));
+  exports.Set("defaultDigestCacheEntries", Napi::Number::New(env, static_cast<double>(rp::kDefaultDigestCacheEntries)));
   Napi::Array codes = Napi::Array::New(env);
   // Every failure code, straight from the table, so a test can prove the TS catalogue covers it.
   for (int c = static_cast<int>(rp::Code::NotFound); c <= static_cast<int>(rp::Code::IoError); c++)

@@ -419,6 +419,8 @@ Napi::Value DigestCacheStatsOf(const Napi::CallbackInfo& info) {
   set("racy", s.racy);
   set("fsUncached", s.fs_uncached);
   set("noIdentity", s.no_identity);
+  set("belowMin", s.below_min);
+  set("bytes", s.bytes);
   return out;
 }
 
@@ -426,9 +428,20 @@ Napi::Value DigestCacheStatsOf(const Napi::CallbackInfo& info) {
 Napi::Value SetDigestCacheCapacity(const Napi::CallbackInfo& info) {
   if (!info[0].IsNumber()) throw Napi::TypeError::New(info.Env(), "entries must be a number");
   double d = info[0].As<Napi::Number>().DoubleValue();
-  if (!(d >= 0) || d > 16777216.0 || d != static_cast<double>(static_cast<uint64_t>(d)))
+  if (!(d >= 0) || d > static_cast<double>(kMaxDigestCacheEntries) || d != static_cast<double>(static_cast<uint64_t>(d)))
     throw Napi::RangeError::New(info.Env(), "entries must be a whole number in [0, 2^24]");
   digest_cache().set_capacity(static_cast<size_t>(d));
+  return info.Env().Undefined();
+}
+
+// setListingCacheMinBytes(bytes): the smallest file a listing asks the digest cache for (limits.h,
+// kListingCachedMinBytes, unless set): for tests and the threshold's measurement.
+Napi::Value SetListingCacheMinBytes(const Napi::CallbackInfo& info) {
+  if (!info[0].IsNumber()) throw Napi::TypeError::New(info.Env(), "bytes must be a number");
+  double d = info[0].As<Napi::Number>().DoubleValue();
+  if (!(d >= 0) || d > 9007199254740991.0 || d != static_cast<double>(static_cast<uint64_t>(d)))
+    throw Napi::RangeError::New(info.Env(), "bytes must be a whole number in [0, 2^53 - 1]");
+  set_listing_cache_min_bytes(static_cast<uint64_t>(d));
   return info.Env().Undefined();
 }
 

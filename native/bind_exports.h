@@ -48,5 +48,6 @@ Napi::Value ProbeOpenat2(const Napi::CallbackInfo& info);
 Napi::Value ExportResolutions(const Napi::CallbackInfo& info);
 Napi::Value DigestCacheStatsOf(const Napi::CallbackInfo& info);
 Napi::Value SetDigestCacheCapacity(const Napi::CallbackInfo& info);
+Napi::Value SetListingCacheMinBytes(const Napi::CallbackInfo& info);
 
 }  // namespace rp

@@ -246,6 +246,7 @@ void InitStreamBinding(Napi::Env env, Napi::Object exports) {
   set("streamChunkBytes", kStreamChunkBytes);
   set("copiedReadMaxBytes", kCopiedReadMaxBytes);
   set("cachedReadMinBytes", kCachedReadMinBytes);
+  set("listingCachedMinBytes", kListingCachedMinBytes);
   set("readChunkBytes", kReadChunkBytes);
   set("hashChunkBytes", kHashChunkBytes);
   set("mmapThresholdBytes", static_cast<uint64_t>(kMmapThresholdBytes));

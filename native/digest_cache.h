@@ -40,10 +40,19 @@
 // and writing it changes the bytes and no time at all (STACK.md). overlayfs reports its own type
 // whatever lies beneath, and a filesystem not on the list is unknown: all of them hash every time.
 //
-// Bounded: an LRU of at most `capacity` entries (default kDefaultDigestCacheEntries, about
-// 200 bytes each, so ~3 MiB), evicting the least recently used. A listing of more files than
-// that evicts its own entries in order and gets no hits: raise the capacity for such trees.
-// One process-wide cache (digest_cache()), safe to use from any number of pool threads.
+// Bounded, and sized by what the export holds: a table that grows as digests are stored, up to
+// `capacity` entries (default kDefaultDigestCacheEntries; `serve --digest-cache-entries`), each
+// kDigestCacheEntryBytes (the key's 68 bytes, the digest's 32, a reference bit) plus 8 bytes of
+// index at most, so 262,144 entries hold at most ~29 MiB, beside the memory budget, and an export
+// of 10,000 cacheable files ~1.1 MiB. Once full, CLOCK (second chance) picks the entry to evict:
+// one that was not used since the hand last passed it. A listing of more cacheable files than the
+// capacity evicts its own entries in order and gets no hits: raise the capacity for such trees.
+// One process-wide cache (digest_cache()), safe to use from any number of threads.
+//
+// A listing asks the cache only for files of at least listing_cache_min_bytes()
+// (kListingCachedMinBytes, limits.h): below it, hashing the bytes again costs less than the lease's
+// system calls (docs/performance.md, the measurement), so a small file is hashed from one read of
+// it and nothing is looked up or stored (counted as below_min).
 #pragma once
 
 #include <sys/stat.h>
@@ -51,11 +60,11 @@
 #include <time.h>
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
-#include <list>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
+#include <vector>
 
 #include "codes.h"
 #include "lease.h"
@@ -63,14 +72,19 @@
 
 namespace rp {
 
-constexpr size_t kDefaultDigestCacheEntries = 16384;
+constexpr size_t kDefaultDigestCacheEntries = 262144;
+constexpr size_t kMaxDigestCacheEntries = size_t{1} << 24;  // the setter's bound (~1.8 GiB at most)
 constexpr int64_t kRacyMarginNs = 2000000000;  // 2 s, see above
 
+// 68 bytes of key: the nanoseconds are below 10^9 and fit 32 bits.
 struct FileKey {
   uint64_t mnt_id = 0, dev = 0, ino = 0, size = 0;
-  int64_t mtime_sec = 0, mtime_nsec = 0, ctime_sec = 0, ctime_nsec = 0;
-  // The birth time where the filesystem keeps one, else the inode generation in lifetime_sec.
-  int64_t lifetime_sec = 0, lifetime_nsec = 0;
+  int64_t mtime_sec = 0, ctime_sec = 0;
+  // The birth time where the filesystem keeps one, else the inode generation in lifetime_sec (and
+  // lifetime_nsec -1, never a birth time's).
+  int64_t lifetime_sec = 0;
+  uint32_t mtime_nsec = 0, ctime_nsec = 0;
+  int32_t lifetime_nsec = 0;
   bool operator==(const FileKey& o) const {
     return mnt_id == o.mnt_id && dev == o.dev && ino == o.ino && size == o.size && mtime_sec == o.mtime_sec &&
            mtime_nsec == o.mtime_nsec && ctime_sec == o.ctime_sec && ctime_nsec == o.ctime_nsec &&
@@ -80,6 +94,7 @@ struct FileKey {
 
 struct DigestCacheStats {
   uint64_t capacity = 0, entries = 0;
+  uint64_t bytes = 0;         // memory the table holds now (entries allocated in blocks, and the index)
   uint64_t hits = 0;          // digests taken from the cache instead of hashing
   uint64_t hashes = 0;        // files hashed whole
   uint64_t stores = 0;        // digests stored
@@ -89,38 +104,57 @@ struct DigestCacheStats {
   uint64_t racy = 0;          // hashed but not stored: ctime too recent
   uint64_t fs_uncached = 0;   // hashed without the cache: the filesystem is not on the allowlist
   uint64_t no_identity = 0;   // hashed without the cache: no unique mount id, or no inode lifetime
+  uint64_t below_min = 0;     // a listing hashed without the cache: smaller than listing_cache_min_bytes()
 };
 
 class DigestCache {
  public:
   explicit DigestCache(size_t capacity) : capacity_(capacity) {}
+  DigestCache(const DigestCache&) = delete;
+  DigestCache& operator=(const DigestCache&) = delete;
   bool lookup(const FileKey& key, unsigned char out[32]);
   void store(const FileKey& key, const unsigned char digest[32]);
   void set_capacity(size_t capacity);
   DigestCacheStats stats();
-  void count_hash() { std::lock_guard<std::mutex> lock(mu_); stats_.hashes++; }
+  // Counted as hashing starts, without the lock (a listing counts every file).
+  void count_hash() { hashes_.fetch_add(1, std::memory_order_relaxed); }
   void count_lease_refused() { std::lock_guard<std::mutex> lock(mu_); stats_.lease_refused++; }
   void count_lease_broken() { std::lock_guard<std::mutex> lock(mu_); stats_.lease_broken++; }
   void count_racy() { std::lock_guard<std::mutex> lock(mu_); stats_.racy++; }
-  void count_fs_uncached() { std::lock_guard<std::mutex> lock(mu_); stats_.fs_uncached++; }
+  void count_fs_uncached() { fs_uncached_.fetch_add(1, std::memory_order_relaxed); }
+  void count_below_min() { below_min_.fetch_add(1, std::memory_order_relaxed); }
   void count_no_identity() { std::lock_guard<std::mutex> lock(mu_); stats_.no_identity++; }
 
  private:
-  struct KeyHash {
-    size_t operator()(const FileKey& k) const;
-  };
   struct Entry {
     FileKey key;
     unsigned char digest[32];
   };
-  void evict_to(size_t capacity);  // with mu_ held
+  static constexpr size_t kBlockShift = 12;  // entries are allocated 4,096 at a time, never moved
+  static constexpr size_t kBlock = size_t{1} << kBlockShift;
+  static size_t hash(const FileKey& k);
+  Entry& at(uint32_t i) { return blocks_[i >> kBlockShift][i & (kBlock - 1)]; }
+  // The index position holding entry `i` + 1 for `key`, or of the empty bucket ending its probe.
+  size_t find(const FileKey& key) const;
+  bool grow_index(size_t buckets);  // rehash into `buckets` (a power of two); false without memory
+  void unindex(size_t pos);         // backward-shift deletion from the linear-probing index
+  void clear();                     // with mu_ held: every entry evicted, memory returned
 
   std::mutex mu_;
   size_t capacity_;
-  std::list<Entry> lru_;  // most recently used first
-  std::unordered_map<FileKey, std::list<Entry>::iterator, KeyHash> index_;
-  DigestCacheStats stats_;
+  uint32_t count_ = 0;                          // entries in use: 0 .. count_-1
+  std::vector<std::unique_ptr<Entry[]>> blocks_;
+  std::vector<uint8_t> referenced_;             // CLOCK's bit, per entry
+  std::vector<uint32_t> index_;                 // entry + 1, 0 empty; at most half full
+  uint32_t hand_ = 0;
+  DigestCacheStats stats_;  // all but the three below, under mu_
+  std::atomic<uint64_t> hashes_{0}, fs_uncached_{0}, below_min_{0};
 };
+
+// The smallest file a listing asks the cache for (kListingCachedMinBytes unless set: tests and the
+// threshold's measurement set it).
+uint64_t listing_cache_min_bytes();
+void set_listing_cache_min_bytes(uint64_t bytes);
 
 DigestCache& digest_cache();
 
@@ -148,8 +182,9 @@ class DigestSession {
   // Off the allowlist: counts fs_uncached, takes no lease. Else takes the lease (a refusal is
   // counted), and under it statx's the file and, if the kernel names its mount and inode lifetime,
   // looks that version up (else counts no_identity: nothing is looked up or stored). False, with
-  // IoError set, only if that stat fails.
-  bool begin(int fd, Failure* failure);
+  // IoError set, only if that stat fails. `allowlisted`: 1 or 0 when the caller already knows what
+  // times_follow_mapped_writes(fd) says (a listing asks once per filesystem), -1 to ask here.
+  bool begin(int fd, Failure* failure, int allowlisted = -1);
 
   // The lease is held now (granted by begin(), not let go since). No system call.
   bool held() const { return lease_ && lease_->held(); }
@@ -195,9 +230,10 @@ class DigestSession {
 // The digest of the whole regular file behind `fd` (open O_RDONLY), from the cache or by hashing,
 // through one DigestSession (on a filesystem off the allowlist: always by hashing). `st` is the
 // caller's fstat of `fd`; it is replaced by the fstat taken under the lease when there is one, so
-// size and mtime describe the bytes the digest is of. Returns the byte count the digest covers,
+// size and mtime describe the bytes the digest is of; the hash covers the first st_size bytes of
+// that fstat (fewer if the file shrank: without a lease it can). Returns the byte count the digest covers,
 // or -1 with `failure` set (Cancelled, TimeBudget, IoError).
 int64_t whole_file_digest(int fd, struct stat* st, unsigned char out[32], const StopSignal& stop,
-                          Failure* failure);
+                          Failure* failure, int allowlisted = -1);
 
 }  // namespace rp

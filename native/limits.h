@@ -30,6 +30,14 @@ constexpr size_t kCopiedReadMaxBytes = 64 * 1024;
 // lease); below it hashing costs less than the lease's syscalls.
 constexpr uint64_t kCachedReadMinBytes = 256 * 1024;
 
+// A listing asks the digest cache (under a read lease) only for files at least this large. A hit
+// costs four system calls more than hashing from one read (three fcntl to take the lease, statx
+// under it, one to let go, against a pread), a miss seven more. Measured on this 2-core VM
+// (bench/listing-threshold.mjs; docs/performance.md, "The listing's lease threshold"): a repeat
+// listing of 1,000 cached files takes 1.1x the time of hashing them again at 4 and 8 KiB, 0.7-0.95x
+// at 16 KiB and 0.4x at 32 KiB.
+constexpr uint64_t kListingCachedMinBytes = 16 * 1024;
+
 // What one pread of a whole-body read asks for: bounds how long a worker runs between two looks at
 // its cancel flag and deadline.
 constexpr size_t kReadChunkBytes = 4 << 20;

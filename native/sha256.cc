@@ -37,8 +37,8 @@ int64_t hash_whole_fd(int fd, unsigned char out[32], const StopSignal& stop, Fai
   int64_t off = 0;
   for (;;) {
     if (stop.should_stop(failure)) return -1;
+    if (limit >= 0 && off >= limit) break;  // before the lease's poll: one F_GETLEASE fewer per file
     if (lease && !lease->intact()) lease = nullptr;  // a writer waits: it was released for them
-    if (limit >= 0 && off >= limit) break;
     const size_t want = limit >= 0 && static_cast<uint64_t>(limit - off) < kHashChunkBytes ? static_cast<size_t>(limit - off) : kHashChunkBytes;
     ssize_t n = retry_eintr([&] { return pread(fd, chunk.spare(), want, static_cast<off_t>(off)); });
     if (n < 0) {

@@ -3,7 +3,7 @@
 // *Limits* table is held against this file (test/audits/limits.test.ts), so a bound cannot change
 // without its row. The size thresholds of the export path are the addon's (native/limits.h, each with
 // its reason), re-exported here as ADDON_LIMITS; nothing restates one.
-export { LIMITS as ADDON_LIMITS } from './native.js';
+export { LIMITS as ADDON_LIMITS, DEFAULT_DIGEST_CACHE_ENTRIES } from './native.js';
 
 // ── The listener ──────────────────────────────────────────────────────────────────────────────────
 
@@ -55,6 +55,9 @@ export const DEFAULT_SNAPSHOT_MAX_BYTES = 64 * 1024 * 1024;
 export const DEFAULT_LISTING_BUDGET_MS = 30_000;
 /** Listings of one root running at once; each holds a pool thread while it hashes. */
 export const MAX_CONCURRENT_LISTINGS = 2;
+
+/** The most entries the digest cache may be given (`--digest-cache-entries`): 2^24, ~1.6 GiB at ~100 bytes each. */
+export const MAX_DIGEST_CACHE_ENTRIES = 2 ** 24;
 
 /** How often a stalled send under a lease asks whether a writer waits for it. */
 export const LEASE_POLL_MS = 50;

@@ -46,6 +46,8 @@ export interface Limits {
   copiedReadMaxBytes: number;
   /** Reads and streams of files at least this large ask the digest cache. */
   cachedReadMinBytes: number;
+  /** A listing asks the digest cache (and takes a read lease) only for files at least this large. */
+  listingCachedMinBytes: number;
   readChunkBytes: number;
   hashChunkBytes: number;
   mmapThresholdBytes: number;
@@ -196,16 +198,20 @@ interface LandingHandle {
 }
 
 /**
- * The process-wide digest cache of listings and large reads (native/digest_cache.h): an LRU of
- * whole-file SHA-256 digests keyed by (dev, ino, size, mtime ns, ctime ns), used only on ext2/3/4,
+ * The process-wide digest cache of listings and large reads (native/digest_cache.h): a table of
+ * whole-file SHA-256 digests keyed by (unique mount id, dev, ino, birth time or generation, size,
+ * mtime ns, ctime ns) that grows with what is stored up to its capacity, then evicts by CLOCK;
+ * used only on ext2/3/4,
  * xfs and btrfs (filesystems whose mapped writes move the times), used and filled only under a
  * read lease, and filled only for files whose ctime is at least 2 s older than the hash. Counters
  * only grow.
  */
 export interface DigestCacheStats {
-  /** Most entries kept (default 16384, about 3 MiB); see setDigestCacheCapacity. */
+  /** Most entries kept (default DEFAULT_DIGEST_CACHE_ENTRIES, 262,144, at most ~29 MiB); see setDigestCacheCapacity. */
   capacity: number;
   entries: number;
+  /** Memory the table holds now, in bytes (it grows with the entries stored, in blocks of 4,096). */
+  bytes: number;
   /** Digests taken from the cache instead of hashing. */
   hits: number;
   /** Files hashed whole. */
@@ -222,12 +228,16 @@ export interface DigestCacheStats {
   fsUncached: number;
   /** Hashed without the cache: the kernel named no unique mount id, or neither a birth time nor an inode generation. */
   noIdentity: number;
+  /** A listing hashed the file without asking the cache: smaller than limits.listingCachedMinBytes. */
+  belowMin: number;
 }
 
 interface Binding {
   codes: string[];
   digestCacheStats(): DigestCacheStats;
   setDigestCacheCapacity(entries: number): void;
+  setListingCacheMinBytes(bytes: number): void;
+  defaultDigestCacheEntries: number;
   CancelToken: new () => CancelToken;
   Workdir: new (fd: number) => Workdir;
   probeOpenat2(): boolean;
@@ -479,6 +489,17 @@ export function digestCacheStats(): DigestCacheStats {
 /** Bounds the digest cache to `entries` (a whole number up to 2^24; 0 turns it off). */
 export function setDigestCacheCapacity(entries: number): void {
   binding.setDigestCacheCapacity(entries);
+}
+
+/** The digest cache's capacity when nothing sets it (native/digest_cache.h). */
+export const DEFAULT_DIGEST_CACHE_ENTRIES: number = binding.defaultDigestCacheEntries;
+
+/**
+ * The smallest file a listing asks the digest cache for (default limits.listingCachedMinBytes):
+ * for tests and the threshold's measurement (bench), never set by the server.
+ */
+export function setListingCacheMinBytes(bytes: number): void {
+  binding.setListingCacheMinBytes(bytes);
 }
 
 // ── Confinement (Landlock) ──────────────────────────────────────────────────────────────────────

@@ -18,7 +18,7 @@ import { earlyLogger, LOG_LEVELS } from './early-log.js';
 import type { LaunchOptions } from '../launch/launch.js';
 import { activatedListeners, notify, openNotifySocket, type HeldListener } from '../launch/sockets.js';
 import { DEFAULT_MANIFEST_NAME, loadManifest, missingManifest, readManifestBeneath, type KeyCheck } from '../session/manifest-file.js';
-import { parseContainment } from '../session/options.js';
+import { parseContainment, parseDigestCacheEntries } from '../session/options.js';
 import { ManifestError } from '../manifest/diagnostics.js';
 import { FLAG_BYTE_FORMS, parseDuration, parseFlagByteCount } from '../manifest/grammars.js';
 import type { Manifest } from '../manifest/model.js';
@@ -129,6 +129,7 @@ interface ServeFlags {
   fetchMaxBytes?: string;
   metrics?: boolean;
   listingBudget?: string;
+  digestCacheEntries?: string;
   control: 'stdio' | 'none';
   /** false with --no-landlock. */
   landlock: boolean;
@@ -144,7 +145,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   checkLogLevel();
   checkResolverChoice();
   const early = earlyLogger();
-  const { manifest, trace, control: _control, memoryBudget, refusalTraceRate, listingBudget, landlock, listenGiven, strict: _strict, fetchMaxBytes, ...rest } = flags;
+  const { manifest, trace, control: _control, memoryBudget, refusalTraceRate, listingBudget, digestCacheEntries, landlock, listenGiven, strict: _strict, fetchMaxBytes, ...rest } = flags;
   let opts: LaunchOptions = {
     ...rest,
     listen: rest.listen ?? '127.0.0.1:0',
@@ -157,6 +158,7 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
     ...(refusalTraceRate !== undefined ? { refusalTraceRate: parseRefusalTraceRate(refusalTraceRate) } : {}),
     ...(fetchMaxBytes !== undefined ? { fetchMaxBytes: parseFetchMaxBytes(fetchMaxBytes) } : {}),
     ...(listingBudget !== undefined ? { listingBudgetMs: parseBudgetSeconds(listingBudget) * 1000 } : {}),
+    ...(digestCacheEntries !== undefined ? { digestCacheEntries: parseDigestCacheEntries(digestCacheEntries) } : {}),
   };
   // Confinement (src/launch/confine-apply.ts): either this is the re-executed, already confined image,
   // which takes the launch its first phase settled (and the sockets it bound), or this is the
@@ -499,6 +501,7 @@ Run '${PROGRAM} <command> --help' for a command's options.`,
     .option('--refusal-trace-rate <n>', 'refusals traced one by one per second, all clients together (default 200, burst 10x); past it they are summarised: bounds the trace\'s growth under refusals')
     .option('--fetch-max-bytes <bytes>', 'the largest file fetch-peer-file lands, e.g. 64Mi (default 10Mi)')
     .option('--listing-budget <duration>', 'how long one listing may run, e.g. 30s (default 30s)')
+    .option('--digest-cache-entries <n>', 'most file digests kept for repeat listings and large reads, 0 to 16777216 (default 262144; ~100 bytes each once stored, beside --memory-budget)')
     .option('--operator-listen <addr>', 'serve the operator plane on its own listener, HOST:PORT or unix:PATH (a unix socket outside the workdir, created 0600, is recommended); the main listener then serves only the peer plane and the card')
     .addOption(new Option('--control <channel>', 'the control channel: stdio speaks MCP').choices(['stdio', 'none']).default('none'))
     .option('--strict', "a likely typo in the runtime's manifest blocks is an error (E-MAN-003), not a warning (an unknown key in exports.* or the allow lists always is)")

@@ -4,6 +4,7 @@
 // so existing dashboards work; ours are resource_plane_*. Counts what was answered, never what was
 // asked for: no path, handle or audience appears in a label.
 import type { Registry } from 'prom-client';
+import * as native from '../native.js';
 
 export interface Metrics {
   registry: Registry;
@@ -49,6 +50,34 @@ export async function createMetrics(sources: MetricsSources): Promise<Metrics> {
       this.set(sources.memoryInUse());
     },
   });
+  // The digest cache is the process's one (native/digest_cache.h): read at each scrape. Its counts
+  // only grow, so they are counters, set to the addon's totals when collected.
+  const cacheTotal = (name: string, help: string, pick: (s: native.DigestCacheStats) => number) =>
+    new client.Counter({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        this.reset();
+        this.inc(pick(native.digestCacheStats()));
+      },
+    });
+  const cacheGauge = (name: string, help: string, pick: (s: native.DigestCacheStats) => number) =>
+    new client.Gauge({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        this.set(pick(native.digestCacheStats()));
+      },
+    });
+  cacheTotal('resource_plane_digest_cache_hits_total', 'Whole-file digests answered from the digest cache instead of hashing (listings and large reads)', (s) => s.hits);
+  cacheTotal('resource_plane_digest_cache_hashes_total', 'Files hashed whole by listings and large reads (in or beside the digest cache)', (s) => s.hashes);
+  cacheTotal('resource_plane_digest_cache_stores_total', 'Digests stored in the digest cache', (s) => s.stores);
+  cacheTotal('resource_plane_digest_cache_evictions_total', 'Digests evicted from the digest cache to stay within its capacity (--digest-cache-entries)', (s) => s.evictions);
+  cacheGauge('resource_plane_digest_cache_entries', 'Digests the digest cache holds', (s) => s.entries);
+  cacheGauge('resource_plane_digest_cache_capacity_entries', 'Most digests the digest cache keeps (--digest-cache-entries)', (s) => s.capacity);
+  cacheGauge('resource_plane_digest_cache_bytes', 'Memory the digest cache holds, beside the memory budget', (s) => s.bytes);
   const duration = new client.Histogram({
     name: 'resource_plane_request_duration_seconds',
     help: 'Seconds from a plane taking a request until its response closed (sent, cut or abandoned), by plane and outcome',

@@ -13,7 +13,7 @@ import { Trace } from '../trace/trace.js';
 import type { Containment } from '../wire.js';
 import { checkExportRoots } from './checks.js';
 import { DEFAULT_MANIFEST_NAME, loadManifest, missingManifest, readManifestBeneath } from './manifest-file.js';
-import { parseContainment } from './options.js';
+import { parseContainment, parseDigestCacheEntries } from './options.js';
 import { checkRecordOutsideWorkdir } from './record-place.js';
 
 export interface SessionOptions {
@@ -41,6 +41,12 @@ export interface SessionOptions {
   fetchMaxBytes?: number;
   /** How long one listing may run before it answers io_error (default 30 s). */
   listingBudgetMs?: number;
+  /**
+   * Most digests the digest cache keeps (default 262,144; 0: none), each about 100 bytes once
+   * stored, beside the memory budget. The cache is the process's one (native/digest_cache.h): the
+   * session opened last with this option sets it for every session in the process.
+   */
+  digestCacheEntries?: number;
   /** What the process confined itself to, for session_start; default: nothing (an in-process launch). */
   confinement?: Confinement;
   /** The clock handles are minted and verified against (Unix ms); default Date.now (tests inject one). */
@@ -87,6 +93,7 @@ export function removeEmptyUpTo(dir: string, top: string): void {
 export async function prepareSession(opts: SessionOptions, settleOnly = false): Promise<PreparedSession> {
   const SessionClass = settleOnly ? null : (await import('./session.js')).Session;
   const containment = parseContainment(opts.containment);
+  const digestCacheEntries = opts.digestCacheEntries === undefined ? undefined : parseDigestCacheEntries(opts.digestCacheEntries, 'digestCacheEntries');
   const sessionId = parseSessionId(opts.sessionId);
   const requested = resolve(opts.workdir);
   const resolver = opts.resolver ?? native.chooseResolver();
@@ -133,6 +140,7 @@ export async function prepareSession(opts: SessionOptions, settleOnly = false): 
       let trace: Trace | null = null;
       try {
         trace = Trace.open(tracePath, sessionId);
+        if (digestCacheEntries !== undefined) native.setDigestCacheCapacity(digestCacheEntries);
         return new SessionClass({ manifest: grants, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl, memoryBudgetBytes: opts.memoryBudgetBytes, refusalTraceRate: opts.refusalTraceRate, listingBudgetMs: opts.listingBudgetMs, fetchMaxBytes: opts.fetchMaxBytes, confinement: opts.confinement ?? IN_PROCESS_LAUNCH, now: opts.now });
       } catch (error) {
         void trace?.close();

@@ -5,6 +5,7 @@ import { basename, dirname, isAbsolute, resolve } from 'node:path';
 import { UsageError } from '../codes.js';
 import * as native from '../native.js';
 import { CONTAINMENT_CLASSES, isContainment, type Containment } from '../wire.js';
+import { MAX_DIGEST_CACHE_ENTRIES } from '../limits.js';
 
 /** `HOST:PORT`, with IPv6 hosts in brackets. */
 export function parseListen(value: string): { host: string; port: number } {
@@ -206,4 +207,17 @@ export function parseAddresses(opts: AddressOptions, inherited: boolean, onStale
     operator: inherited || opts.operatorListen === undefined ? null : parseOperatorListen(opts.operatorListen, opts.workdir, onStale),
     metrics: inherited || opts.metricsListen === undefined ? null : parseSideListen('--metrics-listen', opts.metricsListen, opts.workdir, onStale),
   };
+}
+
+/**
+ * The digest cache's capacity (`serve --digest-cache-entries`, the session option
+ * `digestCacheEntries`): a whole number of entries from 0 (no cache) to 2^24. Each entry takes about
+ * 100 bytes once stored (native/digest_cache.h), beside the memory budget.
+ */
+export function parseDigestCacheEntries(value: string | number, flag = '--digest-cache-entries'): number {
+  const n = typeof value === 'number' ? value : /^[0-9]{1,9}$/.test(value) ? Number(value) : NaN;
+  if (!Number.isInteger(n) || n < 0 || n > MAX_DIGEST_CACHE_ENTRIES) {
+    throw new UsageError(`${flag} must be a whole number of entries from 0 (no cache) to ${MAX_DIGEST_CACHE_ENTRIES} (got '${String(value)}')`);
+  }
+  return n;
 }

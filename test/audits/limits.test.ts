@@ -33,6 +33,10 @@ const ROWS: Array<{ row: string; default: string[]; effect?: string[] }> = [
     ],
   },
   { row: 'one listing', default: [sec(L.DEFAULT_LISTING_BUDGET_MS)] },
+  {
+    row: 'the digest cache',
+    default: [`${L.DEFAULT_DIGEST_CACHE_ENTRIES.toLocaleString('en-US')} entries`, `0 to ${L.MAX_DIGEST_CACHE_ENTRIES.toLocaleString('en-US')}`],
+  },
   { row: 'listings of one root at once', default: [String(L.MAX_CONCURRENT_LISTINGS)] },
   { row: 'a listing whose client left', default: ['–'] },
   {

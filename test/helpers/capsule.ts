@@ -34,6 +34,7 @@ export interface CapsuleOptions {
   memoryBudgetBytes?: SessionOptions['memoryBudgetBytes'];
   listingBudgetMs?: SessionOptions['listingBudgetMs'];
   fetchMaxBytes?: SessionOptions['fetchMaxBytes'];
+  digestCacheEntries?: SessionOptions['digestCacheEntries'];
   /** `HOST:PORT` or `unix:PATH`: the operator plane on its own listener. */
   operatorListen?: string;
   /** The listener's logger (none when absent). */
@@ -79,6 +80,7 @@ export async function openCapsule(opts: CapsuleOptions): Promise<Capsule> {
       memoryBudgetBytes: opts.memoryBudgetBytes,
       listingBudgetMs: opts.listingBudgetMs,
       fetchMaxBytes: opts.fetchMaxBytes,
+      digestCacheEntries: opts.digestCacheEntries,
       operatorListen: opts.operatorListen,
       logger: opts.logger,
     });
