@@ -2,6 +2,7 @@
 import { pino, type Logger, type LoggerOptions } from 'pino';
 import { redactHandles } from '../redact.js';
 import { ACCESS_LOG_BUFFER_BYTES, ACCESS_LOG_FLUSH_MS } from '../limits.js';
+import type { AccessLogger } from '../http/admission.js';
 
 
 function options(): LoggerOptions {
@@ -24,11 +25,56 @@ export function stderrLogger(): Logger {
   return pino(options(), pino.destination(2));
 }
 
+/** pino's level numbers, by the names the access log is written at. */
+const LEVEL = { debug: 20, info: 30 } as const;
+
+/**
+ * The access log's writer: pino's line shape (`level`, `time`, `pid`, the bindings, the fields,
+ * `msg`) built by hand into the buffered stream. An access line is all this process writes per
+ * request, so it skips pino's generic serialisation: its fields are plain data, built by admission
+ * (the target already redacted), never an error or a caller's object.
+ */
+export class AccessLog implements AccessLogger {
+  constructor(
+    private readonly dest: { write(line: string): unknown },
+    /** `,"pid":N` and every binding, as JSON members. */
+    private readonly members: string,
+    private readonly threshold: number,
+  ) {}
+
+  isLevelEnabled(level: string): boolean {
+    return (LEVEL[level as keyof typeof LEVEL] ?? 0) >= this.threshold;
+  }
+
+  info(fields: object, msg: string): void {
+    this.write(LEVEL.info, fields, msg);
+  }
+
+  debug(fields: object, msg: string): void {
+    this.write(LEVEL.debug, fields, msg);
+  }
+
+  child(bindings: Record<string, unknown>): AccessLog {
+    return new AccessLog(this.dest, `${this.members}${jsonMembers(bindings)}`, this.threshold);
+  }
+
+  private write(level: number, fields: object, msg: string): void {
+    if (level < this.threshold) return;
+    this.dest.write(`{"level":${level},"time":${Date.now()}${this.members}${jsonMembers(fields)},"msg":${JSON.stringify(msg)}}\n`);
+  }
+}
+
+/** An object's members as JSON text after a comma (`,"a":1,"b":2`), or nothing for an empty one. */
+function jsonMembers(value: object): string {
+  const text = JSON.stringify(value);
+  return text.length > 2 ? `,${text.slice(1, -1)}` : '';
+}
+
 export interface StderrLogs {
   /** Every line but the access log's: written at once, after whatever access lines are buffered. */
   logger: Logger;
   /** The access log: buffered, written when the buffer fills, at least every ACCESS_LOG_FLUSH_MS, and at exit. */
-  access: Logger;
+  access: AccessLog;
   /** Writes what is buffered, synchronously (for exit). */
   flushSync(): void;
 }
@@ -61,7 +107,10 @@ export function stderrLogs(): StderrLogs {
     },
     dest,
   );
-  const access = pino(options(), dest);
+  // The same level as the other lines (RESOURCE_PLANE_LOG_LEVEL, checked at start): `silent` writes none.
+  const level = options().level ?? 'info';
+  const threshold = level === 'silent' ? Infinity : (pino.levels.values[level] ?? LEVEL.info);
+  const access = new AccessLog(dest, `,"pid":${process.pid}`, threshold);
   process.on('exit', flushSync);
   return { logger, access, flushSync };
 }

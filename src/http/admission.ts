@@ -18,7 +18,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { STATUS_CODES } from './node-http.js';
 import type { Socket } from 'node:net';
-import type { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { BAD_REQUEST_STATUSES as BAD_REQUEST, Refusal, renderHttp } from '../codes.js';
 import { redactHandles } from '../redact.js';
 import { onceClosed } from './closing.js';
@@ -63,8 +63,12 @@ interface Connection {
   last?: IncomingMessage;
 }
 
-/** What the access line is written with: a pino logger, or Fastify's request logger. */
-type AccessLogger = Pick<FastifyBaseLogger, 'info' | 'debug'> & { isLevelEnabled?: (level: string) => boolean };
+/** What the access line is written with: the CLI's access log, or Fastify's request logger. */
+export interface AccessLogger {
+  info(fields: object, msg: string): void;
+  debug(fields: object, msg: string): void;
+  isLevelEnabled?(level: string): boolean;
+}
 
 export class Admission {
   private count = 0;

@@ -11,7 +11,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 const LogController = (fastify as { LogController?: typeof fastify.LogController }).LogController;
 import type { Logger } from 'pino';
 import { Refusal } from '../codes.js';
-import { Admission } from './admission.js';
+import { Admission, type AccessLogger } from './admission.js';
 import { answerConnect } from './connect.js';
 import { routeRawTargets } from './targets.js';
 import { ALL_PLANES, resourcePlanes, sendServerError, type PlaneSet, type PlanesOptions } from './plugin.js';
@@ -34,7 +34,7 @@ export interface AppOptions {
   /** One `info` line per request (default true); off, the same line is logged at `debug`. */
   accessLog?: boolean;
   /** Where access lines go (default `logger`): the CLI's is buffered. */
-  accessLogger?: Logger;
+  accessLogger?: AccessLogger;
   /** A server already bound (src/http/listener.ts); default a new one, for `app.listen()`. */
   server?: Server;
 }

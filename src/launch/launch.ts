@@ -9,6 +9,7 @@ import * as native from '../native.js';
 import type { Session } from '../session/session.js';
 import { prepareSession, type SessionOptions } from '../session/open-session.js';
 import { parseAddresses } from '../session/options.js';
+import type { AccessLogger } from '../http/admission.js';
 
 export interface LaunchOptions extends Omit<SessionOptions, 'advertisedUrl'> {
   /** `HOST:PORT`; default `127.0.0.1:0`. */
@@ -28,8 +29,8 @@ export interface LaunchOptions extends Omit<SessionOptions, 'advertisedUrl'> {
   metrics?: boolean;
   /** One `info` line per request on the logger (default true). */
   accessLog?: boolean;
-  /** Where access lines go (the CLI's buffered stderr log); default `logger`. */
-  accessLogger?: Logger;
+  /** Where access lines go (the CLI's buffered stderr log, bound to the session here); default `logger`. */
+  accessLogger?: { child(bindings: Record<string, unknown>): AccessLogger };
   /** `HOST:PORT` or `unix:PATH` (as `operatorListen`): a listener that serves /metrics only; implies `metrics`. */
   metricsListen?: string;
   /**

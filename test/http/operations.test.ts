@@ -112,6 +112,26 @@ describe('the access log is buffered', () => {
     expect(lastAccess).toBeLessThan(lines.findIndex((l) => l.msg === 'shutting down'));
   });
 
+  it('follows RESOURCE_PLANE_LOG_LEVEL: none at warn, and with --no-access-log the same line at debug', async () => {
+    const base = tempDir('rp-access-level-');
+    dirs.push(base);
+    makeTree(join(base, 'work'), ['out/a.txt: level']);
+    writeFileSync(join(base, 'work', 'murmur.yaml'), filesManifest('out/'));
+    const runs: Array<[string[], string, number | null]> = [[[], 'warn', null], [['--no-access-log'], 'debug', 20], [[], 'debug', 30]];
+    for (const [flags, level, expected] of runs) {
+      const s = await startServe(['--workdir', join(base, 'work'), '--trace', join(base, `${level}${flags.length}.jsonl`), ...flags], { RESOURCE_PLANE_LOG_LEVEL: level });
+      try {
+        expect((await rawGet(s.ready.url, '/resources/files/a.txt')).status).toBe(200);
+      } finally {
+        s.child.kill('SIGTERM');
+        await s.exited;
+      }
+      const lines = accessLines(s.stderr());
+      expect(lines.map((l) => l.level), `${level} ${flags.join(' ')}`).toEqual(expected === null ? [] : [expected]);
+      if (expected !== null) expect(lines[0]).toMatchObject({ pid: s.child.pid, session_id: s.ready.session_id, req: { method: 'GET', url: '/resources/files/a.txt' }, res: { statusCode: 200 }, bytes: 5 });
+    }
+  });
+
   it('costs no write of its own per request, and is written within its flush period while the server runs', async () => {
     const base = tempDir('rp-access-writes-');
     dirs.push(base);
