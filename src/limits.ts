@@ -84,8 +84,8 @@ export const MAX_TRACKED_CLIENTS = 4096;
 
 /** How long an access line may wait in the buffer before it is written. */
 export const ACCESS_LOG_FLUSH_MS = 1000;
-/** Buffered access lines are written once they hold this many bytes (sonic-boom's minLength). */
-export const ACCESS_LOG_BUFFER_BYTES = 8 * 1024;
+/** Buffered access lines are written once this many bytes are waiting (about 120 lines). */
+export const ACCESS_LOG_BUFFER_BYTES = 32 * 1024;
 
 // ── The handle key ────────────────────────────────────────────────────────────────────────────────
 

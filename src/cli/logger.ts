@@ -1,4 +1,5 @@
 // The CLI's logger: JSON lines on stderr, errors reduced to what cannot carry a token.
+import { writeSync } from 'node:fs';
 import { pino, type Logger, type LoggerOptions } from 'pino';
 import { redactHandles } from '../redact.js';
 import { ACCESS_LOG_BUFFER_BYTES, ACCESS_LOG_FLUSH_MS } from '../limits.js';
@@ -80,37 +81,79 @@ export interface StderrLogs {
 }
 
 /**
+ * Access lines waiting to be written: written together once ACCESS_LOG_BUFFER_BYTES are waiting,
+ * ACCESS_LOG_FLUSH_MS after the first of them, or when flushed (before any other line, at exit).
+ * Not sonic-boom's minLength buffer: it measures its whole buffer's byte length on every write,
+ * which cost ten times this per request.
+ */
+class LineBuffer {
+  private lines: string[] = [];
+  private size = 0;
+  private timer: NodeJS.Timeout | null = null;
+  private closed = false;
+
+  constructor(private readonly fd: number) {}
+
+  write(line: string): void {
+    if (this.closed) return;
+    this.lines.push(line);
+    this.size += line.length;
+    if (this.size >= ACCESS_LOG_BUFFER_BYTES) this.flush();
+    else if (this.timer === null) this.timer = setTimeout(() => this.flush(), ACCESS_LOG_FLUSH_MS).unref();
+  }
+
+  /** Writes what is waiting, synchronously: a caller's own line then follows it in order. */
+  flush(): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+    if (this.lines.length === 0) return;
+    const text = Buffer.from(this.lines.join(''), 'utf8');
+    this.lines = [];
+    this.size = 0;
+    let at = 0;
+    while (at < text.length) {
+      try {
+        at += writeSync(this.fd, text, at);
+      } catch (error) {
+        const code = (error as NodeJS.ErrnoException).code;
+        // stderr a non-blocking pipe that is full: wait for the reader, as pino's stream does.
+        if (code === 'EAGAIN') Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10);
+        else {
+          // stderr closed (EPIPE) or gone: nothing can be said about it anywhere, now or later.
+          this.closed = true;
+          return;
+        }
+      }
+    }
+  }
+}
+
+/**
  * The serve process's two loggers on one stderr stream. Access lines (one per request) are
  * buffered, as nginx's `access_log … buffer=` does, so a request costs no `write` of its own; any
- * other line writes the buffer out behind it, so stderr stays in order. A process that is killed
+ * other line writes the buffer out ahead of itself, so stderr stays in order. A process that is killed
  * (SIGKILL, OOM) loses at most the last ACCESS_LOG_FLUSH_MS of access lines; the trace, written
  * per event, is the record.
  */
 export function stderrLogs(): StderrLogs {
-  const dest = pino.destination({ dest: 2, sync: true, minLength: ACCESS_LOG_BUFFER_BYTES, periodicFlush: ACCESS_LOG_FLUSH_MS });
-  const flushSync = () => {
-    try {
-      dest.flushSync();
-    } catch {
-      // stderr closed (EPIPE): nothing can be said about it anywhere.
-    }
-  };
+  const buffered = new LineBuffer(2);
+  const flushSync = () => buffered.flush();
   const logger = pino(
     {
       ...options(),
       hooks: {
         logMethod(args, method) {
+          buffered.flush();
           method.apply(this, args);
-          dest.flush();
         },
       },
     },
-    dest,
+    pino.destination(2),
   );
   // The same level as the other lines (RESOURCE_PLANE_LOG_LEVEL, checked at start): `silent` writes none.
   const level = options().level ?? 'info';
   const threshold = level === 'silent' ? Infinity : (pino.levels.values[level] ?? LEVEL.info);
-  const access = new AccessLog(dest, `,"pid":${process.pid}`, threshold);
+  const access = new AccessLog(buffered, `,"pid":${process.pid}`, threshold);
   process.on('exit', flushSync);
   return { logger, access, flushSync };
 }
