@@ -19,7 +19,8 @@
 import { createServer, type Server, type Socket } from 'node:net';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
-import { ClientError, list, parseHeaders } from '../../src/cli/client.js';
+import { list, parseHeaders } from '../../src/cli/client.js';
+import { ClientError } from '../../src/cli/exit.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { fuzzIt, guard } from './runner.js';
 

@@ -289,7 +289,8 @@ describe("a CONNECT keeps what Node's server let go of: the socket's errors, 'dr
 
 describe('a -H value the client cannot send is a usage mistake, not an unreachable server (client-headers, round six)', () => {
   it('refuses a character past U+00FF, a control or DEL in a value, naming the header and never the value; keeps Latin-1 and tabs', async () => {
-    const { ClientError, parseHeaders } = await import('../../src/cli/client.js');
+    const { parseHeaders } = await import('../../src/cli/client.js');
+    const { ClientError } = await import('../../src/cli/exit.js');
     for (const value of ['tok€n', 'a\u{1f600}', 'a\u0001b', 'a\u007fb', 'a\u001bb']) {
       let caught: unknown = null;
       try {

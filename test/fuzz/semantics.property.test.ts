@@ -74,6 +74,8 @@ let sessionStartId: string;
 const handles = new Map<string, { handle: string; id: string }>();
 /** The current bytes of each file, and every etag each file has had. */
 const current = new Map<string, Buffer>();
+/** The listing's etag as last seen in a 200, while nothing has changed since (null: not known). */
+let listingEtag: string | null = null;
 const history = new Map<string, string[]>();
 
 function content(name: string, size: number, salt: number): Buffer {
@@ -214,7 +216,7 @@ const etagOf = (name: string) => etagFor(current.get(name)!);
 
 /** The If-None-Match value a generated spec names for a read of `name` (null: the target is no file). */
 function inmValue(inm: Inm, name: string | null): string {
-  const own = name && current.has(name) ? etagOf(name) : '"sha256:' + '0'.repeat(64) + '"';
+  const own = name && current.has(name) ? etagOf(name) : name === null && listingEtag !== null ? listingEtag : '"sha256:' + '0'.repeat(64) + '"';
   const old = () => {
     const h = name ? history.get(name) ?? [] : [];
     const prior = h.filter((e) => e !== own);
@@ -356,13 +358,15 @@ function planeAnswer(req: Req, path: string, inm: string | null, name: string | 
   if (req.method !== 'GET') return refusal('method_not_allowed');
   if (req.target.t === 'list') {
     const files = listingFiles();
-    return {
-      status: 200,
-      names: ['content-type', 'x-murmur-generation', 'x-murmur-containment', 'x-murmur-export-root', 'content-length'],
-      values: { 'content-type': 'application/json', 'x-murmur-generation': gen, 'x-murmur-containment': CONTAINMENT, 'x-murmur-export-root': ROOT },
-      body: 'listing',
-      trace: { event_type: 'resource_list', root: ROOT, entry_count: files.length, total_bytes: files.reduce((n, f) => n + current.get(f)!.length, 0), generation, containment_achieved: CONTAINMENT, outcome: 'ok', reason: null },
-    };
+    const names = ['content-type', 'etag', 'x-murmur-generation', 'x-murmur-containment', 'x-murmur-export-root'];
+    const values: Record<string, string> = { 'content-type': 'application/json', 'x-murmur-generation': gen, 'x-murmur-containment': CONTAINMENT, 'x-murmur-export-root': ROOT };
+    const listTrace = (outcome: string) => ({ event_type: 'resource_list', root: ROOT, entry_count: files.length, total_bytes: files.reduce((n, f) => n + current.get(f)!.length, 0), generation, containment_achieved: CONTAINMENT, outcome, reason: null });
+    // The listing's etag is the SHA-256 of its body: a 304 for `*`, or for the etag of the last
+    // listing seen while nothing changed since (SPEC 10, as for files).
+    if (inm !== null && matches(inm, listingEtag ?? '"sha256:' + '0'.repeat(64) + '"')) {
+      return { status: 304, names, values: listingEtag !== null ? { ...values, etag: listingEtag } : values, body: null, trace: listTrace('not_modified') };
+    }
+    return { status: 200, names: [...names, 'content-length'], values, body: 'listing', trace: listTrace('ok') };
   }
   if (req.target.t === 'missing') return refusal('not_found');
   if (req.target.t === 'dir') return refusal('not_a_regular_file');
@@ -453,6 +457,8 @@ function check(res: WireResponse, e: Expected, last: boolean, pipelined: boolean
       expect(x.sha256, `${label}: sha256 of ${x.path}`).toBe(sha256Hex(current.get(x.path)!));
     }
     expect(res.header('content-length'), `${label}: content-length`).toBe(String(res.body.length));
+    expect(res.header('etag'), `${label}: the listing's etag names its body`).toBe(etagFor(res.body));
+    listingEtag = res.header('etag')!;
   } else if (e.body === null) {
     expect(res.body.length, `${label}: no body`).toBe(0);
   } else {
@@ -480,6 +486,7 @@ function describeReq(r: Req): string {
 
 async function runCase(steps: Step[], pipelined: boolean): Promise<void> {
   tail.next();
+  listingEtag = null;
   // A batch: the requests between two changes, sent together (pipelined or one by one).
   let batch: Req[] = [];
   const log: string[] = [];
@@ -511,6 +518,8 @@ async function runCase(steps: Step[], pipelined: boolean): Promise<void> {
       continue;
     }
     await flush();
+    // Either changes the listing's bytes (a file, or the generation it names).
+    listingEtag = null;
     if (step.s === 'advance') {
       served.launched.session.advanceGeneration();
       log.push('advance');
