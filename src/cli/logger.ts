@@ -5,7 +5,6 @@ import { redactHandles } from '../redact.js';
 import { ACCESS_LOG_BUFFER_BYTES, ACCESS_LOG_FLUSH_MS } from '../limits.js';
 import type { AccessLogger } from '../http/admission.js';
 
-
 function options(): LoggerOptions {
   return {
     level: process.env.RESOURCE_PLANE_LOG_LEVEL ?? 'info',
