@@ -363,7 +363,7 @@ function planeAnswer(req: Req, path: string, inm: string | null, name: string | 
     const listTrace = (outcome: string) => ({ event_type: 'resource_list', root: ROOT, entry_count: files.length, total_bytes: files.reduce((n, f) => n + current.get(f)!.length, 0), generation, containment_achieved: CONTAINMENT, outcome, reason: null });
     // The listing's etag is the SHA-256 of its body: a 304 for `*`, or for the etag of the last
     // listing seen while nothing changed since (SPEC 10, as for files).
-    if (inm !== null && matches(inm, listingEtag ?? '"sha256:' + '0'.repeat(64) + '"')) {
+    if (inm !== null && (listingEtag !== null ? matches(inm, listingEtag) : inm.trim() === '*')) {
       return { status: 304, names, values: listingEtag !== null ? { ...values, etag: listingEtag } : values, body: null, trace: listTrace('not_modified') };
     }
     return { status: 200, names: [...names, 'content-length'], values, body: 'listing', trace: listTrace('ok') };
