@@ -141,7 +141,12 @@ async function runCase(c: Case): Promise<void> {
   if (c.pauseAt === null) {
     let running: Promise<void> | null = null;
     const timer = setTimeout(() => (running = writer(path, c.op).then((m) => void (measured = m))), c.delay);
-    answer = await stalledGet(server.target, `/resources/files/${name}`);
+    // A writer that comes as the answer starts may cut it before its head leaves (a reset
+    // discards what was queued): a cut like any other, which the trace must still record.
+    answer = await stalledGet(server.target, `/resources/files/${name}`).catch((error: Error) => {
+      if (!error.message.startsWith('no response head')) throw error;
+      return null;
+    });
     clearTimeout(timer);
     if (running === null) running = writer(path, c.op).then((m) => void (measured = m));
     await running;
@@ -156,6 +161,19 @@ async function runCase(c: Case): Promise<void> {
   expect(m, label).not.toBeNull();
   expect(m!.waitedMs, `${label}: the writer waited ${m!.waitedMs === null ? `more than ${GIVE_UP_MS} ms (given up)` : `${m!.waitedMs} ms`} for the lease`).not.toBeNull();
   expect(m!.waitedMs!, `${label}: a writer waits at most ~50 ms for a leased stream (bound ${BOUND_MS} ms)`).toBeLessThan(BOUND_MS);
+  if (answer === null) {
+    let lines = parsedTrace(server.trace).slice(before);
+    for (let i = 0; i < 200 && !lines.some((l) => l.event_type === 'response_undelivered'); i++) {
+      await new Promise((r) => setTimeout(r, 10));
+      lines = parsedTrace(server.trace).slice(before);
+    }
+    expect(lines.some((l) => l.event_type === 'response_undelivered'), `${label}: an answer cut before its head is traced as undelivered`).toBe(true);
+    expect(server.alive(), label).toBe(true);
+    const salt = salts++;
+    writeFileSync(path, pattern(SIZE, salt));
+    pool.push({ name, salt, written: Date.now() });
+    return;
+  }
   expect(answer.status, label).toBe(200);
   // A client that never pauses may be overtaken by the writer before the server opens the file
   // (then the body is what the writer left); a paused one had its head, so its etag is the file's.
