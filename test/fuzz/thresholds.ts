@@ -2,7 +2,7 @@
 // addon's one table, native/limits.h, as native.LIMITS), so that a threshold that moves moves the
 // generated sizes with it: the synchronous small read, the copy into V8 memory, the streaming
 // threshold (a larger body is streamed under a verified etag), the digest cache's size limit for
-// reads, and a per-file max_bytes above all of them. Generators take sizes on both sides of each
+// reads and for listings, and a per-file max_bytes above all of them. Generators take sizes on both sides of each
 // (n - 1, n, n + 1) as a fixed prefix of every run, and random sizes around them after.
 import fc from 'fast-check';
 import { LIMITS } from '../../src/native.js';
@@ -17,6 +17,8 @@ export const THRESHOLDS: ReadonlyArray<{ name: string; bytes: number }> = [
   { name: 'copiedReadMaxBytes', bytes: LIMITS.copiedReadMaxBytes },
   { name: 'streamThresholdBytes', bytes: LIMITS.streamThresholdBytes },
   { name: 'cachedReadMinBytes', bytes: CACHED_READ_MIN_BYTES },
+  // A listing asks the digest cache (under a lease) only from this size: below it, it hashes.
+  { name: 'listingCachedMinBytes', bytes: LIMITS.listingCachedMinBytes },
   { name: 'max_bytes', bytes: BIG_MAX_BYTES },
 ];
 
