@@ -21,3 +21,23 @@ export function leasesWork(dir: string, who?: string): boolean {
     rmSync(probe, { force: true });
   }
 }
+
+// Maps the file MAP_SHARED read-write, read-faults its first page, writes `data` at offset 0 through
+// the mapping and unmaps. Python's mmap holds a dup of the descriptor until close(); the process
+// then exits, so no writer is left and a read lease is granted again. On tmpfs the bytes change and
+// no time does (STACK.md).
+const MAP_WRITE = String.raw`
+import mmap, os, sys
+path, data = sys.argv[1], sys.argv[2].encode()
+fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+m = mmap.mmap(fd, os.fstat(fd).st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+os.close(fd)
+assert m[0] is not None
+m[0:len(data)] = data
+m.close()
+`;
+
+/** Writes `data` at the start of `path` through a shared writable mapping (see MAP_WRITE). */
+export function mappedWrite(path: string, data: string): void {
+  execFileSync('python3', ['-c', MAP_WRITE, path, data], { stdio: ['ignore', 'ignore', 'inherit'] });
+}

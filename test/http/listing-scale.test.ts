@@ -3,7 +3,7 @@
 // file), the order is the contract's (paths in UTF-8 byte order, whatever directories they are in),
 // and a digest cache smaller than the tree evicts, counts it in /metrics, and never answers a wrong
 // digest. `--digest-cache-entries` is validated like every other flag.
-import { execFileSync, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -15,6 +15,7 @@ import { capsule, filesManifest } from '../helpers/capsule.js';
 import { defer } from '../helpers/cleanup.js';
 import { runCli, startServe } from '../helpers/cli.js';
 import { rawGet, sha256Hex } from '../helpers/http.js';
+import { mappedWrite } from '../helpers/leases.js';
 import { mountTmpfs, unmount } from '../helpers/live.js';
 import { scratch } from '../helpers/tree.js';
 
@@ -22,20 +23,6 @@ import { scratch } from '../helpers/tree.js';
 const SETTLE_MS = 2_300;
 /** Large enough that a listing asks the digest cache for it (limits.h, kListingCachedMinBytes). */
 const CACHED = native.LIMITS.listingCachedMinBytes + 4096;
-
-// Maps the file MAP_SHARED read-write, read-faults its first page, writes `data` at offset 0 through
-// the mapping and unmaps: on tmpfs the bytes change and no time does (STACK.md), and once the
-// mapping is gone a read lease is granted again.
-const MAP_WRITE = String.raw`
-import mmap, os, sys
-path, data = sys.argv[1], sys.argv[2].encode()
-fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-m = mmap.mmap(fd, os.fstat(fd).st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-os.close(fd)
-assert m[0] is not None
-m[0:len(data)] = data
-m.close()
-`;
 
 interface Listed {
   path: string;
@@ -104,7 +91,7 @@ describe('a listing across mount points inside the export', () => {
     // Their bytes change and no time does; a cached digest keyed on them would now lie.
     for (const path of [join(out, 'm', 'big.bin'), join(out, 'bound.bin')]) {
       const before = statSync(path, { bigint: true });
-      execFileSync('python3', ['-c', MAP_WRITE, path, 'NEW'], { stdio: ['ignore', 'ignore', 'inherit'] });
+      mappedWrite(path, 'NEW');
       const after = statSync(path, { bigint: true });
       expect([after.ctimeNs, after.mtimeNs]).toEqual([before.ctimeNs, before.mtimeNs]);
     }

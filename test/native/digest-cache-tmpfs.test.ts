@@ -6,7 +6,6 @@
 // /dev/shm, over HTTP: the etag, the listing's sha256 and the trace must name the new bytes. On the
 // filesystem of the temp directory (ext4, xfs or btrfs), the same reads are still answered from
 // the cache.
-import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, statfsSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,7 +16,7 @@ import { capsule, filesManifest } from '../helpers/capsule.js';
 import { defer } from '../helpers/cleanup.js';
 import { rawGet, readTrace, sha256Hex } from '../helpers/http.js';
 import { removeTree, tempDir } from '../helpers/tree.js';
-import { leasesWork } from '../helpers/leases.js';
+import { leasesWork, mappedWrite } from '../helpers/leases.js';
 
 const TMPFS_MAGIC = 0x01021994;
 /** The allowlist of native/digest_cache.cc: ext2/3/4, xfs, btrfs. */
@@ -26,24 +25,6 @@ const onTmpfs = existsSync('/dev/shm') && statfsSync('/dev/shm').type === TMPFS_
 /** The racy-entry margin of native/digest_cache.h plus slack: older files are stored by the cache. */
 const SETTLE_MS = 2_300;
 const BIG = 1024 * 1024; // above kCachedReadMinBytes (read.h): a read of it uses the cache
-
-// Maps the file MAP_SHARED read-write, touches its first page for reading (the read fault), writes
-// `data` at offset 0 through the mapping, and unmaps. Python's mmap holds a dup of the descriptor
-// until close(); the process then exits, so no writer is left and a read lease is granted again.
-const MAP_WRITE = String.raw`
-import mmap, os, sys
-path, data = sys.argv[1], sys.argv[2].encode()
-fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-m = mmap.mmap(fd, os.fstat(fd).st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-os.close(fd)
-assert m[0] is not None
-m[0:len(data)] = data
-m.close()
-`;
-
-function mappedWrite(path: string, data: string): void {
-  execFileSync('python3', ['-c', MAP_WRITE, path, data], { stdio: ['ignore', 'ignore', 'inherit'] });
-}
 
 
 const delta = (before: native.DigestCacheStats, after: native.DigestCacheStats) =>
