@@ -33,8 +33,11 @@ export function makeBigListingTree(dir, files, dirs) {
   return { dir, root, files, digests };
 }
 
-/** `find | xargs -0 sha256sum` over the tree: seconds, after checking its line count and one digest. */
-function sha256sumBig(tree) {
+/**
+ * `find | xargs -0 sha256sum` over `tree` ({ root, files, digests }): seconds, after checking its line
+ * count and one digest. The bench's peer for every listing row.
+ */
+export function timeSha256sum(tree) {
   return new Promise((res, rej) => {
     const t = performance.now();
     const child = track('sh', ['-c', 'find "$1" -type f -print0 | xargs -0 sha256sum', 'sh', tree.root], { stdout: 'pipe' });
@@ -94,13 +97,13 @@ function curlBig(curl, url, tree, bodyFile) {
  * `start(label, args)` starts a server as run.mjs does and `stop(child)` stops it (exit status).
  */
 export async function bigListingRound({ r, tree, cli, curl, start, stop, repeats, bodyFile, odd }) {
-  const sums = await sha256sumBig(tree);
+  const sums = await timeSha256sum(tree);
   const server = await start('ours (big listing)', [cli, 'serve', '--workdir', tree.dir]);
   try {
     const first = await curlBig(curl, server.url, tree, bodyFile);
     const again = [];
     for (let i = 0; i < repeats; i++) again.push(await curlBig(curl, server.url, tree, bodyFile));
-    const sums2 = await sha256sumBig(tree);
+    const sums2 = await timeSha256sum(tree);
     return { round: r, sha256sum_s: [sums, sums2], first_s: first, repeat_s: again };
   } finally {
     const code = await stop(server.child);

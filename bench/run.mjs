@@ -50,7 +50,7 @@ import { chartRows, renderChartSvg } from './chart.mjs';
 import { renderReport, summarise } from './report.mjs';
 import { mirrorRound, renderMirror, summariseMirror } from './mirror.mjs';
 import { autocannonLoad, ensureTool, startNginx, toolVersion, wrkCycle, wrkLoad } from './tools.mjs';
-import { bigListingRound, makeBigListingTree } from './big-listing.mjs';
+import { bigListingRound, makeBigListingTree, timeSha256sum } from './big-listing.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const CLI = join(HERE, '..', 'dist', 'cli', 'main.js');
@@ -353,32 +353,6 @@ function shaRate() {
   return best;
 }
 
-function sha256sumTree() {
-  return new Promise((res, rej) => {
-    const t = performance.now();
-    const child = track('sh', ['-c', 'find "$1" -type f -print0 | xargs -0 sha256sum', 'sh', listRoot], { stdout: 'pipe' });
-    let lines = 0;
-    let sample = null;
-    let tail = '';
-    child.stdout.setEncoding('utf8');
-    child.stdout.on('data', (chunk) => {
-      const text = tail + chunk;
-      const parts = text.split('\n');
-      tail = parts.pop();
-      lines += parts.length;
-      sample ??= parts[0];
-    });
-    child.on('exit', (code) => {
-      const s = (performance.now() - t) / 1000;
-      if (code !== 0) return rej(new Error(`find | xargs sha256sum exited ${code}`));
-      if (lines !== LIST_FILES) return rej(new Error(`sha256sum printed ${lines} lines, want ${LIST_FILES}`));
-      const [hex, path] = sample.split(/ [ *]/);
-      if (listDigests.get(path.slice(listRoot.length + 1)) !== hex) return rej(new Error(`sha256sum disagrees on ${path}`));
-      res(s);
-    });
-  });
-}
-
 function checkListing(body, by) {
   const { entries } = JSON.parse(body);
   if (entries.length !== LIST_FILES) throw new Error(`listing (${by}) has ${entries.length} entries, want ${LIST_FILES}`);
@@ -479,7 +453,8 @@ async function rewrittenRound(r) {
 }
 
 async function listingRound(r) {
-  const sums = await sha256sumTree();
+  const listTree = { root: listRoot, files: LIST_FILES, digests: listDigests };
+  const sums = await timeSha256sum(listTree);
   const ageS = (Date.now() - listingWrittenAt) / 1000;
   const server = await startNode('ours (listing)', [CLI, 'serve', '--workdir', listing]);
   try {
@@ -487,7 +462,7 @@ async function listingRound(r) {
     const repeats = [];
     for (let i = 0; i < LIST_REPEATS; i++) repeats.push(await curlListing(server.url));
     const nodeRepeat = await nodeListing(server.url);
-    const sums2 = await sha256sumTree();
+    const sums2 = await timeSha256sum(listTree);
     raw.listing.push({ round: r, tree_age_s: ageS, sha256sum_s: [sums, sums2], first_s: first, repeat_s: repeats, node_client_repeat_s: nodeRepeat });
   } finally {
     const code = await stop(server.child);
