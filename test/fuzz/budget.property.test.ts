@@ -27,6 +27,7 @@ import { startServe } from '../helpers/cli.js';
 import { liveWorkdir, pattern } from '../helpers/live.js';
 import { scratch } from '../helpers/tree.js';
 import { fuzzIt, guard } from './runner.js';
+import { settledSince } from './thresholds.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -35,8 +36,6 @@ const BUDGET = 2 * MiB;
 const WINDOW = 2 * 512 * KiB;
 /** The budget's wait (src/export/memory.ts: DEFAULT_BUDGET_WAIT_MS), less a margin for timers. */
 const WAIT_MIN_MS = 1_500;
-/** The digest cache's racy margin plus slack: the big file must stream, not be a snapshot. */
-const AGED_MS = 2_300;
 const FILES = { 'big.bin': 12 * MiB, 'w100.bin': 100 * KiB, 'w500.bin': 500 * KiB, 'small.txt': 4 * KiB };
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
@@ -80,8 +79,7 @@ async function start(): Promise<Server> {
   const ready = s.ready as typeof s.ready & { metrics_url: string };
   const operator = { port: Number(new URL(ready.url).port) };
   const metrics = { port: Number(new URL(ready.metrics_url).port) };
-  const wait = written + AGED_MS - Date.now();
-  if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  await settledSince(written); // the big file must stream, not be a snapshot
   // The listing's body (its share), with nothing else held.
   const listing = await request(operator, '/resources/files');
   expect(listing.status, 'harness: the listing').toBe(200);

@@ -6,7 +6,8 @@
 // the current bytes (SPEC 4: "SHA-256 over exactly the buffer served"; the listing hashes the whole
 // file; SPEC 10: the cache may stand in only for an unchanged file). Run on the repository's disk
 // (ext4) and on /dev/shm (tmpfs, where a mapped write changes no timestamp), with files on both
-// sides of every size threshold, and files old enough for the digest cache to keep (its racy-entry
+// sides of every size threshold (each kind of change once on a file a listing takes from the digest
+// cache), and files old enough for the digest cache to keep (its racy-entry
 // rule stores nothing changed in the last 2 s, so a pool of files is created ahead and aged).
 import { mkdirSync, mkdtempSync, realpathSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -17,11 +18,10 @@ import { removeTree, tempDir } from '../helpers/tree.js';
 import { serveCapsule, type Served } from './capsules.js';
 import { applyMutation, bytesFor, MapWriter, mutationArb, onDisk, type Mutation } from './mutate-files.js';
 import { FUZZ_SCALE, fuzzIt, guard } from './runner.js';
-import { BIG_MAX_BYTES, EDGE_SIZES } from './thresholds.js';
+import { BIG_MAX_BYTES, EDGE_SIZES, settledSince } from './thresholds.js';
+import { LIMITS } from '../../src/native.js';
 
 
-/** The digest cache's racy-entry margin (native/digest_cache.h: kRacyMarginNs), plus slack. */
-const AGED_MS = 2_300;
 
 interface Place {
   name: 'disk' | 'tmpfs';
@@ -30,34 +30,40 @@ interface Place {
   /** What each file under out/ holds, as the test wrote it. */
   files: Map<string, Buffer>;
   /** Files not touched since they were created, with when that was. */
-  untouched: Array<{ name: string; created: number }>;
+  untouched: Array<{ name: string; size: number; created: number }>;
   next: number;
 }
 
 const places: Place[] = [];
 let maps: MapWriter;
 
-/** Creates `n` files of edge sizes under out/, untouched from here on until a case takes one. */
-function grow(p: Place, n: number): void {
+/** Creates `n` files under out/ (of edge sizes in turn, or all of `size`), untouched until a case takes one. */
+function grow(p: Place, n: number, size?: number): void {
   const created = Date.now();
   for (let i = 0; i < n; i++) {
     const k = p.next++;
-    const size = EDGE_SIZES[k % EDGE_SIZES.length]!;
+    const length = size ?? EDGE_SIZES[k % EDGE_SIZES.length]!;
     const name = `f${k}`;
-    const bytes = bytesFor(size, k);
+    const bytes = bytesFor(length, k);
     writeFileSync(join(p.served.workdir, 'out', name), bytes);
     p.files.set(name, bytes);
-    p.untouched.push({ name, created });
+    p.untouched.push({ name, size: length, created });
   }
 }
 
-/** An untouched file old enough for the digest cache to store it (waits for the pool to age). */
-async function takeAged(p: Place): Promise<string> {
-  if (p.untouched.length === 0) grow(p, EDGE_SIZES.length);
-  const f = p.untouched.shift()!;
+/**
+ * An untouched file (of `size`, when given) old enough for the digest cache to store it (waits for
+ * the pool to age).
+ */
+async function takeAged(p: Place, size?: number): Promise<string> {
+  let i = p.untouched.findIndex((f) => size === undefined || f.size === size);
+  if (i < 0) {
+    grow(p, size === undefined ? EDGE_SIZES.length : 1, size);
+    i = p.untouched.length - 1;
+  }
+  const [f] = p.untouched.splice(i, 1) as [Place['untouched'][number]];
   const ctime = statSync(join(p.served.workdir, 'out', f.name)).ctimeMs;
-  const wait = Math.max(f.created, ctime) + AGED_MS - Date.now();
-  if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  await settledSince(Math.max(f.created, ctime));
   return f.name;
 }
 
@@ -75,6 +81,8 @@ beforeAll(async () => {
     const p: Place = { name: r.name, base: r.base, served, files: new Map(), untouched: [], next: 0 };
     // Enough aged files for every case of the bounded run; a longer run grows the pool as it goes.
     grow(p, Math.ceil(RUNS * FUZZ_SCALE) + 2 * EDGE_SIZES.length);
+    grow(p, COVERED.length, CACHED_SIZE);
+    grow(p, 1, BIG_MAX_BYTES + 1);
     places.push(p);
   }
 });
@@ -112,19 +120,30 @@ function checkList(res: RawResponse, files: Map<string, Buffer>, label: string):
 }
 
 type Step = { mu: Mutation; then: 'read' | 'list' | 'both' };
+/** The steps of one case, on a file of `size` (undefined: the next file of the pool, any size). */
+type Case = { steps: Step[]; size?: number };
 const stepArb: fc.Arbitrary<Step> = fc.record({ mu: mutationArb, then: fc.constantFrom('read', 'list', 'both') as fc.Arbitrary<Step['then']> });
 
 const RUNS = 12;
 
-/** Every mutation kind, once each, on an aged file, in every run. */
-const coverage = (): Array<[Step[]]> =>
-  (['write', 'mmap-write', 'write-keep-mtime', 'rename-keep-mtime', 'truncate', 'rename-over', 'replace'] as const).map((m) => [[{
+const COVERED = ['write', 'mmap-write', 'write-keep-mtime', 'rename-keep-mtime', 'truncate', 'rename-over', 'replace'] as const;
+/** The smallest size a listing takes from the digest cache: a stale cached digest shows there. */
+const CACHED_SIZE = LIMITS.listingCachedMinBytes;
+
+/**
+ * Every mutation kind, once each, on an aged file a listing has cached, and a file one byte over
+ * max_bytes (refused) cut to max_bytes (served), in every run.
+ */
+const coverage = (): Array<[Case]> => [
+  ...COVERED.map((m): [Case] => [{ size: CACHED_SIZE, steps: [{
     mu: m === 'write' || m === 'mmap-write' || m === 'write-keep-mtime' ? { m, at: 7, len: 9, salt: 5 } : m === 'rename-keep-mtime' ? { m, salt: 3 } : m === 'truncate' ? { m, size: 1 } : { m, size: 4096, salt: 9 },
     then: 'both',
-  } as Step]]);
+  } as Step] }]),
+  [{ size: BIG_MAX_BYTES + 1, steps: [{ mu: { m: 'truncate', size: BIG_MAX_BYTES }, then: 'both' }] }],
+];
 
-async function runCase(p: Place, steps: Step[]): Promise<void> {
-  const name = await takeAged(p);
+async function runCase(p: Place, { steps, size }: Case): Promise<void> {
+  const name = await takeAged(p, size);
   const path = join(p.served.workdir, 'out', name);
   const scratch = join(p.served.workdir, `scratch-${name}`);
   const url = p.served.url;
@@ -159,8 +178,8 @@ describe('the etag, the listing and the body follow the bytes across changes', (
       examples: coverage,
       // Invariant: after any change, a read's body and etag and a listing's size and sha256 are those of the file's current bytes.
       property: () =>
-        fc.asyncProperty(fc.array(stepArb, { minLength: 1, maxLength: 4 }), guard(async (steps) => {
-          await runCase(places.find((p) => p.name === which)!, steps);
+        fc.asyncProperty(fc.record({ steps: fc.array(stepArb, { minLength: 1, maxLength: 4 }), size: fc.constantFrom(...EDGE_SIZES) }), guard(async (c) => {
+          await runCase(places.find((p) => p.name === which)!, c);
         })),
     });
   }

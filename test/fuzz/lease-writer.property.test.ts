@@ -23,11 +23,10 @@ import { describe, expect } from 'vitest';
 import { reap } from '../helpers/cleanup.js';
 import { etagOf, liveWorkdir, parsedTrace, pattern, serveLive, stalledGet, type LiveServer } from '../helpers/live.js';
 import { fuzzIt, guard } from './runner.js';
+import { settledSince } from './thresholds.js';
 
 const MiB = 1024 * 1024;
 const SIZE = 12 * MiB;
-/** The digest cache's racy margin (native/digest_cache.h: 2 s), plus slack. */
-const AGED_MS = 2_300;
 /** Filesystems whose digests the cache keeps (native/digest_cache.cc: ext2/3/4, XFS, btrfs). */
 const CACHED_FS = new Set([0xef53, 0x58465342, 0x9123683e]);
 const WRITER_CAME = 'a writer opened the file while it was sent';
@@ -93,7 +92,7 @@ function writer(path: string, op: Op): Promise<{ waitedMs: number | null; wallMs
 let leases = false;
 let server: LiveServer;
 let workdir: string;
-/** Files written and when: each case takes the oldest (settled once AGED_MS old) and writes it anew after. */
+/** Files written and when: each case takes the oldest (settled once SETTLED_AFTER_MS old) and writes it anew after. */
 const pool: Array<{ name: string; salt: number; written: number }> = [];
 let salts = 7000;
 const FILES = 8;
@@ -116,8 +115,7 @@ async function setup(): Promise<void> {
     return;
   }
   server = await serveLive('tcp', workdir);
-  const wait = written + AGED_MS - Date.now();
-  if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  await settledSince(written);
 }
 
 async function runCase(c: Case): Promise<void> {
@@ -125,8 +123,7 @@ async function runCase(c: Case): Promise<void> {
   if (!leases) return;
   const t0 = Date.now();
   const f = pool.shift()!;
-  const age = f.written + AGED_MS - Date.now();
-  if (age > 0) await new Promise((r) => setTimeout(r, age));
+  await settledSince(f.written);
   const name = f.name;
   const path = join(workdir, 'out', name);
   const bytes = pattern(SIZE, f.salt);

@@ -21,12 +21,11 @@ import { describe, expect } from 'vitest';
 import { etagOf, liveWorkdir, mountTmpfs, parsedTrace, pattern, renamedVersion, serveLive, stalledGet, startWriter, unmount, WRITERS, type Answer } from '../helpers/live.js';
 import { scratch } from '../helpers/tree.js';
 import { fuzzIt, guard } from './runner.js';
+import { SETTLED_AFTER_MS } from './thresholds.js';
 import { sha256Hex } from '../helpers/http.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
-/** The digest cache's racy-entry margin (native/digest_cache.h), plus slack for the clock's tick. */
-const SETTLE_MS = 2_300;
 
 type Writer = 'still' | 'inPlace' | 'append' | 'truncateRewrite' | 'renameOver';
 const WRITER_KINDS: Writer[] = ['still', 'inPlace', 'append', 'truncateRewrite', 'renameOver'];
@@ -121,7 +120,7 @@ async function runCase(c: Case): Promise<void> {
     c.files.map((f, i) => (f.writer === 'still' ? null : startWriter(WRITERS[f.writer], join(dir, 'out', `f${i}`), join(beside, `f${i}`)))),
   );
   // A still file written at the start is settled (it streams, under a digest) after the racy margin.
-  if (c.settleFirst) await new Promise((r) => setTimeout(r, SETTLE_MS));
+  if (c.settleFirst) await new Promise((r) => setTimeout(r, SETTLED_AFTER_MS));
   let full = false;
   let reads200 = 0;
   let lists200 = 0;

@@ -39,6 +39,7 @@ import { afterAll, beforeAll, describe, expect } from 'vitest';
 import { removeTree, tempDir } from '../helpers/tree.js';
 import { serveCapsule, type Served } from './capsules.js';
 import { FUZZ_SCALE, fuzzIt, guard } from './runner.js';
+import { settledSince } from './thresholds.js';
 import { fieldsOf, readUnder, TraceTail, type Partial } from './wire.js';
 import * as native from '../../src/native.js';
 import { rawGet, sha256Hex } from '../helpers/http.js';
@@ -57,8 +58,6 @@ let sizeEnd = 4 * MIB;
 const UNDELIVERED = 'the connection closed before the whole body was sent';
 /** src/http/stream-body.ts and native/stream.cc: a body sent under its lease, cut for a writer. */
 const WRITER_CAME = 'a writer opened the file while it was sent';
-/** The digest cache's racy-entry margin (native/digest_cache.h: kRacyMarginNs), plus slack. */
-const AGED_MS = 2_300;
 /** Filesystems whose digests the cache keeps (native/digest_cache.cc: ext2/3/4, XFS, btrfs). */
 const CACHED_FS = new Set([0xef53, 0x58465342, 0x9123683e]);
 
@@ -111,7 +110,7 @@ type Pooled = { name: string; size: number; salt: number; created: number };
 const pool: Pooled[] = [];
 const warmPool: Pooled[] = [];
 
-/** Writes a file for the pool; it is settled (and may hold a cached digest) once AGED_MS have passed. */
+/** Writes a file for the pool; it is settled (and may hold a cached digest) once SETTLED_AFTER_MS have passed. */
 function settle(size: number): void {
   const name = `l${next++}.bin`;
   const salt = 1000 + next;
@@ -133,8 +132,7 @@ async function takeSettled(size: number, warm = false): Promise<Pooled & { warm:
   }
   settle(size); // one more settles meanwhile for the next case
   const [f] = pool.splice(i, 1);
-  const wait = f!.created + AGED_MS - Date.now();
-  if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  await settledSince(f!.created);
   return { ...f!, warm: false };
 }
 

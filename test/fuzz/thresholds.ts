@@ -7,6 +7,19 @@
 import fc from 'fast-check';
 import { LIMITS } from '../../src/native.js';
 
+/**
+ * How long after its last change a file counts as settled: the racy margin (native/digest_cache.h:
+ * kRacyMarginNs, 2 s), plus slack for the clock's tick. Younger, a large read is a snapshot
+ * (native/stream.cc) and no digest is stored; older, it streams and may be cached.
+ */
+export const SETTLED_AFTER_MS = 2_300;
+
+/** Waits until something last changed at `changedAt` (ms since the epoch) has settled. */
+export async function settledSince(changedAt: number): Promise<void> {
+  const wait = changedAt + SETTLED_AFTER_MS - Date.now();
+  if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+}
+
 export const CACHED_READ_MIN_BYTES = LIMITS.cachedReadMinBytes;
 
 /** A max_bytes above every other threshold, so each is crossed by a servable file. */
