@@ -49,10 +49,14 @@ export function planeTargetOf(req: IncomingMessage, prefix: string): PlaneTarget
   return planeOf(rawTarget(req), prefix);
 }
 
+const NOT_PLAIN = /[^\x20-\x24\x26-\x7e]/;
+
 /**
  * A target as a log line may show it: percent-decoded once (as the planes read it), then with every
  * token redacted, so `mh1.%65yJ…` cannot carry a live token into the log under its encoding.
  */
 export function logTarget(raw: string): string {
+  // Printable ASCII without '%' decodes to itself (the common case: no Buffer per line).
+  if (!NOT_PLAIN.test(raw)) return redactHandles(raw);
   return redactHandles(percentDecodeOnce(Buffer.from(raw, 'latin1')).toString('utf8'));
 }
