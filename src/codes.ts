@@ -4,7 +4,7 @@
 // code → a neutral Refusal (code + detail) → rendered at the edge, as an HTTP reply (http/) or a
 // tool result (tools/). Nothing is parsed back out of text. The README's error table is checked
 // against this file by a test, in both directions.
-import type { NativeCode } from './native.js';
+import type { NativeCode } from './addon/export.js';
 
 /** Where a code is rendered: the operator plane, the peer plane, the server itself, a tool. */
 export type Context = 'files' | 'peer' | 'server' | 'tool';

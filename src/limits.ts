@@ -3,7 +3,7 @@
 // *Limits* table is held against this file (test/audits/limits.test.ts), so a bound cannot change
 // without its row. The size thresholds of the export path are the addon's (native/limits.h, each with
 // its reason), re-exported here as ADDON_LIMITS; nothing restates one.
-export { LIMITS as ADDON_LIMITS, DEFAULT_DIGEST_CACHE_ENTRIES } from './native.js';
+export { LIMITS as ADDON_LIMITS, DEFAULT_DIGEST_CACHE_ENTRIES } from './addon/export.js';
 
 // ── The listener ──────────────────────────────────────────────────────────────────────────────────
 

@@ -6,7 +6,7 @@
 # Builds native/ with clang 14, -fsanitize=address,undefined, into build-asan/ (a copy of binding.gyp
 # and native/ built by node-gyp there: prebuilds/ and build/Release, which the normal suite loads,
 # are never touched), then runs vitest with that build loaded through RESOURCE_PLANE_ADDON (honoured
-# by src/native.ts) and the ASan runtime preloaded into every node process (LD_PRELOAD; the addon is
+# by src/addon/load.ts) and the ASan runtime preloaded into every node process (LD_PRELOAD; the addon is
 # a shared object, so the runtime must be in the process before it). Leak detection is off: node
 # itself is not instrumented and keeps memory until exit by design. A sanitizer report aborts the
 # process that hit it, which fails the test; the script also fails if any report was printed.

@@ -22,7 +22,7 @@ import { parseContainment, parseDigestCacheEntries } from '../session/options.js
 import { ManifestError } from '../manifest/diagnostics.js';
 import { FLAG_BYTE_FORMS, parseDuration, parseFlagByteCount } from '../manifest/grammars.js';
 import type { Manifest } from '../manifest/model.js';
-import * as native from '../native.js';
+import * as native from '../addon/export.js';
 import { effectiveGrants, renderExplainScope } from '../manifest/scope.js';
 import { packageVersion } from '../version.js';
 import { DRAIN_TIMEOUT_MS, MAX_JOBS, SHUTDOWN_GRACE_MS } from '../limits.js';

@@ -4,7 +4,7 @@
 // neutral Refusal (src/codes.ts); the edge that answers renders it.
 import type { MemoryBudget, Release } from './memory.js';
 import { NATIVE_TO_CODE, asRefusal, Refusal } from '../codes.js';
-import * as native from '../native.js';
+import * as native from '../addon/export.js';
 import { lowerRelpath } from '../paths.js';
 import type { Containment } from '../wire.js';
 import { DEFAULT_LISTING_BUDGET_MS, DEFAULT_SNAPSHOT_MAX_BYTES, MAX_CONCURRENT_LISTINGS } from '../limits.js';

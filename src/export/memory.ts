@@ -11,7 +11,7 @@
 // chunk), so any idle one fits any request, and an idle buffer whose room is needed gives its pages
 // back at once (madvise, native.releasePages) instead of being dropped for V8 to collect someday.
 import { Refusal } from '../codes.js';
-import { LIMITS, releasePages } from '../native.js';
+import { LIMITS, releasePages } from '../addon/export.js';
 import { DEFAULT_BUDGET_WAIT_MS, DEFAULT_MEMORY_BUDGET_BYTES, POOL_IDLE_MS } from '../limits.js';
 
 

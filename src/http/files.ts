@@ -3,7 +3,7 @@
 // goes out (src/http/exchange.ts).
 import { createHash } from 'node:crypto';
 import { asRefusal, Refusal } from '../codes.js';
-import type { RenderedListing } from '../native.js';
+import type { RenderedListing } from '../addon/export.js';
 import type { Body, Release } from '../export/export-view.js';
 import { lowerRelpath } from '../paths.js';
 import type { Session } from '../session/session.js';

@@ -4,7 +4,7 @@
 // so existing dashboards work; ours are resource_plane_*. Counts what was answered, never what was
 // asked for: no path, handle or audience appears in a label.
 import type { Registry } from 'prom-client';
-import * as native from '../native.js';
+import * as native from '../addon/export.js';
 
 export interface Metrics {
   registry: Registry;

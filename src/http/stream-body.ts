@@ -20,7 +20,7 @@
 import type { ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import type { ChunkBuffers } from '../export/export-view.js';
-import * as native from '../native.js';
+import * as native from '../addon/export.js';
 import { LEASE_POLL_MS } from '../limits.js';
 
 const WRITER_CAME = 'a writer opened the file while it was sent';

@@ -31,7 +31,8 @@ import { dirname, join } from 'node:path';
 import { UsageError } from '../codes.js';
 import { notConfined, unhandledRights, type Confinement } from '../session/confinement.js';
 import type { Manifest } from '../manifest/model.js';
-import * as native from '../native.js';
+import * as landlock from '../addon/landlock.js';
+import * as sockets from '../addon/sockets.js';
 import { PEER_INBOX_DIR } from '../manifest/scope.js';
 import { Trace } from '../trace/trace.js';
 import { planConfinement, type Plan } from './confine-plan.js';
@@ -77,7 +78,7 @@ interface Handoff {
   traceHoldFd?: number | null;
 }
 
-function report(plan: Plan, applied: native.LandlockApplied): Confinement {
+function report(plan: Plan, applied: landlock.LandlockApplied): Confinement {
   const skippedIdx = new Set(applied.skipped.map((s) => s.index));
   const kept = plan.rules.filter((_r, i) => !skippedIdx.has(i));
   const net = applied.handledNet;
@@ -179,7 +180,7 @@ export async function confineAndReexec(
   const { workdir, manifest, sessionId, tracePath } = prepared;
   const settled = { sessionId, tracePath };
 
-  const abi = native.landlockAbi();
+  const abi = landlock.landlockAbi();
   if (!abi.ok) return { confinement: notConfined(`Landlock is unavailable: ${abi.code} (${abi.detail})`), listeners: activated, ...settled };
 
   // Sockets are bound before confinement and never after: the domain grants no TCP bind at all.
@@ -240,7 +241,7 @@ export async function confineAndReexec(
     }
   }
 
-  const applied = native.landlockRestrictSelf({
+  const applied = landlock.landlockRestrictSelf({
     paths: plan.rules.map(({ path, access, directory, optional }) => ({ path, access, directory, optional })),
     bindPorts: plan.bindPorts,
     restrictConnect: plan.connectPorts !== null,
@@ -270,7 +271,7 @@ export async function confineAndReexec(
   const argv = [process.execPath, ...process.execArgv, ...process.argv.slice(1)];
   const keep = [...listeners.map((l) => l.fd), ...(notifyFd === null ? [] : [notifyFd]), traceHoldFd];
   await beforeExec?.();
-  const failed = native.replaceProcessImage(process.execPath, argv, env, keep);
+  const failed = landlock.replaceProcessImage(process.execPath, argv, env, keep);
   // Still here: the main thread is confined for good, the threads already running are not. No
   // session is served from a half-confined process; what this launch made is removed through
   // libuv's pool, whose threads predate the domain (the main thread itself may no longer remove
@@ -320,13 +321,13 @@ export function takeHandoff(env: NodeJS.ProcessEnv = process.env): Omit<Handoff,
   }
   // The sockets are ours from here: marked close-on-exec again, and each must be what it claims.
   for (const l of handoff.listeners) {
-    const info = native.socketInfo(l.fd);
+    const info = sockets.socketInfo(l.fd);
     if (!info.ok || !info.listening || !info.stream) throw new UsageError(`${HANDOFF_ENV}: descriptor ${l.fd} is not a listening socket`);
-    native.setCloexec(l.fd);
+    sockets.setCloexec(l.fd);
   }
-  if (handoff.notifyFd !== null) native.setCloexec(handoff.notifyFd);
+  if (handoff.notifyFd !== null) sockets.setCloexec(handoff.notifyFd);
   const traceHoldFd = handoff.traceHoldFd ?? null;
-  if (traceHoldFd !== null) native.setCloexec(traceHoldFd);
+  if (traceHoldFd !== null) sockets.setCloexec(traceHoldFd);
   return {
     workdir: handoff.workdir, manifest: handoff.manifest, sessionId: handoff.sessionId, tracePath: handoff.tracePath, confinement,
     listeners: handoff.listeners, notifyFd: handoff.notifyFd, traceHoldFd,

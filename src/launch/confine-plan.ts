@@ -7,7 +7,7 @@ import { closeSync, existsSync, openSync, readFileSync, readSync, realpathSync, 
 import { dirname, join, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Destination, Manifest } from '../manifest/model.js';
-import type * as native from '../native.js';
+import type * as native from '../addon/landlock.js';
 import { PEER_INBOX_DIR } from '../manifest/scope.js';
 
 const PACKAGE_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');

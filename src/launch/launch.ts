@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import { createMetrics } from '../http/metrics.js';
 import { ALL_PLANES } from '../http/plugin.js';
 import { adopt, bind, removeSocketFile, serve, serveMetrics, type InheritedSocket, type Listener, type RunningServer } from '../http/listener.js';
-import * as native from '../native.js';
+import * as native from '../addon/export.js';
 import type { Session } from '../session/session.js';
 import { prepareSession, type SessionOptions } from '../session/open-session.js';
 import { parseAddresses } from '../session/options.js';

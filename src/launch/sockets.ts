@@ -11,7 +11,8 @@ import { unlinkSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
 import { UsageError } from '../codes.js';
 import { listenFailure, type ListenerRole } from '../listen-failure.js';
-import * as native from '../native.js';
+import * as native from '../addon/export.js';
+import * as sockets from '../addon/sockets.js';
 
 /** One listening socket the server serves: its descriptor and what it is. */
 export interface HeldListener {
@@ -32,14 +33,14 @@ export type { ListenerRole };
 export const LISTENER_ROLES: readonly ListenerRole[] = Object.freeze(['peer', 'operator', 'metrics']);
 
 function describe(role: HeldListener['role'], fd: number, unlinkOnClose: string | null): HeldListener {
-  const info = native.socketInfo(fd);
+  const info = sockets.socketInfo(fd);
   if (info.family === 'unix') return { role, fd, url: `unix:${info.address}`, defaultAdvertisedUrl: 'http://localhost:0', unlinkOnClose };
   const host = info.family === 'ipv6' ? `[${info.address}]` : info.address;
   return { role, fd, url: `http://${host}:${info.port}`, defaultAdvertisedUrl: `http://localhost:${info.port}`, unlinkOnClose };
 }
 
 /** A failed listen, in the words `bind` uses for the same failure (src/http/listener.ts). */
-function listenError(out: native.SocketOutcome, address: ListenAddress, role: ListenerRole): Error {
+function listenError(out: sockets.SocketOutcome, address: ListenAddress, role: ListenerRole): Error {
   const name = Object.entries(osConstants.errno).find(([, n]) => n === out.errno)?.[0] ?? `errno ${out.errno}`;
   return listenFailure(role, address, name, out.detail);
 }
@@ -47,12 +48,12 @@ function listenError(out: native.SocketOutcome, address: ListenAddress, role: Li
 /** Binds one address; a host name is resolved first as Node's listen resolves it (the first address). */
 async function bindOne(role: HeldListener['role'], address: ListenAddress): Promise<HeldListener> {
   if ('path' in address) {
-    const out = native.listenUnix(address.path);
+    const out = sockets.listenUnix(address.path);
     if (!out.ok) throw listenError(out, address, role);
     return describe(role, out.fd, address.path);
   }
   const host = isIP(address.host) ? address.host : (await lookup(address.host)).address;
-  const out = native.listenTcp(host, address.port);
+  const out = sockets.listenTcp(host, address.port);
   if (!out.ok) throw listenError(out, address, role);
   return describe(role, out.fd, null);
 }
@@ -130,11 +131,11 @@ export function activatedListeners(env: NodeJS.ProcessEnv = process.env, pid = p
   }
   return roles.map((role, i) => {
     const fd = LISTEN_FDS_START + i;
-    const info = native.socketInfo(fd);
+    const info = sockets.socketInfo(fd);
     if (!info.ok || !info.stream || !info.listening || info.family === 'other') {
       throw new UsageError(`LISTEN_FDS: descriptor ${fd} ('${role}') is not a listening TCP or unix stream socket${info.ok ? '' : ` (${info.detail})`}`);
     }
-    native.setCloexec(fd);
+    sockets.setCloexec(fd);
     return describe(role, fd, null);
   });
 }
@@ -156,7 +157,7 @@ export function openNotifySocket(env: NodeJS.ProcessEnv = process.env, unsupport
     unsupported?.(`NOTIFY_SOCKET '${target}' is an AF_VSOCK address, which this server does not support: it serves without sending READY=1 or STOPPING=1 (use a unix socket path, or Type=simple/exec)`);
     return null;
   }
-  const out = native.notifyOpen(target);
+  const out = sockets.notifyOpen(target);
   if (!out.ok) throw new UsageError(`NOTIFY_SOCKET '${target}' cannot be reached: ${out.detail || out.code}`);
   return out.fd;
 }
@@ -164,6 +165,6 @@ export function openNotifySocket(env: NodeJS.ProcessEnv = process.env, unsupport
 /** Sends one sd_notify message; a failure is returned, never thrown (readiness is advisory to us). */
 export function notify(fd: number | null, message: string): string | null {
   if (fd === null) return null;
-  const out = native.notifySend(fd, message);
+  const out = sockets.notifySend(fd, message);
   return out.ok ? null : `${out.code}: ${out.detail}`;
 }

@@ -8,7 +8,7 @@ import { existsSync, lstatSync, readlinkSync, realpathSync } from 'node:fs';
 import { isAbsolute, join } from 'node:path';
 import type { Manifest } from '../manifest/model.js';
 import { ManifestError } from '../manifest/diagnostics.js';
-import * as native from '../native.js';
+import * as native from '../addon/export.js';
 
 /**
  * What to show as "resolves to": the host's realpath when it leaves the workdir; else the first

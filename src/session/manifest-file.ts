@@ -7,7 +7,7 @@
 import { closeSync, constants, fstatSync, openSync, readSync, statSync } from 'node:fs';
 import { ManifestError } from '../manifest/diagnostics.js';
 import { describeUnknownKey, parseManifest, refuseUnknownKeys, unknownKeys, type Manifest } from '../manifest/model.js';
-import * as native from '../native.js';
+import * as native from '../addon/export.js';
 import { MANIFEST_MAX_BYTES } from '../limits.js';
 
 export const DEFAULT_MANIFEST_NAME = 'murmur.yaml';

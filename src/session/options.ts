@@ -3,7 +3,7 @@
 import { existsSync, lstatSync, realpathSync, statSync, unlinkSync, type Stats } from 'node:fs';
 import { basename, dirname, isAbsolute, resolve } from 'node:path';
 import { UsageError } from '../codes.js';
-import * as native from '../native.js';
+import * as native from '../addon/sockets.js';
 import { CONTAINMENT_CLASSES, isContainment, type Containment } from '../wire.js';
 import { MAX_DIGEST_CACHE_ENTRIES } from '../limits.js';
 

@@ -9,7 +9,7 @@ import { ExportView } from '../export/export-view.js';
 import { RefusalLimiter } from '../trace/refusal-limit.js';
 import { InstanceKey } from '../handle/key.js';
 import type { Manifest } from '../manifest/model.js';
-import * as native from '../native.js';
+import * as native from '../addon/export.js';
 import { effectiveGrants, type EffectiveGrants } from '../manifest/scope.js';
 import { refusalsSuppressed, sessionStart } from '../trace/events.js';
 import { boundedField, type Trace } from '../trace/trace.js';

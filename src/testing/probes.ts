@@ -19,7 +19,7 @@ import { connect } from 'node:net';
 import { constants } from 'node:os';
 import { dirname } from 'node:path';
 import { Worker } from 'node:worker_threads';
-import * as native from '../native.js';
+import * as native from '../addon/export.js';
 
 export const UNCHECKED_READ_ENV = 'RESOURCE_PLANE_TEST_UNCHECKED_READ';
 export const UNCHECKED_CONNECT_ENV = 'RESOURCE_PLANE_TEST_UNCHECKED_CONNECT';

@@ -3,7 +3,7 @@
 // match the peer against `capabilities.peer_fetch.allow` (before any socket exists), parse the
 // handle (once), check the issuer on the peer's card, redeem under a connect timeout, a total
 // timeout and a byte cap, judge the answer on its headers, then verify and land: the body streams
-// into an exclusive temporary file created beneath the workdir descriptor (src/native.ts: no
+// into an exclusive temporary file created beneath the workdir descriptor (src/addon/landing.ts: no
 // symlink followed, a symlinked `peer-in` refused) while it is hashed (src/response-body.ts),
 // and is renamed into place only when the peer's etag names exactly those bytes. Every attempt
 // lands in the trace as `peer_file_fetch`. The token itself goes only into the request line:
@@ -12,7 +12,8 @@ import { isPeerPlaneCode, Refusal, type PeerStatusCode, type PlaneCode } from '.
 import { ownAudience, sessionIdFromCard } from '../handle/audience.js';
 import { readUnverified } from '../handle/token.js';
 import { destinationMatches, notAllowedDetail, targetFromPeer, type Destination, type Target } from '../manifest/destinations.js';
-import * as native from '../native.js';
+import * as native from '../addon/export.js';
+import { Landing } from '../addon/landing.js';
 import { BodyFailure, ERROR_BODY_MAX_BYTES, readVerifiedBody, type VerifiedBody } from '../response-body.js';
 import { outboundGuardProblem } from '../outbound-client.js';
 import { handleId } from '../redact.js';
@@ -80,7 +81,7 @@ interface Answer {
 class Held {
   response: PeerResponse | null = null;
   /** The addon owns the inbox descriptors; this only holds the landing that acts on them. */
-  landing: native.Landing | null = null;
+  landing: Landing | null = null;
   committed = false;
 
   async release(): Promise<void> {
@@ -278,9 +279,9 @@ async function verifyAndLand(session: Session, held: Held, handle: PeerHandle, a
 }
 
 /** A landing in the inbox (the addon refuses a `peer-in` that is a symlink or not a directory). */
-async function openLanding(session: Session): Promise<native.Landing> {
+async function openLanding(session: Session): Promise<Landing> {
   try {
-    return await native.Landing.open(session.workdirDescriptor, PEER_INBOX_DIR);
+    return await Landing.open(session.workdirDescriptor, PEER_INBOX_DIR);
   } catch (error) {
     const unsafe = error instanceof native.NativeError && error.code === 'UNSAFE_INBOX';
     throw new Refusal('io_error', unsafe

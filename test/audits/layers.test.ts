@@ -3,26 +3,12 @@
 //   cli/ and index.ts → launch/ → http/ | tools/ (apart) → session/ → export/ trace/ handle/ manifest/ → leaves
 // testing/ is never shipped and only cli/ may import it. (dependency-cruiser would do this, but it
 // needs the TypeScript compiler API, which TypeScript 7 does not have yet.)
-import { readFileSync, readdirSync } from 'node:fs';
-import { join, posix } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { importGraph } from '../helpers/imports.js';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const SRC = join(ROOT, 'src');
-const LAYERS: readonly string[][] = [['cli', 'index', 'testing'], ['launch'], ['http', 'tools'], ['session'], ['export', 'trace', 'handle', 'manifest'], ['leaf']];
-
-/** Every src/ module → the src/ modules it imports (static, dynamic, `export … from`, type-only). */
-export function importGraph(src = SRC): Map<string, string[]> {
-  const files = readdirSync(src, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts')).map((f) => f.split('\\').join('/'));
-  const graph = new Map<string, string[]>();
-  for (const file of files) {
-    const text = readFileSync(join(src, file), 'utf8').replace(/^\s*\/\/.*$/gm, '').replace(/\/\*[\s\S]*?\*\//g, '');
-    const specs = [...text.matchAll(/(?:\bfrom\s*|\bimport\s*\(\s*|^\s*import\s+)['"](\.\.?\/[^'"]+)['"]/gm)].map((m) => m[1]!);
-    graph.set(file, specs.map((s) => posix.normalize(posix.join(posix.dirname(file), s)).replace(/\.js$/, '.ts')));
-  }
-  return graph;
-}
+// addon/ (the addon's typed face) sits with the leaves: leaves such as codes.ts and limits.ts use it.
+const LAYERS: readonly string[][] = [['cli', 'index', 'testing'], ['launch'], ['http', 'tools'], ['session'], ['export', 'trace', 'handle', 'manifest'], ['leaf', 'addon']];
 
 const group = (file: string) => (file === 'index.ts' ? 'index' : file.includes('/') ? file.split('/')[0]! : 'leaf');
 const layer = (file: string) => LAYERS.findIndex((l) => l.includes(group(file)));

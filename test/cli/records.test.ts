@@ -5,7 +5,7 @@ import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, 
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { pruneSessions } from '../../src/cli/records.js';
-import { landlockAbi } from '../../src/native.js';
+import { landlockAbi } from '../../src/addon/landlock.js';
 import { defer } from '../helpers/cleanup.js';
 import { CLI, runCli, startServe } from '../helpers/cli.js';
 import { spawn } from 'node:child_process';

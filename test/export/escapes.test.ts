@@ -4,7 +4,7 @@ import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ExportView, type Containment } from '../../src/export/export-view.js';
 import { Refusal, renderHttp } from '../../src/codes.js';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
 import { buildEscapeTree, ESCAPE_CASES, LISTED_FOLLOW, LISTED_SCOPED, MAX_BYTES, SECRET } from '../helpers/escape-cases.js';
 import { heldDirectory, RESOLVERS } from '../helpers/resolvers.js';
 import { makeTree, removeTree, scratch, tempDir } from '../helpers/tree.js';

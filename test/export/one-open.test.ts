@@ -7,7 +7,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import * as native from '../../src/native.js';
+import { exportResolutionsForTests } from '../../src/addon/for-tests.js';
 import { capsule, filesManifest } from '../helpers/capsule.js';
 import { rawGet, sha256Hex } from '../helpers/http.js';
 import { raceSwaps, racesTimeout, sawAll } from '../helpers/race.js';
@@ -27,11 +27,11 @@ describe('a read resolves its path once', () => {
     writeFileSync(join(workdir, 'out', 'fresh'), Buffer.alloc(sizes.fresh, 'f'));
     const c = await capsule({ yaml: filesManifest('out/', 64 * MiB), workdir });
     for (const name of Object.keys(sizes)) {
-      const before = native.exportResolutions();
+      const before = exportResolutionsForTests();
       const r = await rawGet(c.url, `/resources/files/${name}`);
       expect(r.status).toBe(200);
       expect(r.body.length).toBe(sizes[name as keyof typeof sizes]);
-      expect(native.exportResolutions() - before, name).toBe(1);
+      expect(exportResolutionsForTests() - before, name).toBe(1);
     }
   });
 });

@@ -25,7 +25,8 @@ import { connect } from 'node:net';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { describe, expect } from 'vitest';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
+import * as sockets from '../../src/addon/sockets.js';
 import { defer } from '../helpers/cleanup.js';
 import { CLI } from '../helpers/cli.js';
 import { scratch } from '../helpers/tree.js';
@@ -60,9 +61,9 @@ function open(slot: Slot, dir: string, i: number): Opened {
     writeFileSync(path, '');
     return { slot, fd: openSync(path, 'r'), target: null, url: null };
   }
-  const out = slot === 'tcp' ? native.listenTcp('127.0.0.1', 0) : native.listenUnix(join(dir, `s${i}.sock`));
+  const out = slot === 'tcp' ? sockets.listenTcp('127.0.0.1', 0) : sockets.listenUnix(join(dir, `s${i}.sock`));
   if (!out.ok) throw new Error(`harness: cannot listen: ${out.detail}`);
-  const info = native.socketInfo(out.fd);
+  const info = sockets.socketInfo(out.fd);
   if (slot === 'tcp') return { slot, fd: out.fd, target: { port: info.port }, url: `http://127.0.0.1:${info.port}` };
   return { slot, fd: out.fd, target: { path: info.address }, url: `unix:${info.address}` };
 }

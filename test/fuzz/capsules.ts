@@ -11,7 +11,7 @@ import { pino, type Logger } from 'pino';
 import { launch, type Launched } from '../../src/launch/launch.js';
 import { stderrLogger } from '../../src/cli/logger.js';
 import { parseManifest } from '../../src/manifest/model.js';
-import type { ResolverKind } from '../../src/native.js';
+import type { ResolverKind } from '../../src/addon/export.js';
 import type { Containment } from '../../src/wire.js';
 
 /** A clock the test sets; the session reads it wherever it mints or verifies a handle. */

@@ -19,7 +19,7 @@ import { serveCapsule, type Served } from './capsules.js';
 import { applyMutation, bytesFor, MapWriter, mutationArb, onDisk, type Mutation } from './mutate-files.js';
 import { FUZZ_SCALE, fuzzIt, guard } from './runner.js';
 import { BIG_MAX_BYTES, EDGE_SIZES, settledSince } from './thresholds.js';
-import { LIMITS } from '../../src/native.js';
+import { LIMITS } from '../../src/addon/export.js';
 
 
 

@@ -6,7 +6,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
 import { Refusal } from '../../src/codes.js';
 import { ExportView } from '../../src/export/export-view.js';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
 import { tempDir } from '../helpers/tree.js';
 import { describeTree, show } from './describe.js';
 import * as model from './model.js';

@@ -8,7 +8,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
 import { filesManifest, openCapsule as launch, type Capsule as Launched } from '../helpers/capsule.js';
 import { rawGet, type RawResponse, sha256Hex } from '../helpers/http.js';
 import { tempDir } from '../helpers/tree.js';

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Refusal } from '../../src/codes.js';
 import { ExportView } from '../../src/export/export-view.js';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
 import { filesManifest, openCapsule as launch, type Capsule as Launched } from '../helpers/capsule.js';
 import { rawGet } from '../helpers/http.js';
 import { makeTree, removeTree, tempDir } from '../helpers/tree.js';

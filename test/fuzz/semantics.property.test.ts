@@ -33,7 +33,7 @@ import { afterAll, beforeAll, describe, expect } from 'vitest';
 import { removeTree, tempDir } from '../helpers/tree.js';
 import { serveCapsule, type Served } from './capsules.js';
 import { fuzzIt, guard } from './runner.js';
-import { LIMITS } from '../../src/native.js';
+import { LIMITS } from '../../src/addon/export.js';
 import { LIMITS as HTTP_LIMITS } from '../../src/limits.js';
 import { callTool } from '../../src/tools/index.js';
 import { exchangeAll, fieldsOf, TraceTail, type WireRequest, type WireResponse } from './wire.js';

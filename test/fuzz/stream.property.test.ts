@@ -41,7 +41,7 @@ import { serveCapsule, type Served } from './capsules.js';
 import { FUZZ_SCALE, fuzzIt, guard } from './runner.js';
 import { settledSince } from './thresholds.js';
 import { fieldsOf, readUnder, TraceTail, type Partial } from './wire.js';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
 import { rawGet, sha256Hex } from '../helpers/http.js';
 
 const MIB = 1024 * 1024;

@@ -5,7 +5,7 @@
 // reads and for listings, and a per-file max_bytes above all of them. Generators take sizes on both sides of each
 // (n - 1, n, n + 1) as a fixed prefix of every run, and random sizes around them after.
 import fc from 'fast-check';
-import { LIMITS } from '../../src/native.js';
+import { LIMITS } from '../../src/addon/export.js';
 
 /**
  * How long after its last change a file counts as settled: the racy margin (native/digest_cache.h:

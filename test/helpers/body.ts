@@ -2,7 +2,7 @@
 // streamed one drained chunk by chunk through the addon (native.nextChunk), as the wire would send it. A stream
 // whose file changed (FILE_CHANGED, the connection would be reset) yields null: no client gets it.
 import type { Body, ExportView } from '../../src/export/export-view.js';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
 
 export async function drain(body: Body): Promise<Buffer | null> {
   const parts: Buffer[] = [];

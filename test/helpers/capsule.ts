@@ -12,7 +12,7 @@ import type { Logger } from 'pino';
 import { launch, type Launched } from '../../src/launch/launch.js';
 import { openSession, type SessionOptions } from '../../src/session/open-session.js';
 import { parseManifest } from '../../src/manifest/model.js';
-import type { ResolverKind } from '../../src/native.js';
+import type { ResolverKind } from '../../src/addon/export.js';
 import type { RunningServer } from '../../src/http/listener.js';
 import type { Session } from '../../src/session/session.js';
 import type { Containment } from '../../src/wire.js';

@@ -10,7 +10,9 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import * as native from '../../dist/native.js';
+import * as native from '../../dist/addon/export.js';
+import { listForTests } from '../../dist/addon/for-tests.js';
+import { Landing } from '../../dist/addon/landing.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const sha256 = (b) => createHash('sha256').update(b).digest('hex');
@@ -33,7 +35,7 @@ try {
     assert.ok(read.bytes.equals(big), `${resolver}: read bytes`);
     const stat = await native.statFile(fd, 'out', 'a.txt', opts);
     assert.equal(stat.size, small.length, `${resolver}: stat size`);
-    const listing = await native.listRoot(fd, 'out', opts);
+    const listing = await listForTests(fd, 'out', opts);
     assert.deepEqual(
       listing.entries.map((e) => [e.path, e.size, e.sha256]).sort(),
       [['a.txt', small.length, sha256(small)], ['sub/big.bin', big.length, sha256(big)]],
@@ -48,11 +50,11 @@ try {
   // A cancelled token stops a listing: the shared flag crosses from JS to the worker thread.
   const token = native.cancelToken();
   token.cancel();
-  const cancelled = await native.listRoot(fd, 'out', { refuseSymlinks: true, resolver: 'walk', cancel: token }).then(() => 'listed', (e) => e.code);
+  const cancelled = await listForTests(fd, 'out', { refuseSymlinks: true, resolver: 'walk', cancel: token }).then(() => 'listed', (e) => e.code);
   assert.equal(cancelled, 'CANCELLED');
 
   // A landing: exclusive temporary file, written, committed under its final name.
-  const landing = await native.Landing.open(fd, 'peer-in');
+  const landing = await Landing.open(fd, 'peer-in');
   await landing.write(small);
   await landing.commit('landed.txt');
   await landing.close();

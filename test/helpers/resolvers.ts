@@ -3,7 +3,7 @@
 // which skips it loudly, with the reason, where there is only one to compare. `heldDirectory` is
 // the workdir descriptor a resolver call starts from, closed with the test.
 import type { TestContext } from 'vitest';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
 import { defer } from './cleanup.js';
 
 export const OPENAT2_AVAILABLE = native.openat2Available();

@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { CATALOGUE, CODES, isPeerPlaneCode, messageFor, NATIVE_TO_CODE, Refusal, renderHttp, renderTool, type Code } from '../../src/codes.js';
 import { refusalFromNative } from '../../src/export/export-view.js';
-import { NATIVE_CODES, NativeError, type NativeCode } from '../../src/native.js';
+import { NATIVE_CODES, NativeError, type NativeCode } from '../../src/addon/export.js';
 
 describe('error catalogue', () => {
   it('covers every code the addon reports, and nothing the addon does not', () => {

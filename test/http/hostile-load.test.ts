@@ -6,7 +6,7 @@ import { connect, type Socket } from 'node:net';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
 import { TRACE_FIELD_MAX_CHARS } from '../../src/limits.js';
 import { capsule, filesManifest, type Capsule } from '../helpers/capsule.js';
 import { rawGet, rawRequest, readTrace } from '../helpers/http.js';

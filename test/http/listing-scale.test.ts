@@ -9,7 +9,7 @@ import { mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
 import { prepareSession } from '../../src/session/open-session.js';
 import { capsule, filesManifest } from '../helpers/capsule.js';
 import { defer } from '../helpers/cleanup.js';

@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { ExportView } from '../../src/export/export-view.js';
 import { MemoryBudget } from '../../src/export/memory.js';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
 import { newEventId } from '../../src/trace/trace.js';
 import { drain } from '../helpers/body.js';
 import { holdPool } from '../helpers/pool.js';

@@ -15,7 +15,7 @@ import { appendFileSync, existsSync, mkdtempSync, openSync, closeSync, statfsSyn
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
 import { capsule, filesManifest, type Capsule } from '../helpers/capsule.js';
 import { defer } from '../helpers/cleanup.js';
 import { rawGet, readTrace, sha256Hex } from '../helpers/http.js';

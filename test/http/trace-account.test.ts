@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
 import { list as clientList } from '../../src/cli/client.js';
 import type { Containment } from '../../src/manifest/model.js';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
 import { mintToken, randomNonceHex } from '../../src/handle/token.js';
 import { capsule, filesManifest, openCapsule, type Capsule } from '../helpers/capsule.js';
 import { defer, reap } from '../helpers/cleanup.js';

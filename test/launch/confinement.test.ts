@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { planConfinement } from '../../src/launch/confine-plan.js';
 import { unhandledRights, type Confinement } from '../../src/session/confinement.js';
 import { parseManifest } from '../../src/manifest/model.js';
-import { landlockAbi } from '../../src/native.js';
+import { landlockAbi } from '../../src/addon/landlock.js';
 import { reap } from '../helpers/cleanup.js';
 import { startServe } from '../helpers/cli.js';
 import { rawGet, readTrace } from '../helpers/http.js';

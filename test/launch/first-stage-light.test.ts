@@ -7,7 +7,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { landlockAbi } from '../../src/native.js';
+import { landlockAbi } from '../../src/addon/landlock.js';
 import { defer } from '../helpers/cleanup.js';
 import { startServe } from '../helpers/cli.js';
 import { scratch } from '../helpers/tree.js';

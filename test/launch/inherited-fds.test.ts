@@ -10,7 +10,7 @@ import { readdirSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { Confinement } from '../../src/session/confinement.js';
-import { landlockAbi } from '../../src/native.js';
+import { landlockAbi } from '../../src/addon/landlock.js';
 import { defer } from '../helpers/cleanup.js';
 import { CLI } from '../helpers/cli.js';
 import { readTrace } from '../helpers/http.js';

@@ -12,7 +12,7 @@ import { callTool, launch as launchInProcess, parseManifest } from '../../src/in
 import type { Confinement } from '../../src/session/confinement.js';
 import { HANDOFF_ENV } from '../../src/launch/confine-apply.js';
 import { UNCHECKED_CONNECT_ENV, UNCHECKED_READ_ENV } from '../../src/testing/probes.js';
-import { landlockAbi } from '../../src/native.js';
+import { landlockAbi } from '../../src/addon/landlock.js';
 import { defer, reap } from '../helpers/cleanup.js';
 import { CLI, startServe, type Served } from '../helpers/cli.js';
 import { startMcpServe } from '../helpers/mcp.js';

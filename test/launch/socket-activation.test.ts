@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { activatedListeners, openNotifySocket } from '../../src/launch/sockets.js';
 import type { Confinement } from '../../src/session/confinement.js';
-import { landlockAbi } from '../../src/native.js';
+import { landlockAbi } from '../../src/addon/landlock.js';
 import { defer } from '../helpers/cleanup.js';
 import { CLI, runCliAsync, startServe } from '../helpers/cli.js';
 import { readTrace } from '../helpers/http.js';

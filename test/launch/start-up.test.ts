@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { COMPILE_CACHE_DIR, compileCacheOutcome, compileCacheProblem, useCompileCache } from '../../src/cli/compile-cache.js';
-import { landlockAbi } from '../../src/native.js';
+import { landlockAbi } from '../../src/addon/landlock.js';
 import { defer } from '../helpers/cleanup.js';
 import { startServe } from '../helpers/cli.js';
 import { scratch } from '../helpers/tree.js';

@@ -10,7 +10,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
 import { renderHttp } from '../../src/codes.js';
 import { refusalFromNative } from '../../src/export/export-view.js';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
+import { listForTests } from '../../src/addon/for-tests.js';
 import { skipRace, until } from '../helpers/race.js';
 import { removeTree, tempDir } from '../helpers/tree.js';
 
@@ -67,7 +68,7 @@ async function pendingAfter(p: Promise<unknown>, ms: number): Promise<boolean> {
 describe('cancelling a listing', () => {
   it('stops a listing in the middle of hashing a 1 TiB sparse file', async () => {
     const token = native.cancelToken();
-    const listing = native.listRoot(workdirFd, 'huge', { ...opts(), cancel: token });
+    const listing = listForTests(workdirFd, 'huge', { ...opts(), cancel: token });
     expect(await pendingAfter(listing, 300), 'the listing was still hashing').toBe(true);
     token.cancel();
     expect(token.cancelled).toBe(true);
@@ -81,7 +82,7 @@ describe('cancelling a listing', () => {
     // libuv's pool has four threads; four listings that kept hashing would hold all of them.
     const s0 = native.digestCacheStats();
     const tokens = Array.from({ length: 4 }, () => native.cancelToken());
-    const listings = tokens.map((cancel) => settle(native.listRoot(workdirFd, 'huge', { ...opts(), cancel })));
+    const listings = tokens.map((cancel) => settle(listForTests(workdirFd, 'huge', { ...opts(), cancel })));
     // Cancelled before they ran, the listings would never have held a thread: wait until every one
     // the pool can run at once is hashing.
     await hashing(ctx, s0, Math.min(4, Number(process.env.UV_THREADPOOL_SIZE ?? 4)), () => {
@@ -97,7 +98,7 @@ describe('cancelling a listing', () => {
   it('follows an AbortSignal, and a token cancelled before the call stops it at once', async (ctx) => {
     const controller = new AbortController();
     const s0 = native.digestCacheStats();
-    const listing = settle(native.listRoot(workdirFd, 'huge', { ...opts(), cancel: native.cancelToken(controller.signal) }));
+    const listing = settle(listForTests(workdirFd, 'huge', { ...opts(), cancel: native.cancelToken(controller.signal) }));
     // The abort lands mid-hash, not before the listing looked at its token.
     await hashing(ctx, s0, 1, () => (controller.abort(), listing));
     controller.abort();
@@ -105,7 +106,7 @@ describe('cancelling a listing', () => {
 
     const early = native.cancelToken(AbortSignal.abort());
     expect(early.cancelled).toBe(true);
-    expect((await settle(native.listRoot(workdirFd, 'small', { ...opts(), cancel: early }))).error?.code).toBe('CANCELLED');
+    expect((await settle(listForTests(workdirFd, 'small', { ...opts(), cancel: early }))).error?.code).toBe('CANCELLED');
     expect((await settle(native.readFile(workdirFd, 'small', 'a', 10, { ...opts(), cancel: early }))).error).toMatchObject({
       code: 'CANCELLED',
       detail: 'the read was cancelled',
@@ -114,7 +115,7 @@ describe('cancelling a listing', () => {
 
   it('changes nothing for an operation that is never cancelled', async () => {
     const token = native.cancelToken();
-    const listed = await native.listRoot(workdirFd, 'small', { ...opts(), cancel: token, timeBudgetMs: 60_000 });
+    const listed = await listForTests(workdirFd, 'small', { ...opts(), cancel: token, timeBudgetMs: 60_000 });
     expect(listed.entries.map((e) => e.path)).toEqual(['a']);
     expect((await native.readFile(workdirFd, 'small', 'a', 10, { ...opts(), cancel: token })).bytes.toString()).toBe('a');
     token.cancel(); // after the fact: nothing to stop
@@ -122,16 +123,16 @@ describe('cancelling a listing', () => {
 
   it('accepts only its own tokens and sane budgets', () => {
     const fake = { cancel() {}, cancelled: false } as native.CancelToken;
-    expect(() => native.listRoot(workdirFd, 'small', { ...opts(), cancel: fake })).toThrow(/CancelToken/);
+    expect(() => listForTests(workdirFd, 'small', { ...opts(), cancel: fake })).toThrow(/CancelToken/);
     for (const bad of [0, -1, 1.5, Number.NaN, 2 ** 31]) {
-      expect(() => native.listRoot(workdirFd, 'small', { ...opts(), timeBudgetMs: bad }), String(bad)).toThrow(/timeBudgetMs/);
+      expect(() => listForTests(workdirFd, 'small', { ...opts(), timeBudgetMs: bad }), String(bad)).toThrow(/timeBudgetMs/);
     }
   });
 });
 
 describe('a listing time budget', () => {
   it('ends the listing of a 1 TiB sparse file with TIME_BUDGET, read as io_error saying so', async () => {
-    const out = await settle(native.listRoot(workdirFd, 'huge', { ...opts(), timeBudgetMs: 200 }));
+    const out = await settle(listForTests(workdirFd, 'huge', { ...opts(), timeBudgetMs: 200 }));
     expect(out.error).toMatchObject({ code: 'TIME_BUDGET', detail: 'the listing exceeded its time budget of 200 ms' });
     expect(out.ms).toBeLessThan(SETTLES_WITHIN_MS);
     const refusal = renderHttp('files', refusalFromNative(out.error));
@@ -143,7 +144,7 @@ describe('a listing time budget', () => {
   it('maps a cancelled listing to io_error with a detail that says so', async () => {
     const token = native.cancelToken();
     token.cancel();
-    const out = await settle(native.listRoot(workdirFd, 'huge', { ...opts(), cancel: token }));
+    const out = await settle(listForTests(workdirFd, 'huge', { ...opts(), cancel: token }));
     const refusal = renderHttp('files', refusalFromNative(out.error));
     expect(refusal.code).toBe('io_error');
     expect(refusal.message).toBe('read failed: the listing was cancelled');

@@ -6,7 +6,7 @@ import { copyFileSync, mkdirSync, openSync, closeSync, statSync, writeFileSync, 
 import { execFileSync, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
 import { capsule, filesManifest } from '../helpers/capsule.js';
 import { defer } from '../helpers/cleanup.js';
 import { rawGet, sha256Hex } from '../helpers/http.js';

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
 import { capsule, filesManifest } from '../helpers/capsule.js';
 import { defer } from '../helpers/cleanup.js';
 import { rawGet, readTrace, sha256Hex } from '../helpers/http.js';

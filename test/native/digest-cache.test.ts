@@ -14,7 +14,8 @@ import { join } from 'node:path';
 import { createInterface, type Interface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
+import { listForTests, setListingCacheMinBytesForTests } from '../../src/addon/for-tests.js';
 import { skipRace, until } from '../helpers/race.js';
 import { removeTree, tempDir } from '../helpers/tree.js';
 import { sha256Hex } from '../helpers/http.js';
@@ -149,7 +150,7 @@ let fdWriter: Writer;
 const PAGE = 4096;
 
 async function listing(place: Place, root: string): Promise<Map<string, native.ListEntry>> {
-  const listed = await native.listRoot(place.fd, root, opts());
+  const listed = await listForTests(place.fd, root, opts());
   return new Map(listed.entries.map((e) => [e.path, e]));
 }
 
@@ -157,7 +158,7 @@ beforeAll(async () => {
   // These files are a few bytes to a page: a listing asks the cache only from
   // LIMITS.listingCachedMinBytes (16 KiB) up, so here every file asks it, and the rules under test
   // (lease, racy margin, filesystem, capacity) are the ones a larger file meets.
-  native.setListingCacheMinBytes(0);
+  setListingCacheMinBytesForTests(0);
   const bases = [{ name: 'tmpdir', dir: tempDir('rp-digest-') }];
   if (onTmpfs) bases.push({ name: 'tmpfs', dir: realpathSync(mkdtempSync('/dev/shm/rp-digest-')) });
   for (const { name, dir } of bases) {
@@ -185,7 +186,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  native.setListingCacheMinBytes(native.LIMITS.listingCachedMinBytes);
+  setListingCacheMinBytesForTests(native.LIMITS.listingCachedMinBytes);
   await fdWriter?.exit();
   for (const p of places) {
     await p.mapper.exit();
@@ -302,7 +303,7 @@ describe('the digest cache', () => {
     const path = join(ext.dir, 'huge', 'sparse');
     const s0 = native.digestCacheStats();
     const cancel = native.cancelToken();
-    const listed = native.listRoot(ext.fd, 'huge', { ...opts(), cancel }).catch((e: native.NativeError) => e);
+    const listed = listForTests(ext.fd, 'huge', { ...opts(), cancel }).catch((e: native.NativeError) => e);
     // Hashing 1 TiB under its lease: counted once the lease is taken, before the first chunk.
     if (!(await until(() => native.digestCacheStats().hashes > s0.hashes))) {
       cancel.cancel();

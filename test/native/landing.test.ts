@@ -8,13 +8,15 @@ import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { beforeEach, describe, expect, it } from 'vitest';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
+import { listForTests } from '../../src/addon/for-tests.js';
+import { Landing } from '../../src/addon/landing.js';
 import { heldDirectory, RESOLVERS } from '../helpers/resolvers.js';
 import { makeTree, scratch } from '../helpers/tree.js';
 
 const ROOT = new URL('../..', import.meta.url).pathname;
-// The raw addon, to call it the way src/native.ts must not: positionally, or with wrong types.
-// RESOURCE_PLANE_ADDON: the build src/native.ts loads under `npm run test:asan`.
+// The raw addon, to call it the way src/addon/ must not: positionally, or with wrong types.
+// RESOURCE_PLANE_ADDON: the build src/addon/load.ts loads under `npm run test:asan`.
 const binding = (process.env.RESOURCE_PLANE_ADDON
   ? createRequire(import.meta.url)(process.env.RESOURCE_PLANE_ADDON)
   : createRequire(import.meta.url)('node-gyp-build')(ROOT)) as Record<string, (...args: unknown[]) => unknown>;
@@ -53,7 +55,7 @@ const inboxNames = () => readdirSync(inbox()).sort();
 
 describe('Landing', () => {
   it('writes, commits and closes: the file lands whole and every descriptor is gone', async () => {
-    const landing = await native.Landing.open(workdirFd, 'peer-in');
+    const landing = await Landing.open(workdirFd, 'peer-in');
     // While it is open the addon holds the inbox and the temporary file, both close-on-exec; the
     // workdir descriptor is the test's own.
     const held = descriptorsUnder(inbox());
@@ -74,14 +76,14 @@ describe('Landing', () => {
   });
 
   it('runs calls made without awaiting in order, one at a time', async () => {
-    const landing = await native.Landing.open(workdirFd, 'peer-in');
+    const landing = await Landing.open(workdirFd, 'peer-in');
     const parts = Array.from({ length: 50 }, (_, i) => Buffer.from(`${i},`));
     await Promise.all([...parts.map((p) => landing.write(p)), landing.commit('ordered'), landing.close()]);
     expect(readFileSync(join(inbox(), 'ordered'), 'utf8')).toBe(parts.map(String).join(''));
   });
 
   it('abort before commit removes the temporary file and closes everything', async () => {
-    const landing = await native.Landing.open(workdirFd, 'peer-in');
+    const landing = await Landing.open(workdirFd, 'peer-in');
     await landing.write(Buffer.from('partial'));
     await landing.abort();
     expect(inboxNames()).toEqual([]);
@@ -93,7 +95,7 @@ describe('Landing', () => {
   });
 
   it('close before commit removes the temporary file too', async () => {
-    const landing = await native.Landing.open(workdirFd, 'peer-in');
+    const landing = await Landing.open(workdirFd, 'peer-in');
     await landing.write(Buffer.from('partial'));
     await landing.close();
     expect(inboxNames()).toEqual([]);
@@ -101,13 +103,13 @@ describe('Landing', () => {
   });
 
   it('abort after commit takes the landed file back, but never a file put there since', async () => {
-    const first = await native.Landing.open(workdirFd, 'peer-in');
+    const first = await Landing.open(workdirFd, 'peer-in');
     await first.write(Buffer.from('one'));
     await first.commit('a');
     await first.abort();
     expect(inboxNames()).toEqual([]);
 
-    const second = await native.Landing.open(workdirFd, 'peer-in');
+    const second = await Landing.open(workdirFd, 'peer-in');
     await second.write(Buffer.from('two'));
     await second.commit('b');
     // Someone replaces the landed name with their own file before the abort.
@@ -122,7 +124,7 @@ describe('Landing', () => {
     mkdirSync(inbox());
     writeFileSync(join(workdir, 'victim'), 'keep');
     symlinkSync('../victim', join(inbox(), 'x'));
-    const landing = await native.Landing.open(workdirFd, 'peer-in');
+    const landing = await Landing.open(workdirFd, 'peer-in');
     await landing.write(Buffer.from('new'));
     await landing.commit('x');
     await landing.close();
@@ -132,14 +134,14 @@ describe('Landing', () => {
 
   it('refuses a symlinked or non-directory inbox and bad names with UNSAFE_INBOX, leaking nothing', async () => {
     makeTree(workdir, ['elsewhere/', 'peer-in -> elsewhere', 'file-inbox: x']);
-    await expect(native.Landing.open(workdirFd, 'peer-in')).rejects.toMatchObject({ code: 'UNSAFE_INBOX' });
-    await expect(native.Landing.open(workdirFd, 'file-inbox')).rejects.toMatchObject({ code: 'UNSAFE_INBOX' });
+    await expect(Landing.open(workdirFd, 'peer-in')).rejects.toMatchObject({ code: 'UNSAFE_INBOX' });
+    await expect(Landing.open(workdirFd, 'file-inbox')).rejects.toMatchObject({ code: 'UNSAFE_INBOX' });
     for (const bad of ['a/b', '..', '.', '']) {
-      await expect(native.Landing.open(workdirFd, bad)).rejects.toMatchObject({ code: 'UNSAFE_INBOX' });
+      await expect(Landing.open(workdirFd, bad)).rejects.toMatchObject({ code: 'UNSAFE_INBOX' });
     }
     expect(readdirSync(join(workdir, 'elsewhere'))).toEqual([]);
 
-    const landing = await native.Landing.open(workdirFd, 'ok-inbox');
+    const landing = await Landing.open(workdirFd, 'ok-inbox');
     for (const bad of ['a/b', '..', '.', '', 'x\0y']) {
       await expect(landing.commit(bad)).rejects.toMatchObject({ code: 'UNSAFE_INBOX' });
     }
@@ -152,7 +154,7 @@ describe('Landing', () => {
     setFlagsFromString('--expose-gc');
     const gc = runInNewContext('gc') as () => void;
     await (async () => {
-      const landing = await native.Landing.open(workdirFd, 'peer-in');
+      const landing = await Landing.open(workdirFd, 'peer-in');
       await landing.write(Buffer.from('abandoned'));
     })();
     expect(inboxNames()).toHaveLength(1);
@@ -166,7 +168,7 @@ describe('Landing', () => {
   });
 
   it('hands TypeScript no descriptor, and the raw inbox functions are gone', async () => {
-    const landing = await native.Landing.open(workdirFd, 'peer-in');
+    const landing = await Landing.open(workdirFd, 'peer-in');
     expect(Object.values(landing).filter((v) => typeof v === 'number')).toEqual([]);
     expect(JSON.stringify(landing)).toBe('{}');
     await landing.close();
@@ -197,9 +199,9 @@ describe('the boundary', () => {
       native.closeFd(fd);
       await native.readFile(workdirFd, 'out', 'f', 10, opts);
       await native.statFile(workdirFd, 'out', 'f', opts);
-      await native.listRoot(workdirFd, 'out', opts);
+      await listForTests(workdirFd, 'out', opts);
       await native.checkRoot(workdirFd, 'out', RESOLVER);
-      const landing = await native.Landing.open(workdirFd, 'peer-in');
+      const landing = await Landing.open(workdirFd, 'peer-in');
       await landing.write(Buffer.from('x'));
       await landing.commit('y');
       await landing.abort();

@@ -8,10 +8,10 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { ancestorNodeModules, elfInterpreter, planConfinement, preloadFiles } from '../../src/launch/confine-plan.js';
 import { parseManifest } from '../../src/manifest/model.js';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/landlock.js';
 import { scratch } from '../helpers/tree.js';
 
-const NATIVE_JS = fileURLToPath(new URL('../../dist/native.js', import.meta.url));
+const NATIVE_JS = fileURLToPath(new URL('../../dist/addon/landlock.js', import.meta.url));
 const ABI = native.landlockAbi().abi;
 
 /** Runs an ES module body in a fresh node with `native` (the built addon wrapper) imported; returns its one JSON line. */

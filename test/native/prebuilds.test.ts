@@ -119,7 +119,7 @@ describe('the prebuild floor', () => {
 describe('libc-tagged prebuilds', () => {
   const name = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).name as string;
   // node-gyp-build's own choice, in a child (this process may hold a local build), from the package
-  // root as src/native.ts asks; PREBUILDS_ONLY keeps a local build/Release out of the way.
+  // root as src/addon/load.ts asks; PREBUILDS_ONLY keeps a local build/Release out of the way.
   const resolveFrom = (env: Record<string, string>) =>
     execFileSync(process.execPath, ['-e', 'const p = require("node-gyp-build").path(process.argv[1]); require(p); console.log(p)', ROOT], {
       cwd: ROOT, env: prebuildEnv(env), encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'],

@@ -7,7 +7,8 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, realpathSync, statfsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
+import { listForTests } from '../../src/addon/for-tests.js';
 import { removeTree } from '../helpers/tree.js';
 
 const MAX = Number.MAX_SAFE_INTEGER; // 2^53 - 1
@@ -57,7 +58,7 @@ afterAll(() => {
 
 describe.skipIf(!onTmpfs)('mtime_ms saturates instead of overflowing', () => {
   it('in listings', async () => {
-    const listed = await native.listRoot(workdirFd!, 'out', opts());
+    const listed = await listForTests(workdirFd!, 'out', opts());
     const byPath = new Map(listed.entries.map((e) => [e.path, e.mtimeMs]));
     CASES.forEach((c, i) => expect(byPath.get(`t${i}`), c.name).toBe(c.ms));
   });

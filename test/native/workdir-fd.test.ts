@@ -13,7 +13,8 @@ import { Refusal } from '../../src/codes.js';
 import { ExportView } from '../../src/export/export-view.js';
 import { openSession, type Session } from '../../src/index.js';
 import { parseManifest } from '../../src/manifest/model.js';
-import * as native from '../../src/native.js';
+import * as native from '../../src/addon/export.js';
+import { listForTests } from '../../src/addon/for-tests.js';
 import { drain, listEntries } from '../helpers/body.js';
 import { defer } from '../helpers/cleanup.js';
 import { holdPool } from '../helpers/pool.js';
@@ -146,7 +147,7 @@ describe('a closed session lets go of its workdir only when the last operation o
     expect(rootA.closed).toBe(true);
     // Closed for new work: the session refuses, and the addon refuses the Workdir itself.
     await expect(a.files!.list(undefined, render)).rejects.toMatchObject({ code: 'io_error' });
-    await expect(native.listRoot(rootA, 'out', { refuseSymlinks: false, resolver: a.resolver })).rejects.toMatchObject({ code: 'IO_ERROR', errno: 9 });
+    await expect(listForTests(rootA, 'out', { refuseSymlinks: false, resolver: a.resolver })).rejects.toMatchObject({ code: 'IO_ERROR', errno: 9 });
     expect(() => native.readSmall(rootA, 'out', 'd0/old-0.txt', 100, 100, { refuseSymlinks: false, resolver: a.resolver })).toThrow(/IO_ERROR/);
     if (settled) skipRace(ctx, 'the listing ended while the session closed');
     // Still running: the listing's reference keeps the descriptor, so its number is not free.

@@ -1,35 +1,10 @@
-// The only module that loads the addon. It gives the native operations typed, promise-returning
-// wrappers and turns native rejections into NativeError with a stable `code`. Callers validate
-// meaning (lowered paths, byte ceilings) before calling; the addon re-checks types only.
-import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+// The export path's face of the addon (native/bind_exports.cc, bind_stream.cc): the resolver's
+// choice, the workdir's descriptor, reads, streams, listings and the digest cache, as typed,
+// promise-returning wrappers whose rejections are NativeError. Callers validate meaning (lowered
+// paths, byte ceilings) before calling; the addon re-checks types only.
+import { addon, call, nativeError } from './load.js';
 
-const require = createRequire(import.meta.url);
-const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..');
-// node-gyp-build picks the prebuild (or a local build/Release). RESOURCE_PLANE_ADDON, an absolute
-// path to another build of native/, is loaded instead: `npm run test:asan` uses it to run the suite
-// against an ASan/UBSan build (fuzz/asan/test-asan.sh). Whoever sets a process's environment can
-// already preload code into it, so this grants nothing new.
-const addonOverride = process.env.RESOURCE_PLANE_ADDON;
-// eslint-disable-next-line @typescript-eslint/no-require-imports
-const binding = (addonOverride ? require(addonOverride) : require('node-gyp-build')(packageRoot)) as Binding;
-
-/** Every code the addon can reject with; src/codes.ts (NATIVE_TO_CODE) maps each one to a wire code. */
-export type NativeCode =
-  | 'NOT_FOUND'
-  | 'OUTSIDE_ROOT'
-  | 'SYMLINK_REFUSED'
-  | 'NOT_A_REGULAR_FILE'
-  | 'TOO_LARGE'
-  | 'UNSAFE_INBOX'
-  | 'CANCELLED'
-  | 'TIME_BUDGET'
-  | 'FILE_CHANGED'
-  | 'IO_ERROR';
-
-/** The codes as the addon itself lists them (read from its code table, not restated here). */
-export const NATIVE_CODES: readonly string[] = Object.freeze([...binding.codes]);
+export { NativeError, NATIVE_CODES, type NativeCode } from './load.js';
 
 /**
  * Every size threshold of the export path, as the addon defines them (native/limits.h, each with
@@ -53,7 +28,6 @@ export interface Limits {
   mmapThresholdBytes: number;
 }
 
-export const LIMITS: Readonly<Limits> = binding.limits;
 
 export type ResolverKind = 'openat2' | 'walk';
 
@@ -168,33 +142,12 @@ export interface RenderedListing {
   body: Buffer;
 }
 
-export class NativeError extends Error {
-  readonly code: NativeCode;
-  readonly detail: string;
-  readonly errno: number;
-  constructor(code: NativeCode, detail: string, errno: number) {
-    super(detail ? `${code}: ${detail}` : code);
-    this.name = 'NativeError';
-    this.code = code;
-    this.detail = detail;
-    this.errno = errno;
-  }
-}
-
 /** The one input of read, stat and list, passed by name (native/bind_exports.cc reads each field). */
 interface ExportCall {
   workdirFd: WorkdirRef;
   root: string;
   refuseSymlinks: boolean;
   resolver: ResolverKind;
-}
-
-/** The addon's handle on one landing: it owns the descriptors; JS only asks it to act. */
-interface LandingHandle {
-  write(chunk: Buffer): Promise<void>;
-  commit(finalName: string): Promise<void>;
-  abort(): Promise<void>;
-  close(): Promise<void>;
 }
 
 /**
@@ -232,11 +185,11 @@ export interface DigestCacheStats {
   belowMin: number;
 }
 
-interface Binding {
-  codes: string[];
+/** The slice of the binding this module wraps. */
+interface ExportBinding {
+  limits: Limits;
   digestCacheStats(): DigestCacheStats;
   setDigestCacheCapacity(entries: number): void;
-  setListingCacheMinBytes(bytes: number): void;
   defaultDigestCacheEntries: number;
   CancelToken: new () => CancelToken;
   Workdir: new (fd: number) => Workdir;
@@ -246,41 +199,14 @@ interface Binding {
   read(call: ExportCall & { relpath: string; maxBytes: number; cancel?: CancelToken }): Promise<ReadResult>;
   readSmall(call: ExportCall & { relpath: string; maxBytes: number; smallBytes: number }): ReadResult | { size: number; file: OpenFile };
   stat(call: ExportCall & { relpath: string }): Promise<StatResult>;
-  exportResolutions(): number;
   releasePages(buffer: Buffer): number;
-  limits: Limits;
-  list(call: ExportCall & { cancel?: CancelToken; timeBudgetMs?: number }): Promise<ListResult>;
   list(call: ExportCall & { cancel?: CancelToken; timeBudgetMs?: number; render: { head: string; tail: string } }): Promise<RenderedListing>;
   checkRoot(call: { workdirFd: WorkdirRef; root: string; resolver: ResolverKind }): Promise<boolean>;
-  landingOpen(call: { workdirFd: WorkdirRef; inbox: string }): Promise<LandingHandle>;
-  landlockCodes: string[];
-  landlockAbi(): LandlockStatus & { abi: number };
-  landlockRestrictSelf(plan: LandlockPlan): LandlockApplied;
-  replaceProcessImage(call: { path: string; argv: string[]; env: string[]; keep: number[] }): LandlockStatus;
-  socketCodes: string[];
-  listenTcp(call: { address: string; port: number; backlog: number }): SocketOutcome;
-  listenUnix(call: { path: string; backlog: number }): SocketOutcome;
-  socketInfo(call: { fd: number }): SocketInfo;
-  setCloexec(call: { fd: number }): number;
-  probeUnixSocket(call: { path: string }): UnixSocketProbe;
-  notifyOpen(call: { target: string }): SocketOutcome;
-  notifySend(call: { fd: number; message: string }): SocketOutcome;
 }
 
-function nativeError(raw: unknown): NativeError {
-  const e = raw as { code?: string; detail?: string; errno?: number; message?: string };
-  const code = (NATIVE_CODES.includes(e.code ?? '') ? e.code : 'IO_ERROR') as NativeCode;
-  return new NativeError(code, e.detail ?? e.message ?? '', e.errno ?? 0);
-}
+const binding = addon as ExportBinding;
 
-// Rejections from the pool carry no JS stack; re-raise them with the caller's.
-async function call<T>(op: Promise<T>): Promise<T> {
-  try {
-    return await op;
-  } catch (raw) {
-    throw nativeError(raw);
-  }
-}
+export const LIMITS: Readonly<Limits> = binding.limits;
 
 let probed: boolean | undefined;
 
@@ -386,11 +312,6 @@ export function openBody(file: OpenFile, maxBytes: number, snapshotOk: boolean, 
   return call(file.body({ maxBytes, snapshotOk, cancel }));
 }
 
-/** How many times this process resolved a served path in the addon (a read resolves once). */
-export function exportResolutions(): number {
-  return binding.exportResolutions();
-}
-
 /** Streams a chunk, with FILE_CHANGED and IO_ERROR rejections as NativeError. */
 export function nextChunk(stream: StreamHandle, into: Buffer): Promise<{ bytes: number; final: boolean }> {
   return call(stream.next(into));
@@ -408,14 +329,8 @@ export function statFile(workdirFd: WorkdirRef, root: string, relpath: string, o
   return call(binding.stat({ workdirFd, root, relpath, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver }));
 }
 
-export function listRoot(workdirFd: WorkdirRef, root: string, opts: ListOptions): Promise<ListResult> {
-  return call(binding.list({
-    workdirFd, root, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel, timeBudgetMs: opts.timeBudgetMs,
-  }));
-}
-
 /**
- * The same listing, rendered in the addon as `head` + the entries as a JSON array's items
+ * A listing, rendered in the addon as `head` + the entries as a JSON array's items
  * ({"path","size_bytes","mtime_ms","sha256"}, exactly as JSON.stringify writes them) + `tail`: no JS
  * object per entry, so a listing of a huge tree costs its body and nothing else in JS.
  */
@@ -430,58 +345,6 @@ export function checkRoot(workdirFd: WorkdirRef, root: string, resolver: Resolve
   return call(binding.checkRoot({ workdirFd, root, resolver }));
 }
 
-/**
- * Landing bytes in the workdir's inbox (SPEC section 6): an exclusive temporary file created
- * beneath the workdir descriptor inside `inbox` (one component; a symlinked or non-directory inbox
- * is UNSAFE_INBOX), written, then committed (fsync, rename into place, fsync the inbox) or
- * aborted. The addon owns both descriptors; this object never exposes one. Operations run one at
- * a time, in call order. `close()` ends a landing (an uncommitted temporary file is removed); a
- * landing that is dropped without it is closed the same way when it is garbage-collected.
- */
-export class Landing {
-  readonly #handle: LandingHandle;
-  /** The previous operation: each one starts after it settles, so calls never overlap. */
-  #tail: Promise<unknown> = Promise.resolve();
-
-  private constructor(handle: LandingHandle) {
-    this.#handle = handle;
-  }
-
-  /** Creates the inbox if missing and an exclusive temporary file inside it. */
-  static async open(workdirFd: WorkdirRef, inbox: string): Promise<Landing> {
-    return new Landing(await call(binding.landingOpen({ workdirFd, inbox })));
-  }
-
-  #next<T>(op: () => Promise<T>): Promise<T> {
-    const run = this.#tail.then(() => call(op()));
-    this.#tail = run.catch(() => undefined);
-    return run;
-  }
-
-  /** Appends all of `chunk`; the buffer must not change until the promise settles. */
-  write(chunk: Buffer): Promise<void> {
-    return this.#next(() => this.#handle.write(chunk));
-  }
-
-  /** fsync, rename to `finalName` (one component) inside the inbox, fsync the inbox. */
-  commit(finalName: string): Promise<void> {
-    return this.#next(() => this.#handle.commit(finalName));
-  }
-
-  /**
-   * Undoes the landing and closes it: before commit the temporary file goes; after commit the
-   * landed file goes, if that name still holds the file this landing wrote.
-   */
-  abort(): Promise<void> {
-    return this.#next(() => this.#handle.abort());
-  }
-
-  /** Closes the landing; an uncommitted temporary file is removed, a committed file stays. */
-  close(): Promise<void> {
-    return this.#next(() => this.#handle.close());
-  }
-}
-
 export function digestCacheStats(): DigestCacheStats {
   return binding.digestCacheStats();
 }
@@ -493,166 +356,3 @@ export function setDigestCacheCapacity(entries: number): void {
 
 /** The digest cache's capacity when nothing sets it (native/digest_cache.h). */
 export const DEFAULT_DIGEST_CACHE_ENTRIES: number = binding.defaultDigestCacheEntries;
-
-/**
- * The smallest file a listing asks the digest cache for (default limits.listingCachedMinBytes):
- * for tests and the threshold's measurement (bench), never set by the server.
- */
-export function setListingCacheMinBytes(bytes: number): void {
-  binding.setListingCacheMinBytes(bytes);
-}
-
-// ── Confinement (Landlock) ──────────────────────────────────────────────────────────────────────
-// Synchronous, and meant for the JS main thread: a Landlock domain binds the thread that asks for
-// it (and what that thread creates afterwards), never the pool threads that already exist. See
-// src/launch/confine-apply.ts for how a launch makes that cover every thread.
-
-/** Every code a confinement call can answer with, as the addon lists them. */
-export type LandlockCode =
-  | 'LANDLOCK_UNSUPPORTED'
-  | 'LANDLOCK_DISABLED'
-  | 'NOT_MAIN_THREAD'
-  | 'RULE_PATH_UNAVAILABLE'
-  | 'RULESET_FAILED'
-  | 'NO_NEW_PRIVS_FAILED'
-  | 'RESTRICT_FAILED'
-  | 'EXEC_FAILED';
-
-export const LANDLOCK_CODES: readonly string[] = Object.freeze([...binding.landlockCodes]);
-
-/** Filesystem access rights by their Landlock names (LANDLOCK_ACCESS_FS_<NAME>, lower-cased). */
-export type LandlockFsRight =
-  | 'execute' | 'write_file' | 'read_file' | 'read_dir' | 'remove_dir' | 'remove_file' | 'make_char'
-  | 'make_dir' | 'make_reg' | 'make_sock' | 'make_fifo' | 'make_block' | 'make_sym' | 'refer'
-  | 'truncate' | 'ioctl_dev';
-
-export interface LandlockStatus {
-  ok: boolean;
-  /** 'OK' or a LandlockCode. */
-  code: 'OK' | LandlockCode;
-  errno: number;
-  detail: string;
-}
-
-/**
- * One path-beneath rule. `path` must be absolute and free of symlinks (it is opened refusing
- * every one); `directory` says what it must be. An `optional` rule whose path cannot be opened
- * is skipped and reported; a required one fails the call before anything is restricted.
- */
-export interface LandlockPathRule {
-  path: string;
-  access: LandlockFsRight[];
-  directory: boolean;
-  optional: boolean;
-}
-
-export interface LandlockPlan {
-  paths: LandlockPathRule[];
-  /** TCP ports the process may bind (0: an ephemeral port); applied where the ABI has network rules. */
-  bindPorts: number[];
-  /** false leaves outbound TCP unrestricted. */
-  restrictConnect: boolean;
-  connectPorts: number[];
-}
-
-export interface LandlockApplied extends LandlockStatus {
-  abi: number;
-  handledFs: LandlockFsRight[];
-  handledNet: ('bind_tcp' | 'connect_tcp')[];
-  scoped: ('abstract_unix_socket' | 'signal')[];
-  /** Optional rules left out because their path could not be opened (index into plan.paths). */
-  skipped: { index: number; errno: number; detail: string }[];
-}
-
-/** The Landlock ABI the kernel offers; `abi` 0 with a code where it offers none. */
-export function landlockAbi(): LandlockStatus & { abi: number } {
-  return binding.landlockAbi();
-}
-
-/**
- * Builds the ruleset, sets no_new_privs and restricts the calling thread, which must be the main
- * thread. On success that thread is confined for good; threads that already exist are not.
- */
-export function landlockRestrictSelf(plan: LandlockPlan): LandlockApplied {
-  return binding.landlockRestrictSelf(plan);
-}
-
-/**
- * execve from the main thread: the new image starts with that one thread (and its Landlock
- * domain). Returns only if execve failed.
- */
-export function replaceProcessImage(path: string, argv: string[], env: string[], keep: number[] = []): LandlockStatus {
-  return binding.replaceProcessImage({ path, argv, env, keep });
-}
-
-// ── sockets (native/sockets.h): the first stage's listeners, activation, sd_notify ──────────────
-
-/** Every code a socket call can fail with. */
-export type SocketCode = 'SOCKET_FAILED' | 'BIND_FAILED' | 'LISTEN_FAILED' | 'NOT_A_LISTENER' | 'CONNECT_FAILED' | 'SEND_FAILED';
-
-export interface SocketOutcome {
-  ok: boolean;
-  code: 'OK' | SocketCode;
-  errno: number;
-  detail: string;
-  /** The new descriptor (close-on-exec), or -1. */
-  fd: number;
-}
-
-export interface SocketInfo {
-  ok: boolean;
-  errno: number;
-  detail: string;
-  family: 'ipv4' | 'ipv6' | 'unix' | 'other';
-  stream: boolean;
-  listening: boolean;
-  /** The numeric host, or the unix socket's path ('' when unnamed or abstract). */
-  address: string;
-  port: number;
-}
-
-export interface UnixSocketProbe {
-  /** live: something accepts there; stale: nobody listens (ECONNREFUSED); error: see errno. */
-  state: 'live' | 'stale' | 'error';
-  /** The listener's pid (SO_PEERCRED) when live and known, else 0. */
-  pid: number;
-  errno: number;
-  detail: string;
-}
-
-export const SOCKET_CODES: readonly string[] = binding.socketCodes;
-
-/** The backlog libuv (and so Node's listen) uses. */
-export const LISTEN_BACKLOG = 511;
-
-/** A listening TCP socket on a numeric address that nothing accepts on until it is served. */
-export function listenTcp(address: string, port: number): SocketOutcome {
-  return binding.listenTcp({ address, port, backlog: LISTEN_BACKLOG });
-}
-
-/** A listening unix socket at `path`, created 0600. */
-export function listenUnix(path: string): SocketOutcome {
-  return binding.listenUnix({ path, backlog: LISTEN_BACKLOG });
-}
-
-export function socketInfo(fd: number): SocketInfo {
-  return binding.socketInfo({ fd });
-}
-
-/** Marks `fd` close-on-exec; 0 or an errno. */
-export function setCloexec(fd: number): number {
-  return binding.setCloexec({ fd });
-}
-
-export function probeUnixSocket(path: string): UnixSocketProbe {
-  return binding.probeUnixSocket({ path });
-}
-
-/** A datagram socket connected to NOTIFY_SOCKET (`/path` or `@abstract`). */
-export function notifyOpen(target: string): SocketOutcome {
-  return binding.notifyOpen({ target });
-}
-
-export function notifySend(fd: number, message: string): SocketOutcome {
-  return binding.notifySend({ fd, message });
-}
