@@ -1,10 +1,11 @@
 // `node bench/listing-threshold.mjs [DIR]`: where a listing's digest cache starts to pay (issue 38;
 // native/limits.h, kListingCachedMinBytes). For each file size, a tree of 1,000 files (in DIR, an
 // ext4/xfs/btrfs directory, default the OS temp directory; removed after), listed repeatedly in
-// process with the cache asked for every file (setListingCacheMinBytes(0): each file a hit under its
+// process with the cache asked for every file (setListingCacheMinBytesForTests(0): each file a hit under its
 // read lease) and for none (each file hashed from one read), interleaved, median of 11 each.
 // SIZES=4096,8192,... picks the sizes. Prints a Markdown table. Not part of `npm run bench`.
-import * as native from '../dist/native.js';
+import * as native from '../dist/addon/export.js';
+import { listForTests, setListingCacheMinBytesForTests } from '../dist/addon/for-tests.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { mkdirSync, existsSync, writeFileSync, openSync } from 'node:fs';
@@ -25,14 +26,14 @@ console.log('| file size | hashed again (ms / 1000 files) | cached digest under 
 console.log('|---:|---:|---:|---:|');
 for (const size of SIZES) {
   const wfd = openSync(join(base, `s${size}`), 'r');
-  native.setListingCacheMinBytes(0);
-  await native.listRoot(wfd, 'out', opts); // fills the cache
+  setListingCacheMinBytesForTests(0);
+  await listForTests(wfd, 'out', opts); // fills the cache
   const t = { hash: [], cache: [] };
   for (let r = 0; r < ROUNDS; r++) for (const mode of r % 2 ? ['hash', 'cache'] : ['cache', 'hash']) {
-    native.setListingCacheMinBytes(mode === 'cache' ? 0 : Number.MAX_SAFE_INTEGER);
+    setListingCacheMinBytesForTests(mode === 'cache' ? 0 : Number.MAX_SAFE_INTEGER);
     const s0 = native.digestCacheStats();
     const t0 = performance.now();
-    await native.listRoot(wfd, 'out', opts);
+    await listForTests(wfd, 'out', opts);
     t[mode].push(performance.now() - t0);
     const s1 = native.digestCacheStats();
     if (mode === 'cache' && s1.hits - s0.hits !== N) throw new Error(`expected ${N} hits, got ${s1.hits - s0.hits}`);
