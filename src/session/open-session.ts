@@ -7,7 +7,7 @@ import { dirname, join, resolve } from 'node:path';
 import { IN_PROCESS_LAUNCH, type Confinement } from './confinement.js';
 import type { Manifest } from '../manifest/model.js';
 import * as native from '../addon/export.js';
-import { defaultTracePath, parseSessionId, recordsDirectory } from './records.js';
+import { defaultTracePath, parseSessionId, recordsDirectory } from './records-dir.js';
 import type { Session } from './session.js';
 import { Trace } from '../trace/trace.js';
 import type { Containment } from '../wire.js';

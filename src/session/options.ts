@@ -1,5 +1,5 @@
 // Launch options as typed on a command line, each validated in one place: the listen address, the
-// advertised URL and the containment class. (The session id's one validation is parseSessionId in src/session/records.ts.)
+// advertised URL and the containment class. (The session id's one validation is parseSessionId in src/session/records-dir.ts.)
 import { existsSync, lstatSync, realpathSync, statSync, unlinkSync, type Stats } from 'node:fs';
 import { basename, dirname, isAbsolute, resolve } from 'node:path';
 import { UsageError } from '../codes.js';

@@ -18,7 +18,7 @@ import { DEFAULT_FETCH_MAX_BYTES } from '../limits.js';
 
 export type ToolName = 'share-file' | 'fetch-peer-file';
 
-export { defaultTracePath, newSessionId, parseSessionId, recordsDirectory } from './records.js';
+export { defaultTracePath, newSessionId, parseSessionId, recordsDirectory } from './records-dir.js';
 
 export interface SessionInit {
   manifest: Manifest;

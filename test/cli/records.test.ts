@@ -4,7 +4,7 @@
 import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { pruneSessions } from '../../src/cli/records.js';
+import { pruneSessions } from '../../src/cli/records-tool.js';
 import { landlockAbi } from '../../src/addon/landlock.js';
 import { defer } from '../helpers/cleanup.js';
 import { CLI, runCli, startServe } from '../helpers/cli.js';

@@ -7,7 +7,7 @@
 // through the symlink when there is one); and entries the tool must leave alone: a session
 // directory that is a symlink, a trace that is a symlink, a stray file, a `.pruning-` leftover.
 // Ages are hours away from the prune threshold (1h or 1d), so the clock's progress never decides.
-// The model, from src/cli/records.ts's documented rules and docs/cli.md, written apart:
+// The model, from src/cli/records-tool.ts's documented rules and docs/cli.md, written apart:
 //  - `records --json` lists exactly the session directories under 16-hex digests whose trace is a
 //    regular file (no link, no dot entry), with the first line's start, the last line's end when it
 //    is `session_end`, its reason, its size, the capsule's name, and `live` iff a process holds it;
@@ -22,7 +22,7 @@ import { closeSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, rea
 import { join, relative } from 'node:path';
 import fc from 'fast-check';
 import { describe, expect } from 'vitest';
-import { listSessions, pruneSessions } from '../../src/cli/records.js';
+import { listSessions, pruneSessions } from '../../src/cli/records-tool.js';
 import { defer } from '../helpers/cleanup.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { scratch } from '../helpers/tree.js';

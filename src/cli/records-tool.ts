@@ -6,7 +6,7 @@
 // symlink or anything but a directory of one trace is left alone and reported.
 import { closeSync, fstatSync, lstatSync, openSync, readdirSync, readlinkSync, readSync, renameSync, rmSync, rmdirSync, statSync, constants } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import { recordsDirectory } from '../session/records.js';
+import { recordsDirectory } from '../session/records-dir.js';
 
 export interface RecordedSession {
   sessionId: string;
