@@ -1,4 +1,4 @@
-// How both HTTP clients, `resource-plane get`/`ls` (cli/client.ts) and fetch-peer-file (tools/),
+// How both HTTP clients, `resource-plane get`/`ls` (cli/download.ts, cli/client.ts) and fetch-peer-file (tools/),
 // read a response body, so that the two cannot drift apart: a file body is hashed while it is
 // written to a sink and accepted only when the etag names exactly those bytes, and a refusal body
 // is read up to one cap. It knows nothing about files, refusals or messages: each caller maps a

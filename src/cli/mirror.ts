@@ -12,9 +12,10 @@
 // forms, headers, refusals and exit statuses are ls's and get's own (src/cli/client.ts).
 import type { FileHandle } from 'node:fs/promises';
 import {
-  announcedLength, base, checkListing, connect, getFailure, getRaw, printable, printableJson,
-  refusal, refusedBy, writeAll, type Connection, type Listing, type Origin,
+  announcedLength, base, checkListing, connect, getRaw, printable, printableJson,
+  refusal, refusedBy, type Connection, type Listing, type Origin,
 } from './client.js';
+import { getFailure, writeAll } from './download.js';
 import { ClientError, EXIT_STATUS, type ClientFailure } from './exit.js';
 import { LocalTree, NotADirectory, type HeldDir } from './local-tree.js';
 import { BodyFailure, readVerifiedBody } from '../response-body.js';

@@ -9,14 +9,15 @@
 // docs/cli.md) predicts the exit status, the error line (the server's words through the printable
 // filter, exactly), the bytes saved or nothing saved, and the listing printed; nothing either verb
 // prints, on stdout or stderr, may hold a character a terminal acts on. Most cases call the verbs'
-// functions in process (src/cli/client.ts, the error line as the command prints it); one in six
+// functions in process (src/cli/client.ts and download.ts, the error line as the command prints it); one in six
 // runs the real command (dist/cli/main.js), so the exit status and printing are the binary's.
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
-import { get, list } from '../../src/cli/client.js';
+import { list } from '../../src/cli/client.js';
+import { get } from '../../src/cli/download.js';
 import { ClientError } from '../../src/cli/exit.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { removeTree, tempDir } from '../helpers/tree.js';

@@ -1,7 +1,7 @@
-// `get`: one file, downloaded and saved only once its etag is verified (the client is cli/client.ts).
+// `get`: one file, downloaded and saved only once its etag is verified (cli/download.ts; the wire is cli/client.ts).
 import type { SingleBar } from 'cli-progress';
 import type { Command } from 'commander';
-import type { Progress } from '../client.js';
+import type { Progress } from '../download.js';
 import { collect, fail, humanBytes, parseMaxBytes, PROGRAM, shortErrors, stoppable } from '../common.js';
 
 /** A progress bar on stderr, only when stderr is a terminal: never in a pipe, a log or a test. */
@@ -60,7 +60,7 @@ Examples:
   ${PROGRAM} get unix:/run/cap/operator.sock report.md -o - | less`,
     )
     .action(async (url: string, path: string, flags: { output?: string; force?: boolean; maxBytes?: string; header: string[] }) => {
-      const { get: download, parseHeaders } = await import('../client.js');
+      const [{ get: download }, { parseHeaders }] = await Promise.all([import('../download.js'), import('../client.js')]);
       let maxBytes: number | undefined;
       let headers: Record<string, string> = {};
       try {
