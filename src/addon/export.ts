@@ -2,6 +2,8 @@
 // choice, the workdir's descriptor, reads, streams, listings and the digest cache, as typed,
 // promise-returning wrappers whose rejections are NativeError. Callers validate meaning (lowered
 // paths, byte ceilings) before calling; the addon re-checks types only.
+// Why this file is long: it types the export path's whole slice of the binding, and most of its
+// lines are those types' documentation.
 import { addon, call, nativeError } from './load.js';
 
 export { NativeError, NATIVE_CODES, type NativeCode } from './load.js';

@@ -9,7 +9,9 @@
 // The server is not trusted: a listed name is used only when it is a relative path of plain
 // components, and everything is written beneath <dir>'s descriptor without following a symlink
 // (src/cli/local-tree.ts); every text of its reaches the terminal through `printable`. The URL
-// forms, headers, refusals and exit statuses are ls's and get's own (src/cli/client.ts).
+// forms, headers, refusals and exit statuses are ls's and get's own (src/cli/client.ts, download.ts).
+// Why this file is long: the one verified transfer (list, compare, get, retry, place, delete)
+// reads best whole; what it writes locally is local-tree.ts's.
 import type { FileHandle } from 'node:fs/promises';
 import {
   announcedLength, base, checkListing, connect, getRaw, printable, printableJson,

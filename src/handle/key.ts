@@ -11,6 +11,9 @@
  * again. It also owns the constant-time comparison MACs are checked with, and the random-byte
  * source the handle nonces come from, so that every use of sodium-native on the peer plane sits in
  * one place.
+ *
+ * Why this file is long: the secret's whole life (generation, locked memory, the HMAC's derived
+ * states, batching, wiping) stays in the one file that can touch it.
  */
 import { createRequire } from 'node:module';
 import { inspect } from 'node:util';

@@ -25,6 +25,8 @@
 //
 // Nothing here runs for a library launch (launch()): confining the caller's process would be a
 // surprise, so those sessions record that they are not confined.
+// Why this file is long: the re-exec's handshake (what the first stage hands over, what the
+// confined image takes back) reads as one sequence; the ruleset is planned apart (confine-plan.ts).
 import { closeSync, constants as fsConstants, mkdirSync, openSync, unlinkSync } from 'node:fs';
 import { rmdir, unlink } from 'node:fs/promises';
 import { dirname, join } from 'node:path';

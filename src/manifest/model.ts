@@ -6,6 +6,8 @@
 //
 // Parsing is pure: E-CAP-007 needs the filesystem and is checked at launch (src/session/checks.ts),
 // so that `explain-scope` can answer from the text alone.
+// Why this file is long: it is the manifest's one grammar, every block's keys, types and
+// diagnostics in reading order; the value grammars live apart (grammars.ts, destinations.ts).
 
 import { createRequire } from 'node:module';
 import type { Document } from 'yaml';

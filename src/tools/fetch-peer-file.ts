@@ -8,6 +8,8 @@
 // and is renamed into place only when the peer's etag names exactly those bytes. Every attempt
 // lands in the trace as `peer_file_fetch`. The token itself goes only into the request line:
 // never into a result, a refusal, or the record.
+// Why this file is long: the tool is one sequence of named steps, each a guarantee with its own
+// refusal, read top to bottom; the HTTP and the card live apart (peer-http.ts, peer-card.ts).
 import { isPeerPlaneCode, Refusal, type PeerStatusCode, type PlaneCode } from '../codes.js';
 import { ownAudience, sessionIdFromCard } from '../handle/audience.js';
 import { readUnverified } from '../handle/token.js';
