@@ -13,7 +13,6 @@ const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 // against an ASan/UBSan build (fuzz/asan/test-asan.sh). Whoever sets a process's environment can
 // already preload code into it, so this grants nothing new.
 const addonOverride = process.env.RESOURCE_PLANE_ADDON;
-// eslint-disable-next-line @typescript-eslint/no-require-imports
 /** The loaded addon, untyped: each module of src/addon types the slice of it that it uses. */
 export const addon: unknown = addonOverride ? require(addonOverride) : require('node-gyp-build')(packageRoot);
 

@@ -9,7 +9,7 @@ import { lowerRelpath } from '../paths.js';
 import type { Session } from '../session/session.js';
 import { formatEtag, HEADER } from '../wire.js';
 import { resourceList, resourceRead, type Outcome } from '../trace/events.js';
-import { answerRead, chunkBuffers, observer, clientGone, noneMatch, releaseOnClose, refuse, sendTracedBody, traced, type BuildRead, type Exchange } from './exchange.js';
+import { chunkBuffers, Exchange, noneMatch, observer, type BuildRead } from './exchange.js';
 import type { PlaneContext } from './context.js';
 import { headerSafe, readHeaders, type HeaderList, type PlaneReply } from './reply.js';
 
@@ -18,7 +18,7 @@ export async function handleFiles(ctx: PlaneContext, method: string, rest: strin
   const { session, metrics } = ctx;
   const generation = session.generation; // read once: every header and trace field agrees
   const isList = rest === null || rest === '';
-  const x: Exchange = {
+  const x = new Exchange({
     reply,
     trace: session.trace,
     context: 'files',
@@ -26,7 +26,7 @@ export async function handleFiles(ctx: PlaneContext, method: string, rest: strin
     maxBytes: session.files?.opts.maxBytes,
     traceRefusal: () => session.refusals.allow(reply.client),
     observe: observer(metrics, 'files', isList ? 'list' : 'read', reply),
-  };
+  });
   if (isList) return handleList(session, x, method, generation);
   return handleRead(ctx, x, method, rest!, generation);
 }
@@ -35,7 +35,7 @@ async function handleList(session: Session, x: Exchange, method: string, generat
   const view = session.files;
   const listed = (o: Outcome, entryCount: number | null, totalBytes: number | null) =>
     resourceList({ ...o, root: view?.opts.root ?? '', entryCount, totalBytes, generation, containment: session.containment });
-  const refused = (r: Refusal) => refuse(x, r, (o) => listed(o, null, null));
+  const refused = (r: Refusal) => x.refuse(r, (o) => listed(o, null, null));
   if (method !== 'GET') return refused(new Refusal('method_not_allowed'));
   if (!view) return refused(new Refusal('no_resource_plane'));
   // The addon renders the entries between these (the object JSON.stringify would give, in the
@@ -45,11 +45,11 @@ async function handleList(session: Session, x: Exchange, method: string, generat
   let listing: RenderedListing & { release: Release };
   try {
     // The client leaving or the session stopping cancels the hashing (and the wait for memory) at once.
-    listing = await view.list(AbortSignal.any([clientGone(x), session.stoppingSignal]), render, session.memory);
+    listing = await view.list(AbortSignal.any([x.clientGone(), session.stoppingSignal]), render, session.memory);
   } catch (error) {
     return refused(asRefusal(error));
   }
-  releaseOnClose(x, listing.release);
+  x.releaseOnClose(listing.release);
   const { body } = listing;
   // The listing's strong validator: the SHA-256 of exactly these bytes, in the files' etag format.
   // The addon hands the body over whole (held in the budget), so it is hashed once here, before
@@ -65,15 +65,15 @@ async function handleList(session: Session, x: Exchange, method: string, generat
   // The client already holds exactly these bytes: a 304 with the same headers and no body, traced
   // as a listing that sent none (the counts still say what the listing it holds describes).
   if (noneMatch(x.reply.req.headers['if-none-match'], etag)) {
-    if (!(await traced(x, listed({ outcome: 'not_modified', reason: null }, listing.entryCount, listing.totalBytes)))) return;
+    if (!(await x.traced(listed({ outcome: 'not_modified', reason: null }, listing.entryCount, listing.totalBytes)))) return;
     x.observe?.('not_modified', 0);
     x.reply.send(304, headers, Buffer.alloc(0));
     return;
   }
   const sent = listed({ outcome: 'ok', reason: null }, listing.entryCount, listing.totalBytes);
-  if (!(await traced(x, sent))) return;
+  if (!(await x.traced(sent))) return;
   x.observe?.('ok', 0);
-  sendTracedBody(x, headers, body, sent);
+  x.sendTracedBody(headers, body, sent);
 }
 
 async function handleRead(ctx: PlaneContext, x: Exchange, method: string, raw: string, generation: number): Promise<void> {
@@ -81,18 +81,18 @@ async function handleRead(ctx: PlaneContext, x: Exchange, method: string, raw: s
   const view = session.files;
   const lowered = lowerRelpath(raw, 'url');
   const read: BuildRead = (f) => resourceRead({ ...f, path: lowered.display, generation, containment: session.containment });
-  const refused = (r: Refusal) => refuse(x, r, (o) => read({ ...o, bytes: null, sha256: null }));
+  const refused = (r: Refusal) => x.refuse(r, (o) => read({ ...o, bytes: null, sha256: null }));
   if (method !== 'GET') return refused(new Refusal('method_not_allowed'));
   if (!view) return refused(new Refusal('no_resource_plane'));
   if (!lowered.ok) return refused(new Refusal('outside_root'));
   const buffers = chunkBuffers(session.memory, ctx.reuseBuffers);
   let body: Body;
   try {
-    body = await view.read(lowered.relpath, { budget: session.memory, gone: () => clientGone(x), buffers });
+    body = await view.read(lowered.relpath, { budget: session.memory, gone: () => x.clientGone(), buffers });
   } catch (error) {
     return refused(asRefusal(error));
   }
-  releaseOnClose(x, body.release);
+  x.releaseOnClose(body.release);
   const headers: HeaderList = [...readHeaders(body, generation, session.containment), [HEADER.exportRoot, headerSafe(view.opts.root)]];
-  await answerRead(x, body, headers, buffers, read);
+  await x.answerRead(body, headers, buffers, read);
 }

@@ -9,7 +9,7 @@ import { canonicalRelpath } from '../paths.js';
 import { handleId } from '../redact.js';
 import { HEADER } from '../wire.js';
 import { peerHandleRedeem } from '../trace/events.js';
-import { answerRead, chunkBuffers, observer, clientGone, releaseOnClose, refuse, type BuildRead, type Exchange } from './exchange.js';
+import { chunkBuffers, Exchange, observer, type BuildRead } from './exchange.js';
 import type { PlaneContext } from './context.js';
 import { readHeaders, sendError, type HeaderList, type PlaneReply } from './reply.js';
 
@@ -38,7 +38,7 @@ export async function handleRedeem(ctx: PlaneContext, method: string, rest: stri
   // Trimmed as the reference trims (Unicode White_Space), so both derive one audience.
   const audience = trimWhiteSpace(audienceHeader ?? '');
   const view = session.peerFiles;
-  const x: Exchange = {
+  const x = new Exchange({
     reply,
     trace: session.trace,
     context: 'peer',
@@ -46,11 +46,11 @@ export async function handleRedeem(ctx: PlaneContext, method: string, rest: stri
     maxBytes: view?.opts.maxBytes,
     traceRefusal: () => session.refusals.allow(reply.client),
     observe: observer(metrics, 'peer', 'redeem', reply),
-  };
+  });
   let verifiedPath: string | null = null;
   // The path is caller-controlled until the MAC verifies: never recorded as fact before that.
   const redeemed: BuildRead = (f) => peerHandleRedeem({ ...f, handleId: hid, path: verifiedPath, generation, audienceAsserted: audienceHeader ?? null });
-  const refused = (r: Refusal) => refuse(x, r, (o) => redeemed({ ...o, bytes: null, sha256: null }));
+  const refused = (r: Refusal) => x.refuse(r, (o) => redeemed({ ...o, bytes: null, sha256: null }));
 
   const key = session.key;
   if (!view || !key) return refused(new Refusal('no_peer_plane'));
@@ -79,12 +79,12 @@ export async function handleRedeem(ctx: PlaneContext, method: string, rest: stri
   const buffers = chunkBuffers(session.memory, ctx.reuseBuffers);
   let body: Body;
   try {
-    body = await view.read(relpath, { budget: session.memory, gone: () => clientGone(x), buffers });
+    body = await view.read(relpath, { budget: session.memory, gone: () => x.clientGone(), buffers });
   } catch (error) {
     return refused(asRefusal(error));
   }
-  releaseOnClose(x, body.release);
+  x.releaseOnClose(body.release);
   // Never x-murmur-export-root: the peer plane discloses no path structure.
   const headers: HeaderList = [...readHeaders(body, generation, session.containment), [HEADER.handleId, hid]];
-  await answerRead(x, body, headers, buffers, redeemed);
+  await x.answerRead(body, headers, buffers, redeemed);
 }

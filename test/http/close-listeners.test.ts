@@ -7,7 +7,9 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { connect, type AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { onceClosed } from '../../src/http/closing.js';
-import { clientGone, type Exchange } from '../../src/http/exchange.js';
+import { Exchange } from '../../src/http/exchange.js';
+import type { PlaneReply } from '../../src/http/reply.js';
+import type { Trace } from '../../src/trace/trace.js';
 
 let server: Server | null = null;
 afterEach(async () => {
@@ -34,7 +36,7 @@ function get(port: number, leaveWhen?: Promise<void>): Promise<string> {
   });
 }
 
-const exchangeOf = (req: IncomingMessage, res: ServerResponse) => ({ reply: { req, raw: res } }) as unknown as Exchange;
+const exchangeOf = (req: IncomingMessage, res: ServerResponse) => new Exchange({ reply: { req, raw: res } as unknown as PlaneReply, trace: null as unknown as Trace, context: 'files', refusalHeaders: [] });
 
 describe('onceClosed', () => {
   it('runs every callback once, in order', async () => {
@@ -69,7 +71,7 @@ describe('clientGone', () => {
     const arrival = new Promise<void>((r) => (arrived = r));
     const aborted = new Promise<void>((done) => {
       void serveOnce((req, res) => {
-        signal = clientGone(exchangeOf(req, res));
+        signal = exchangeOf(req, res).clientGone();
         signal.addEventListener('abort', () => done());
         arrived();
       }).then((port) => get(port, arrival));
@@ -83,7 +85,7 @@ describe('clientGone', () => {
     let closedRes!: () => void;
     const closed = new Promise<void>((r) => (closedRes = r));
     const port = await serveOnce((req, res) => {
-      signal = clientGone(exchangeOf(req, res));
+      signal = exchangeOf(req, res).clientGone();
       onceClosed(req, res, closedRes);
       res.end('ok');
     });
