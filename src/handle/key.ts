@@ -188,10 +188,10 @@ function loadArbitraryKey(key: Uint8Array, v: Views): void {
 }
 
 /**
- * HMAC-SHA256 with a caller-supplied key, through the same derivation and MAC the instance key
- * uses. Exists so the construction can be checked against the RFC 4231 vectors.
+ * Tests only: HMAC-SHA256 with a caller-supplied key, through the same derivation and MAC the
+ * instance key uses, so the construction can be checked against the RFC 4231 vectors.
  */
-export function hmacSha256WithKey(key: Buffer, message: Buffer): Buffer {
+export function hmacSha256WithKeyForTests(key: Buffer, message: Buffer): Buffer {
   const scratch = scratchArena();
   sodium.sodium_mprotect_readwrite(scratch);
   try {

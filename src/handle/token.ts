@@ -232,18 +232,15 @@ function macFor(key: InstanceKey, payloadSegment: string, audience: string): Buf
   return key.hmacSha256(macMessage(payloadSegment, audience));
 }
 
-/**
- * Seals arbitrary payload bytes. `mintToken` is the only production caller; tests use it
- * directly to produce validly MAC'd payloads that are not valid handles.
- */
-export function sealRaw(key: InstanceKey, payloadJson: Buffer, audience: string): string {
+/** Seals arbitrary payload bytes (mintToken's last step). */
+function sealRaw(key: InstanceKey, payloadJson: Buffer, audience: string): string {
   const payloadSegment = encodeBase64Url(payloadJson);
   const mac = macFor(key, payloadSegment, audience);
   return `${TOKEN_TAG}.${payloadSegment}.${encodeBase64Url(mac)}`;
 }
 
 /**
- * Mints a token for `audience`. Refuses a payload that `verifyToken` would call malformed, so
+ * Mints a token for `audience`. Refuses a payload that verification would call malformed, so
  * no caller can hand out a handle that can never redeem.
  */
 export function mintToken(key: InstanceKey, payload: HandlePayload, audience: string): string {
@@ -261,7 +258,7 @@ export function mintToken(key: InstanceKey, payload: HandlePayload, audience: st
  * single `not_valid`, and so is a foreign `iss`: splitting them would tell a prober which field
  * to change next.
  */
-export function verifyToken(
+export function verifyTokenForTests(
   key: InstanceKey,
   token: string,
   audience: string,
@@ -273,7 +270,7 @@ export function verifyToken(
   return verifyParsed(key, parts, audience, sessionId, nowMs);
 }
 
-/** verifyToken's checks after the shape, on a token parseToken has already split and decoded. */
+/** The verification's checks after the shape, on a token parseToken has already split and decoded. */
 export function verifyParsed(
   key: InstanceKey,
   parts: TokenParts,
@@ -322,12 +319,13 @@ export function readUnverified(token: string): { payload: HandlePayload | null }
   return parts === null ? null : { payload: parsePayload(parts.payload)?.payload ?? null };
 }
 
-/** The payload of a token this process cannot verify, or null (see readUnverified). */
-export function decodePayloadUnverified(token: string): HandlePayload | null {
-  return readUnverified(token)?.payload ?? null;
-}
-
 /** 32 lowercase hex characters of fresh randomness, for a payload's `n`. */
 export function randomNonceHex(): string {
   return randomBytes(NONCE_BYTES).toString('hex');
 }
+
+/**
+ * Tests only: validly MAC'd payload bytes that need not be a handle (a payload verification must
+ * call malformed, a field the parser must refuse). Nothing in src/ calls it.
+ */
+export const sealRawForTests = sealRaw;

@@ -51,4 +51,15 @@ describe("the addon's face", () => {
     expect(unionOf('src/addon/landlock.ts', 'LandlockCode').sort()).toEqual([...LANDLOCK_CODES].sort());
     expect(unionOf('src/addon/sockets.ts', 'SocketCode').sort()).toEqual([...SOCKET_CODES].sort());
   });
+
+  it('is the one discipline for test-only entries across src/: a *ForTests export is never called from src/', () => {
+    const calls: string[] = [];
+    for (const f of srcFiles) {
+      const text = read(join('src', f)).replace(/export (?:async )?(?:function|const) \w+ForTests\b/g, '');
+      for (const m of text.matchAll(/\b(\w+ForTests)\b/g)) calls.push(`${f}: ${m[1]}`);
+    }
+    expect(calls).toEqual([]);
+    // The entries exist (a rename that drops the suffix would pass the check above vacuously).
+    expect(srcFiles.filter((f) => /ForTests\b/.test(read(join('src', f)))).sort()).toEqual(['addon/for-tests.ts', 'handle/key.ts', 'handle/token.ts']);
+  });
 });

@@ -354,7 +354,7 @@ describe('2. the instance key lives in secure memory only, and only while it mus
       const root = process.argv[1];
       const { launch } = await import(root + '/dist/launch/launch.js');
       const { parseManifest } = await import(root + '/dist/manifest/model.js');
-      const { mintToken, verifyToken } = await import(root + '/dist/handle/token.js');
+      const { mintToken, verifyTokenForTests } = await import(root + '/dist/handle/token.js');
       const sodium = createRequire(root + '/dist/handle/key.js')('sodium-native');
       function scan(needleX, mask) {
         const fd = openSync('/proc/self/mem', 'r');
@@ -393,7 +393,7 @@ describe('2. the instance key lives in secure memory only, and only while it mus
       sodium.sodium_mprotect_noaccess(key);
       for (let k = 0; k < 500; k++) {
         const t = mintToken(session.key, { v: 1, iss: session.sessionId, p: 'a.txt', exp: Date.now() + 1e6, n: 'a'.repeat(32) }, 'b@c:1');
-        verifyToken(session.key, t, 'b@c:1', session.sessionId, Date.now());
+        verifyTokenForTests(session.key, t, 'b@c:1', session.sessionId, Date.now());
         if (k % 100 === 0) await fetch(server.url + '/resources/peer/' + t, { headers: { 'x-murmur-audience': 'b@c:1' } }).then((r) => r.arrayBuffer());
       }
       globalThis.gc();
@@ -563,7 +563,7 @@ describe('3. tampered payload, tampered MAC, another instance and the wrong audi
   });
 
   it('runs the same work for every one of them: one full HMAC, one constant-time compare, nothing branch-dependent before it', async () => {
-    const { verifyToken } = await import('../../src/handle/token.js');
+    const { verifyTokenForTests } = await import('../../src/handle/token.js');
     const counts: Record<string, Record<string, number>> = {};
     for (const [label, t, aud] of variants()) {
       const tally: Record<string, number> = {};
@@ -576,7 +576,7 @@ describe('3. tampered payload, tampered MAC, another instance and the wrong audi
           });
         });
       const memcmp = vi.spyOn(Buffer.prototype, 'equals');
-      const result = verifyToken(a.session.key!, t, aud, a.session.sessionId, Date.now());
+      const result = verifyTokenForTests(a.session.key!, t, aud, a.session.sessionId, Date.now());
       expect(result.ok).toBe(false);
       expect(memcmp).not.toHaveBeenCalled();
       for (const s of spies) s.mockRestore();

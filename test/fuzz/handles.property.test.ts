@@ -11,7 +11,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
 import { CATALOGUE, isCode } from '../../src/codes.js';
 import { InstanceKey } from '../../src/handle/key.js';
-import { mintToken, sealRaw, verifyToken } from '../../src/handle/token.js';
+import { mintToken, sealRawForTests, verifyTokenForTests } from '../../src/handle/token.js';
 import { openCapsule as launch, type Capsule as Launched } from '../helpers/capsule.js';
 import { rawGet } from '../helpers/http.js';
 import { makeTree, removeTree, tempDir } from '../helpers/tree.js';
@@ -58,8 +58,8 @@ describe('peer handles in process', () => {
           // the same key (validly MAC'd, not necessarily a valid payload).
           const goodPayload = { v: 1, iss: SID, p: 'report.md', exp: now + 600_000, n: '0123456789abcdef0123456789abcdef' };
           const minted = mintToken(key, goodPayload, audience);
-          const sealedOdd = sealRaw(key, payloadBytes(odd, SID, now), audience);
-          const sealedGood = sealRaw(key, payloadBytes(good, SID, now), audience);
+          const sealedOdd = sealRawForTests(key, payloadBytes(odd, SID, now), audience);
+          const sealedGood = sealRawForTests(key, payloadBytes(good, SID, now), audience);
           const foreign = mintToken(other, goodPayload, audience);
           const sealed: Sealed[] = [minted, sealedOdd, sealedGood].map((token) => ({ token, audience }));
           const candidates = [minted, sealedOdd, sealedGood, foreign, ...mutations.flatMap((ms) => [mutate(minted, ms), mutate(sealedOdd, ms)])];
@@ -67,7 +67,7 @@ describe('peer handles in process', () => {
           for (const token of candidates) {
             for (const aud of audiences) {
               const expected = modelVerify(token, aud, sealed, SID, now);
-              const got = verifyToken(key, token, aud, SID, now);
+              const got = verifyTokenForTests(key, token, aud, SID, now);
               const label = `verify ${show(token.slice(0, 200))} for audience ${JSON.stringify(aud)} (sealed for ${JSON.stringify(audience)})`;
               const verdict = got.ok ? 'ok' : got.reason;
               expect(verdict, label).toBe(expected.verdict);
@@ -80,7 +80,7 @@ describe('peer handles in process', () => {
             }
           }
           // The minted handle under a different audience: never valid.
-          const wrong = verifyToken(key, minted, differentAudience(audience, audMutation), SID, now);
+          const wrong = verifyTokenForTests(key, minted, differentAudience(audience, audMutation), SID, now);
           expect(wrong.ok ? 'ok' : wrong.reason).toBe('not_valid');
         }),
       ),
@@ -274,7 +274,7 @@ describe('peer handles over real HTTP', () => {
             const key = (s.launched.session.key ?? sessions[0]!.launched.session.key)!;
             const sid = s.launched.session.sessionId;
             const minted = mintToken(key, { v: 1, iss: sid, p, exp: now + 600_000, n: '0123456789abcdef0123456789abcdef' }, audience);
-            const sealedOdd = sealRaw(key, payloadBytes(odd, sid, now), audience);
+            const sealedOdd = sealRawForTests(key, payloadBytes(odd, sid, now), audience);
             // Another session's handle: its own key and issuer, never this one's.
             const otherSession = sessions[index === 0 ? 1 : 0]!.launched;
             const foreign = mintToken(otherSession.session.key!, { v: 1, iss: otherSession.session.sessionId, p, exp: now + 600_000, n: 'aa' }, audience);

@@ -9,7 +9,7 @@ import { writeFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
-import { verifyToken } from '../../src/handle/token.js';
+import { verifyTokenForTests } from '../../src/handle/token.js';
 import { callTool } from '../../src/tools/index.js';
 import { rawGet } from '../helpers/http.js';
 import { removeTree, tempDir } from '../helpers/tree.js';
@@ -142,7 +142,7 @@ describe('handle expiry against the session clock', () => {
             const live = modelLive(exp, now);
             const at = `${label}: presented at exp${now - exp >= 0 ? '+' : ''}${now - exp} ms`;
             // In process: the verifier with the clock passed in.
-            const v = verifyToken(sharer.launched.session.key!, token, peer.audience, sharer.launched.session.sessionId, now);
+            const v = verifyTokenForTests(sharer.launched.session.key!, token, peer.audience, sharer.launched.session.sessionId, now);
             expect(v.ok ? 'ok' : v.reason, at).toBe(live ? 'ok' : 'expired');
             // Over HTTP: the redeem reads the session's clock.
             clock.t = now;

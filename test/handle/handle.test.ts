@@ -5,18 +5,17 @@
  * the canonical-encoding cases this implementation adds.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { hmacSha256WithKey, InstanceKey } from '../../src/handle/key.js';
+import { hmacSha256WithKeyForTests, InstanceKey } from '../../src/handle/key.js';
 import {
   checkShape,
   decodeBase64UrlStrict,
-  decodePayloadUnverified,
   type HandlePayload,
   MAC_DOMAIN,
   mintToken,
   randomNonceHex,
   readUnverified,
-  sealRaw,
-  verifyToken,
+  sealRawForTests,
+  verifyTokenForTests,
 } from '../../src/handle/token.js';
 import { handleId, redactHandles, redactHandlesDeep } from '../../src/redact.js';
 import { storedPathFor } from '../../src/tools/fetch-peer-file.js';
@@ -51,7 +50,7 @@ function tamperSegment(token: string, nth: number): string {
 }
 
 const verify = (key: InstanceKey, token: string, audience = 'a@b', session = 'ses_1') =>
-  verifyToken(key, token, audience, session, NOW);
+  verifyTokenForTests(key, token, audience, session, NOW);
 
 describe('mint and verify', () => {
   it('round-trips a minted handle', () => {
@@ -74,14 +73,14 @@ describe('mint and verify', () => {
 
   it('MACs exactly domain ‖ 0x1f ‖ payload-base64url ‖ 0x1f ‖ audience', () => {
     // The instance key cannot be read, so the layout is checked through the equivalence
-    // sealRaw(key) ⇔ HMAC(same bytes): the parts hashed by InstanceKey are the concatenation.
+    // sealRawForTests(key) ⇔ HMAC(same bytes): the parts hashed by InstanceKey are the concatenation.
     const key = newKey();
     const json = Buffer.from('{"v":1}');
     const macInput = (payloadSegment: string, audience: string) =>
       Buffer.concat([Buffer.from(MAC_DOMAIN), Buffer.from([0x1f]), Buffer.from(payloadSegment), Buffer.from([0x1f]), Buffer.from(audience)]);
     // Audiences beyond ASCII too: each part is UTF-8 on its own (a lone surrogate is U+FFFD's bytes).
     for (const audience of ['a@b', 'ünï🦊@h:1', '\udc00lone\ud800@h:2', '']) {
-      const token = sealRaw(key, json, audience);
+      const token = sealRawForTests(key, json, audience);
       const [, payloadSegment, macSegment] = token.split('.') as [string, string, string];
       expect(payloadSegment).toBe(json.toString('base64url'));
       expect(Buffer.from(macSegment, 'base64url'), audience).toEqual(key.hmacSha256([macInput(payloadSegment, audience)]));
@@ -89,7 +88,7 @@ describe('mint and verify', () => {
     const input = macInput(json.toString('base64url'), 'a@b');
     expect(MAC_DOMAIN).toBe('murmur-peer-handle-v1');
     // And the core is a real HMAC-SHA256 (the RFC vectors live in peer-key.test.ts).
-    expect(hmacSha256WithKey(Buffer.from('k'), input)).toHaveLength(32);
+    expect(hmacSha256WithKeyForTests(Buffer.from('k'), input)).toHaveLength(32);
   });
 
   it('uses only url-safe, unpadded base64', () => {
@@ -268,18 +267,18 @@ describe('malformed tokens', () => {
       '[1]',
       'null',
     ]) {
-      const token = sealRaw(key, Buffer.from(json), 'a@b');
+      const token = sealRawForTests(key, Buffer.from(json), 'a@b');
       expect(checkShape(token), json).toBe(true);
       expect(verify(key, token), json).toEqual({ ok: false, reason: 'malformed' });
     }
     // Invalid UTF-8 is not JSON either.
-    const token = sealRaw(key, Buffer.from([0x7b, 0xff, 0x7d]), 'a@b');
+    const token = sealRawForTests(key, Buffer.from([0x7b, 0xff, 0x7d]), 'a@b');
     expect(verify(key, token)).toEqual({ ok: false, reason: 'malformed' });
   });
 
   it('checks the MAC before reading the payload', () => {
     const key = newKey();
-    const token = sealRaw(key, Buffer.from('not json'), 'a@b');
+    const token = sealRawForTests(key, Buffer.from('not json'), 'a@b');
     // Not JSON, and not ours for this audience: the MAC answer comes first.
     expect(verify(key, token, 'x@y')).toEqual({ ok: false, reason: 'not_valid' });
   });
@@ -322,29 +321,32 @@ describe('nonces and handle ids', () => {
   });
 });
 
-describe('decodePayloadUnverified', () => {
+/** A peer's payload as fetch-peer-file reads it: never trusted, and null for what is not a handle. */
+const payloadUnverified = (token: string) => readUnverified(token)?.payload ?? null;
+
+describe('readUnverified', () => {
   it("reads a peer's payload without a key, and nothing that is not a handle", () => {
     const key = newKey();
     const payload = payloadFor('dir/report.md', 'ses_peer', IN_AN_HOUR);
     const token = mintToken(key, payload, 'a@b');
-    expect(decodePayloadUnverified(token)).toEqual(payload);
+    expect(payloadUnverified(token)).toEqual(payload);
     // The MAC is not checked: that is the point, and why the result decides nothing.
-    expect(decodePayloadUnverified(tamperSegment(token, 2))).toEqual(payload);
-    expect(decodePayloadUnverified('report.md')).toBeNull();
-    expect(decodePayloadUnverified(sealRaw(key, Buffer.from('not json'), 'a@b'))).toBeNull();
+    expect(payloadUnverified(tamperSegment(token, 2))).toEqual(payload);
+    expect(payloadUnverified('report.md')).toBeNull();
+    expect(payloadUnverified(sealRawForTests(key, Buffer.from('not json'), 'a@b'))).toBeNull();
   });
 
   it('readUnverified is checkShape and the payload in one pass, never disagreeing with either', () => {
     const key = newKey();
     const token = mintToken(key, payloadFor('dir/report.md', 'ses_peer', IN_AN_HOUR), 'a@b');
-    const candidates = [token, tamperSegment(token, 2), `${token}/x`, 'report.md', 'mh1.a.b', sealRaw(key, Buffer.from('not json'), 'a@b'), sealRaw(key, Buffer.from('{"v":2}'), 'a@b')];
+    const candidates = [token, tamperSegment(token, 2), `${token}/x`, 'report.md', 'mh1.a.b', sealRawForTests(key, Buffer.from('not json'), 'a@b'), sealRawForTests(key, Buffer.from('{"v":2}'), 'a@b')];
     for (const candidate of candidates) {
       const read = readUnverified(candidate);
       expect(read !== null, candidate).toBe(checkShape(candidate));
-      expect(read?.payload ?? null, candidate).toEqual(decodePayloadUnverified(candidate));
+      expect(read?.payload ?? null, candidate).toEqual(candidate === token || candidate === tamperSegment(token, 2) ? payloadFor('dir/report.md', 'ses_peer', IN_AN_HOUR) : null);
     }
     expect(readUnverified('mh1.a.b')).toBeNull();
-    expect(readUnverified(sealRaw(key, Buffer.from('not json'), 'a@b'))).toEqual({ payload: null });
+    expect(readUnverified(sealRawForTests(key, Buffer.from('not json'), 'a@b'))).toEqual({ payload: null });
   });
 });
 

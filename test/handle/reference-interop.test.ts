@@ -12,8 +12,8 @@ import { createHash } from 'node:crypto';
 import { createServer } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { audienceFromCard, ownAudience, trimWhiteSpace } from '../../src/handle/audience.js';
-import { hmacSha256WithKey } from '../../src/handle/key.js';
-import { readUnverified, sealRaw, verifyToken } from '../../src/handle/token.js';
+import { hmacSha256WithKeyForTests } from '../../src/handle/key.js';
+import { readUnverified, sealRawForTests, verifyTokenForTests } from '../../src/handle/token.js';
 import { handleId } from '../../src/redact.js';
 import { fetchPeerFile } from '../../src/tools/fetch-peer-file.js';
 import { openCapsule, type Capsule } from '../helpers/capsule.js';
@@ -60,7 +60,7 @@ describe('an exp above 2^53-1, as the reference mints it', () => {
   it("is byte for byte the reference's token, and its issuer is read", () => {
     const [, segment, mac] = RUST_TOKEN.split('.');
     expect(Buffer.from(segment!, 'base64url').toString()).toBe(RUST_JSON);
-    expect(hmacSha256WithKey(RUST_KEY, Buffer.from(`murmur-peer-handle-v1\u001f${segment}\u001f${RUST_AUDIENCE}`)).toString('base64url')).toBe(mac);
+    expect(hmacSha256WithKeyForTests(RUST_KEY, Buffer.from(`murmur-peer-handle-v1\u001f${segment}\u001f${RUST_AUDIENCE}`)).toString('base64url')).toBe(mac);
     expect(handleId(RUST_TOKEN)).toBe(RUST_HANDLE_ID);
     const read = readUnverified(RUST_TOKEN);
     expect(read?.payload).toMatchObject({ v: 1, iss: 'ses_rust', p: 'report.md', n: '00112233445566778899aabbccddeeff' });
@@ -112,7 +112,7 @@ describe('a payload is read as the reference reads it', () => {
     removeTree(workdir);
     removeTree(traceDir);
   });
-  const seal = (json: string) => sealRaw(issuer.session.key!, Buffer.from(json), RUST_AUDIENCE);
+  const seal = (json: string) => sealRawForTests(issuer.session.key!, Buffer.from(json), RUST_AUDIENCE);
   // `@ISS@` stands for the issuer's session id, known only once it is open.
   const template = (exp: string, extra = '') => `{"v":1,"iss":"@ISS@","p":"report.md","exp":${exp},"n":"00"${extra}}`;
   const payload = (exp: string, extra = '') => template(exp, extra).replace('@ISS@', issuer.session.sessionId);
@@ -127,9 +127,9 @@ describe('a payload is read as the reference reads it', () => {
     const key = issuer.session.key!;
     const id = issuer.session.sessionId;
     // 2^53 + 1 rounds to 2^53 as a number: only an exact comparison sees it is later than 2^53.
-    expect(verifyToken(key, seal(payload('9007199254740993')), RUST_AUDIENCE, id, 2 ** 53)).toMatchObject({ ok: true });
-    expect(verifyToken(key, seal(payload('9007199254740992')), RUST_AUDIENCE, id, 2 ** 53)).toMatchObject({ ok: false, reason: 'expired' });
-    expect(verifyToken(key, seal(payload('18446744073709551615')), RUST_AUDIENCE, id, Date.now())).toMatchObject({ ok: true });
+    expect(verifyTokenForTests(key, seal(payload('9007199254740993')), RUST_AUDIENCE, id, 2 ** 53)).toMatchObject({ ok: true });
+    expect(verifyTokenForTests(key, seal(payload('9007199254740992')), RUST_AUDIENCE, id, 2 ** 53)).toMatchObject({ ok: false, reason: 'expired' });
+    expect(verifyTokenForTests(key, seal(payload('18446744073709551615')), RUST_AUDIENCE, id, Date.now())).toMatchObject({ ok: true });
   });
 
   // What serde_json::from_str::<HandlePayload> answered for each (Err: this server's malformed).
@@ -143,7 +143,7 @@ describe('a payload is read as the reference reads it', () => {
     ['v of 1.0', template('18446744073709551615').replace('"v":1', '"v":1.0'), 'malformed'],
     ['an unknown extra field', template('18446744073709551615', ',"x":{"exp":1,"exp":2}'), 'ok'],
   ])('%s: %s', (_what, json, outcome) => {
-    const result = verifyToken(issuer.session.key!, seal(json.replace('@ISS@', issuer.session.sessionId)), RUST_AUDIENCE, issuer.session.sessionId, Date.now());
+    const result = verifyTokenForTests(issuer.session.key!, seal(json.replace('@ISS@', issuer.session.sessionId)), RUST_AUDIENCE, issuer.session.sessionId, Date.now());
     expect(result.ok ? 'ok' : result.reason).toBe(outcome);
   });
 });

@@ -7,7 +7,7 @@ import { connect, type Socket } from 'node:net';
 import { createRequire } from 'node:module';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { Containment } from '../../src/manifest/model.js';
-import { mintToken, randomNonceHex, sealRaw, type HandlePayload } from '../../src/handle/token.js';
+import { mintToken, randomNonceHex, sealRawForTests, type HandlePayload } from '../../src/handle/token.js';
 import { handleId } from '../../src/redact.js';
 import { openCapsule, type Capsule } from '../helpers/capsule.js';
 import { parseResponse, rawGet, rawRequest, readTrace, sha256Hex } from '../helpers/http.js';
@@ -202,7 +202,7 @@ describe('refusals in the fixed order', () => {
   it('a validly MACed payload that is not JSON, or has v != 1, is malformed', async () => {
     const key = cap().session.key!;
     for (const body of ['not json', JSON.stringify({ v: 2, iss: cap().session.sessionId, p: 'report.md', exp: Date.now() + 60_000, n: '00' })]) {
-      const res = await redeem(sealRaw(key, Buffer.from(body), AUD));
+      const res = await redeem(sealRawForTests(key, Buffer.from(body), AUD));
       expect(res.status).toBe(400);
       expect(errorOf(res).error).toBe('malformed_handle');
     }

@@ -8,7 +8,7 @@ import { lstatSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join, relative } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { decodePayloadUnverified } from '../../src/handle/token.js';
+import { readUnverified } from '../../src/handle/token.js';
 import { fetchPeerFile } from '../../src/tools/fetch-peer-file.js';
 import { Refusal } from '../../src/codes.js';
 import { shareFile } from '../../src/tools/share-file.js';
@@ -105,7 +105,7 @@ describe('share-file → redeem → fetch-peer-file between two capsules', () =>
     expect(minted.audience).toBe(beta.audience);
     expect(minted.handle.startsWith('mh1.')).toBe(true);
     expect(Object.keys(minted)).toEqual(['handle', 'handle_id', 'expires_at_ms', 'audience']);
-    expect(decodePayloadUnverified(minted.handle)?.p).toBe('report.bin');
+    expect(readUnverified(minted.handle)?.payload?.p).toBe('report.bin');
 
     const fetched = await fetchPeerFile(beta.session, { peer: alpha.address, handle: minted.handle });
     expect(fetched).toEqual({
@@ -310,7 +310,7 @@ describe('share-file judges the path by the redeem resolver', () => {
     const alpha = await capsule({ name: 'alpha', yaml: SHARES(), tree: ['out/sub dir/x.md: spaced'] });
     const beta = await capsule({ name: 'beta', yaml: FETCHES });
     const minted = await shareFile(alpha.session, { path: 'sub%20dir/x.md/', peer: beta.address });
-    expect(decodePayloadUnverified(minted.handle)?.p).toBe('sub dir/x.md');
+    expect(readUnverified(minted.handle)?.payload?.p).toBe('sub dir/x.md');
     expect(eventsOf(alpha, 'peer_handle_mint')[0]).toMatchObject({ path: 'sub dir/x.md', outcome: 'ok' });
   });
 
@@ -351,7 +351,7 @@ describe('share-file lifetimes', () => {
       const after = Date.now();
       expect(minted.expires_at_ms, String(ttl)).toBeGreaterThanOrEqual(before + expectedMs);
       expect(minted.expires_at_ms, String(ttl)).toBeLessThanOrEqual(after + expectedMs);
-      expect(decodePayloadUnverified(minted.handle)?.exp).toBe(minted.expires_at_ms);
+      expect(readUnverified(minted.handle)?.payload?.exp).toBe(minted.expires_at_ms);
     }
   });
 
