@@ -4,7 +4,7 @@
 // Usage: node bench/peer-bare.mjs — prints {"event":"listening","url":…} on stdout.
 import { createServer } from 'node:http';
 
-const server = createServer((req, res) => {
+const server = createServer((_req, res) => {
   res.writeHead(200, { 'content-type': 'text/plain', 'content-length': 2 }).end('ok');
 });
 server.listen(0, '127.0.0.1', () => {

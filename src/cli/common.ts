@@ -1,7 +1,7 @@
 // What every verb of the command shares: the program's name, how a failure is printed and which
 // status it exits with (docs/cli.md, *Exit status*), the flag parsers more than one verb uses,
 // commander's one-line usage errors, and how a client verb is stopped by a signal.
-import { Command, Option } from 'commander';
+import { type Command, Option } from 'commander';
 import { UsageError } from '../codes.js';
 import { ManifestError } from '../manifest/diagnostics.js';
 import { FLAG_BYTE_FORMS, parseFlagByteCount } from '../manifest/grammars.js';

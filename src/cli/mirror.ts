@@ -208,7 +208,7 @@ async function fetchInto(run: Run, line: Line, job: Job, dir: HeldDir): Promise<
         throw new ClientError(`cannot save: ${(error as NodeJS.ErrnoException).code ?? 'error'}; nothing was saved`, 'local');
       }
       const spool = temp.file;
-      let body;
+      let body: Awaited<ReturnType<typeof readVerifiedBody>>;
       try {
         body = await readVerifiedBody(res.body as AsyncIterable<Buffer>, { sha256: entry.sha256, maxBytes: run.maxBytes, length, sink: (chunk) => writeAll(spool, chunk) });
       } catch (error) {

@@ -44,13 +44,13 @@ function hostPort(url: string): string {
  * `JSONRPC`, or null. Only the first such entry counts: it is the one the peer serves on.
  */
 function jsonRpcUrl(card: Record<string, unknown>): string | null {
-  const interfaces = card['supportedInterfaces'];
+  const interfaces = card.supportedInterfaces;
   if (!Array.isArray(interfaces)) return null;
   const entry: unknown = interfaces.find(
-    (candidate: unknown) => isRecord(candidate) && candidate['protocolBinding'] === 'JSONRPC',
+    (candidate: unknown) => isRecord(candidate) && candidate.protocolBinding === 'JSONRPC',
   );
   if (!isRecord(entry)) return null;
-  const url = entry['url'];
+  const url = entry.url;
   return typeof url === 'string' ? url : null;
 }
 
@@ -64,7 +64,7 @@ function audienceOf(name: string, url: string): string {
  */
 export function audienceFromCard(card: unknown): string {
   if (!isRecord(card)) throw new Error(NO_NAME);
-  const name = card['name'];
+  const name = card.name;
   if (typeof name !== 'string' || trimWhiteSpace(name) === '') throw new Error(NO_NAME);
   const url = jsonRpcUrl(card);
   // A url that is blank, or only a scheme, names no host a peer could be reached at.
@@ -87,10 +87,10 @@ export function ownAudience(name: string, advertisedUrl: string): string {
  */
 export function sessionIdFromCard(card: unknown, extensionUri: string): string | null {
   if (!isRecord(card)) return null;
-  const capabilities = card['capabilities'];
-  if (!isRecord(capabilities) || !Array.isArray(capabilities['extensions'])) return null;
-  const extension: unknown = capabilities['extensions'].find((e: unknown) => isRecord(e) && e['uri'] === extensionUri);
-  if (!isRecord(extension) || !isRecord(extension['params'])) return null;
-  const id = extension['params']['sessionId'];
+  const capabilities = card.capabilities;
+  if (!isRecord(capabilities) || !Array.isArray(capabilities.extensions)) return null;
+  const extension: unknown = capabilities.extensions.find((e: unknown) => isRecord(e) && e.uri === extensionUri);
+  if (!isRecord(extension) || !isRecord(extension.params)) return null;
+  const id = extension.params.sessionId;
   return typeof id === 'string' ? id : null;
 }

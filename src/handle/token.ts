@@ -10,7 +10,7 @@
  * trace.
  */
 import { TOKEN_TAG } from '../redact.js';
-import { constantTimeEqual, InstanceKey, randomBytes } from './key.js';
+import { constantTimeEqual, type InstanceKey, randomBytes } from './key.js';
 
 export interface HandlePayload {
   v: number;

@@ -341,6 +341,7 @@ export function takeHandoff(env: NodeJS.ProcessEnv = process.env): Omit<Handoff,
  * makes a new inode for a pid directory each time its dentry is looked up afresh: pinned, the
  * dentry (and so the inode the rule names) is never reclaimed.
  */
+// biome-ignore lint/correctness/noUnusedVariables: held open, never read (see above)
 let ownProc: number | null = null;
 function pinOwnProc(): boolean {
   try {

@@ -66,7 +66,7 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
   const { listen, advertise, operator: operatorAddress, metrics: metricsAddress } = parseAddresses(opts, inherited !== null, opts.onStaleSocket);
   const hasOperator = inherited ? inherited.operator !== null : operatorAddress !== null;
   const hasMetricsListener = inherited ? (inherited.metrics ?? null) !== null : metricsAddress !== null;
-  let prepared;
+  let prepared: Awaited<ReturnType<typeof prepareSession>>;
   try {
     prepared = await prepareSession(opts);
   } catch (error) {

@@ -3,7 +3,7 @@
 // fetch-peer-file (src/tools/fetch-peer-file.ts) accept exactly the etags the planes write and
 // refuse every other spelling alike, take a body only when the etag names exactly the bytes that
 // arrived (one reader, src/response-body.ts), and read a refusal body up to the same cap.
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { createServer, type Socket } from 'node:net';
 import { join } from 'node:path';

@@ -294,7 +294,7 @@ describe('get -o DIR', () => {
       res.end(BODY);
     };
     const before = requests;
-    const r = await runCli(['get', fakeUrl, 'x.bin', '-o', join(d, 'absent') + '/']);
+    const r = await runCli(['get', fakeUrl, 'x.bin', '-o', `${join(d, 'absent')}/`]);
     expect(r.status).toBe(7);
     expect(r.stderr).toBe(`error: cannot save into '${join(d, 'absent')}/': no such directory\n`);
     expect(requests).toBe(before);

@@ -112,7 +112,7 @@ describe('records and a session that is still being written', () => {
     const dir = join(root, '0123456789abcdef', 'ses_reused');
     mkdirSync(dir, { recursive: true });
     const t = Date.now() - 86_400_000;
-    writeFileSync(join(dir, 'trace.jsonl'), [{ event_type: 'session_start', timestamp: t }, { event_type: 'session_end', timestamp: t + 1, reason: 'stopped' }].map((l) => JSON.stringify(l)).join('\n') + '\n');
+    writeFileSync(join(dir, 'trace.jsonl'), `${[{ event_type: 'session_start', timestamp: t }, { event_type: 'session_end', timestamp: t + 1, reason: 'stopped' }].map((l) => JSON.stringify(l)).join('\n')}\n`);
     let held: number | null = null;
     // A new launch reusing the id opens the trace just after prune judged it ended and unheld.
     const result = pruneSessions(3_600_000, { root, beforeRemove: (s) => (held = openSync(join(s.dir, 'trace.jsonl'), 'a')) });

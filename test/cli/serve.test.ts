@@ -194,7 +194,7 @@ describe('launch diagnostics create nothing', () => {
     expect(r.status).toBe(2);
     expect(r.stderr.startsWith(`error[${code}]: `)).toBe(true);
     expect(r.stderr).toContain(message);
-    expect(r.stderr).toMatch(/\n  hint: \S/);
+    expect(r.stderr).toMatch(/\n {2}hint: \S/);
     expect(r.stdout).toBe('');
     expect(existsSync(trace)).toBe(false);
     expect(readdirSync(records)).toEqual([]);
@@ -212,7 +212,7 @@ describe('the trace is kept out of the capsule workdir', () => {
   // it, and an export root would be written to. Refused on the path as the kernel resolves it.
   function layout() {
     const base = scratch([
-      'cap/murmur.yaml: ' + MANIFEST,
+      `cap/murmur.yaml: ${MANIFEST}`,
       'cap/sub/',
       'outside/',
       'into-sub -> cap/sub',

@@ -2,21 +2,15 @@
 // sections 3-4, on real trees and real sockets (127.0.0.1 only). Comments marked "Was a WEAKNESS" say
 // what an earlier version got wrong, so a regression reads as the attack it re-opens. Every loop is
 // bounded by a count or a deadline. (Shared plumbing: test/helpers/adversary.ts.)
-import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
-import { connect, type Socket } from 'node:net';
-import {
-  closeSync, existsSync, linkSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync,
+import { execFileSync, } from 'node:child_process';
+import {existsSync, linkSync, readFileSync, readdirSync, renameSync,
   symlinkSync, writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
-import { list as clientList } from '../../src/cli/client.js';
 import type { Containment } from '../../src/manifest/model.js';
-import { mintToken, randomNonceHex } from '../../src/handle/token.js';
-import { capsule, filesManifest, openCapsule, type Capsule } from '../helpers/capsule.js';
-import { defer, reap } from '../helpers/cleanup.js';
-import { rawExchange, rawGet, rawRequest, readTrace, sha256Hex, type RawResponse } from '../helpers/http.js';
-import { raceSwaps, racesTimeout, raceUntil, sawAll, skipRace, until } from '../helpers/race.js';
+import { rawGet, rawRequest, sha256Hex, } from '../helpers/http.js';
+import { raceSwaps, racesTimeout, sawAll, skipRace, until } from '../helpers/race.js';
 import { bothResolvers, RESOLVERS } from '../helpers/resolvers.js';
 import { fdCount, makeTree, removeTree, scratch, tempDir } from '../helpers/tree.js';
 import { child, codeOf, expectNoSecret, INSIDE, opensBefore, SECRET, SECRET_SHA, sleep, up, watchOpens } from '../helpers/adversary.js';
@@ -394,7 +388,7 @@ open('f', 'w').write(sys.argv[4])
 describe.each(RESOLVERS)('names (%s)', (resolver) => {
   it('newlines, control bytes, 255-byte names and invalid UTF-8 names', async () => {
     const work = scratch(['out/plain: plain']);
-    const long255 = 'é'.repeat(127) + 'x'; // 255 bytes
+    const long255 = `${'é'.repeat(127)}x`; // 255 bytes
     const names = ['new\nline', 'cr\rlf', 'tab\there', 'esc\u001b[31m', long255, 'mh1.aaaa.bbbb', ' lead space', 'trail.'];
     for (const n of names) writeFileSync(join(work, 'out', n), `content of ${JSON.stringify(n)}`);
     writeFileSync(Buffer.from([...Buffer.from(join(work, 'out/')), 0xff, 0x2e, 0x74]), 'invalid utf8');

@@ -6,7 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { ExportView, type Containment } from '../../src/export/export-view.js';
 import { Refusal } from '../../src/codes.js';
-import * as native from '../../src/addon/export.js';
+import type * as native from '../../src/addon/export.js';
 import { reap } from '../helpers/cleanup.js';
 import { raceSwaps, racesTimeout, raceUntil, sawAll } from '../helpers/race.js';
 import { heldDirectory, RESOLVERS } from '../helpers/resolvers.js';

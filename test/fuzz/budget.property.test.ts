@@ -17,7 +17,7 @@
 // (The regression this catches: a listing counted but never waiting was answered 200 at once under
 // a full budget, which only `npm run stress` saw.)
 import { createHash } from 'node:crypto';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import fc from 'fast-check';

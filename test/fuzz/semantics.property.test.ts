@@ -216,7 +216,7 @@ const etagOf = (name: string) => etagFor(current.get(name)!);
 
 /** The If-None-Match value a generated spec names for a read of `name` (null: the target is no file). */
 function inmValue(inm: Inm, name: string | null): string {
-  const own = name && current.has(name) ? etagOf(name) : name === null && listingEtag !== null ? listingEtag : '"sha256:' + '0'.repeat(64) + '"';
+  const own = name && current.has(name) ? etagOf(name) : name === null && listingEtag !== null ? listingEtag : `"sha256:${'0'.repeat(64)}"`;
   const old = () => {
     const h = name ? history.get(name) ?? [] : [];
     const prior = h.filter((e) => e !== own);

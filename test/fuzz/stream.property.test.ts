@@ -146,7 +146,7 @@ let serverSide: Socket | null = null;
 async function endedWithBytesHeld(): Promise<boolean> {
   for (let i = 0; i < 200; i++) {
     const s = serverSide as (Socket & { _httpMessage?: { writableEnded?: boolean } }) | null;
-    if (s && s._httpMessage?.writableEnded && s.writableLength > 0) return true;
+    if (s?._httpMessage?.writableEnded && s.writableLength > 0) return true;
     await new Promise((r) => setTimeout(r, 5));
   }
   const s = serverSide as (Socket & { _httpMessage?: { writableEnded?: boolean } }) | null;

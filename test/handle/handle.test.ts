@@ -199,7 +199,7 @@ describe('malformed tokens', () => {
       'mh1.abc',
       'mh1.abc.def.ghi',
       'mh2.YWJj.YWJj',
-      'MH1.YWJj.' + MAC,
+      `MH1.YWJj.${MAC}`,
       'mh1.!!!.YWJj',
       'mh1.YWJj.!!!',
       'mh1.YWJj.YWJj', // a MAC that is not 32 bytes

@@ -1,24 +1,17 @@
 // What the adversarial suites share (test/export/adversarial.test.ts, test/http/*, test/cli/hostile-listing.test.ts):
 // the planted secret they must never leak, a files plane over a tree, child processes reaped when
 // the test ends, and an inotify watcher that proves whether the server opened a file.
-import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
-import { connect, type Socket } from 'node:net';
+import { spawn, type ChildProcess } from 'node:child_process';
 import {
-  closeSync, existsSync, linkSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync,
-  symlinkSync, writeFileSync,
+  closeSync, openSync, 
 } from 'node:fs';
-import { join } from 'node:path';
 import { expect } from 'vitest';
-import { list as clientList } from '../../src/cli/client.js';
 import type { Containment } from '../../src/manifest/model.js';
-import * as native from '../../src/addon/export.js';
-import { mintToken, randomNonceHex } from '../../src/handle/token.js';
-import { capsule, filesManifest, openCapsule, type Capsule } from './capsule.js';
-import { defer, reap } from './cleanup.js';
-import { rawExchange, rawGet, rawRequest, readTrace, sha256Hex, type RawResponse } from './http.js';
-import { raceSwaps, racesTimeout, raceUntil, sawAll, skipRace, until } from './race.js';
-import { bothResolvers, RESOLVERS } from './resolvers.js';
-import { fdCount, makeTree, removeTree, scratch, tempDir } from './tree.js';
+import type * as native from '../../src/addon/export.js';
+import { capsule, filesManifest, type Capsule } from './capsule.js';
+import { reap } from './cleanup.js';
+import { sha256Hex, type RawResponse } from './http.js';
+import { until } from './race.js';
 
 export const SECRET = 'ADVERSARY-OUTSIDE-SECRET-7f3a';
 export const SECRET_SHA = sha256Hex(SECRET);

@@ -1,25 +1,11 @@
-// Adversarial: files that change during a read. An attacker's attempts against the README's Security model and SPEC
-// sections 3-4, on real trees and real sockets (127.0.0.1 only). Comments marked "Was a WEAKNESS" say
-// what an earlier version got wrong, so a regression reads as the attack it re-opens. Every loop is
-// bounded by a count or a deadline. (Shared plumbing: test/helpers/adversary.ts.)
-import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
-import { connect, type Socket } from 'node:net';
-import {
-  closeSync, existsSync, linkSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync,
-  symlinkSync, writeFileSync,
-} from 'node:fs';
+
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
-import { list as clientList } from '../../src/cli/client.js';
-import type { Containment } from '../../src/manifest/model.js';
-import { mintToken, randomNonceHex } from '../../src/handle/token.js';
-import { capsule, filesManifest, openCapsule, type Capsule } from '../helpers/capsule.js';
-import { defer, reap } from '../helpers/cleanup.js';
-import { rawExchange, rawGet, rawRequest, readTrace, sha256Hex, type RawResponse } from '../helpers/http.js';
-import { raceSwaps, racesTimeout, raceUntil, sawAll, skipRace, until } from '../helpers/race.js';
-import { bothResolvers, RESOLVERS } from '../helpers/resolvers.js';
-import { fdCount, makeTree, removeTree, scratch, tempDir } from '../helpers/tree.js';
-import { child, codeOf, expectNoSecret, INSIDE, opensBefore, SECRET, SECRET_SHA, sleep, up, watchOpens } from '../helpers/adversary.js';
+import { describe, expect, it, } from 'vitest';
+import { rawGet, sha256Hex, } from '../helpers/http.js';
+import { racesTimeout, raceUntil, sawAll, } from '../helpers/race.js';
+import { RESOLVERS } from '../helpers/resolvers.js';
+import { scratch, } from '../helpers/tree.js';
+import { child, codeOf, up, } from '../helpers/adversary.js';
 
 // ── 9. Files that change during a read ─────────────────────────────────────────────────────────
 

@@ -5,8 +5,7 @@
 // whatever writers do (a streamed body is verified against it as it is sent); the trace's event ids
 // stay UUIDv7 and in creation order.
 import { spawn } from 'node:child_process';
-import { closeSync, constants, openSync, readdirSync, readFileSync, statSync, utimesSync, writeFileSync } from 'node:fs';
-import { open as openAsync } from 'node:fs/promises';
+import { readFileSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';

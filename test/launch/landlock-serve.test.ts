@@ -14,7 +14,7 @@ import { HANDOFF_ENV } from '../../src/launch/confine-apply.js';
 import { UNCHECKED_CONNECT_ENV, UNCHECKED_READ_ENV } from '../../src/testing/probes.js';
 import { landlockAbi } from '../../src/addon/landlock.js';
 import { defer, reap } from '../helpers/cleanup.js';
-import { CLI, startServe, type Served } from '../helpers/cli.js';
+import { startServe, type Served } from '../helpers/cli.js';
 import { startMcpServe } from '../helpers/mcp.js';
 import { rawGet, readTrace } from '../helpers/http.js';
 import { scratch } from '../helpers/tree.js';

@@ -7,7 +7,6 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { launch } from '../../src/launch/launch.js';
 import { parseManifest } from '../../src/manifest/model.js';
-import { filesManifest } from '../helpers/capsule.js';
 import { readTrace } from '../helpers/http.js';
 import { makeTree, removeTree, tempDir } from '../helpers/tree.js';
 

@@ -13,7 +13,6 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
 import { describe, expect, it } from 'vitest';
-import { z } from 'zod';
 import { callTool, toolSpecs } from '../../src/tools/index.js';
 import { offlineCapsule } from '../helpers/capsule.js';
 import { defer, reap } from '../helpers/cleanup.js';

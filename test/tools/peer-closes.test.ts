@@ -11,7 +11,7 @@
 // short by a FIN, or cut by a reset. The
 // session survives every one, lands exactly the whole bodies, refuses the cut ones with nothing
 // landed, traces each fetch, and ends with `session_end`.
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Socket } from 'node:net';
 import { join } from 'node:path';

@@ -1,7 +1,7 @@
 // `explain-scope`: what a launch would grant, before any session exists (creates nothing).
 import { existsSync, realpathSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
-import { Command, Option } from 'commander';
+import { type Command, Option } from 'commander';
 import { UsageError } from '../../codes.js';
 import { checkExportRoots, checkExportRootsAt } from '../../session/checks.js';
 import { DEFAULT_MANIFEST_NAME, loadManifest, missingManifest, readManifestBeneath, type KeyCheck } from '../../session/manifest-file.js';

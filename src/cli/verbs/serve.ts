@@ -2,7 +2,7 @@
 // sequence of a launch (src/launch/): the first stage binds, confines and re-executes, the
 // confined image launches, says it is ready (stdout's one line, sd_notify), and stops on a signal
 // or when its control channel closes.
-import { Command, Option } from 'commander';
+import { type Command, Option } from 'commander';
 import { UsageError } from '../../codes.js';
 import { notConfined, type Confinement } from '../../session/confinement.js';
 import { confineAndReexec, landlockMode, takeHandoff } from '../../launch/confine-apply.js';
