@@ -79,14 +79,20 @@ function curlBig(curl, url, tree, bodyFile) {
   return new Promise((res, rej) => {
     const child = track(curl, ['-s', '-o', bodyFile, '-w', '%{http_code} %{time_total}', '--max-time', '600', `${url}/resources/files`], { stdout: 'pipe' });
     let out = '';
-    child.stdout.on('data', (c) => { out += c; });
+    child.stdout.on('data', (c) => {
+      out += c;
+    });
     child.on('error', rej);
     child.on('exit', (code) => {
       const [status, total] = out.trim().split(' ');
       if (code !== 0) return rej(new Error(`curl exited ${code} (${out})`));
       const body = readFileSync(bodyFile);
       if (status !== '200') return rej(new Error(`the big listing answered ${status}: ${body.toString().slice(0, 200)}`));
-      try { checkBigListing(tree, body); } catch (e) { return rej(e); }
+      try {
+        checkBigListing(tree, body);
+      } catch (e) {
+        return rej(e);
+      }
       res(Number(total));
     });
   });

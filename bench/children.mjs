@@ -22,14 +22,26 @@ function killNow() {
   for (const child of children) {
     if (child.exitCode !== null || child.signalCode !== null) continue;
     const grandchildren = child.killGrandchildren ? childPids(child.pid) : [];
-    try { child.kill('SIGKILL'); } catch { /* gone */ }
+    try {
+      child.kill('SIGKILL');
+    } catch {
+      /* gone */
+    }
     for (const pid of grandchildren) {
-      try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
     }
   }
   children.clear();
   for (const fn of cleanups.splice(0)) {
-    try { fn(); } catch { /* best effort */ }
+    try {
+      fn();
+    } catch {
+      /* best effort */
+    }
   }
 }
 
@@ -70,9 +82,17 @@ export function stop(child, ms = 5_000) {
   return new Promise((resolve) => {
     const grandchildren = child.killGrandchildren ? childPids(child.pid) : [];
     const timer = setTimeout(() => {
-      try { child.kill('SIGKILL'); } catch { /* gone */ }
+      try {
+        child.kill('SIGKILL');
+      } catch {
+        /* gone */
+      }
       for (const pid of grandchildren) {
-        try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          /* gone */
+        }
       }
     }, ms);
     child.once('exit', (code, signal) => {
@@ -109,7 +129,8 @@ export function firstJsonLine(child, label, t0, timeoutMs = 15_000) {
       child.off('exit', onExit);
       child.stdout.off('data', onData);
       child.stdout.resume(); // keep draining whatever else comes
-      if (error) reject(error); else resolve(value);
+      if (error) reject(error);
+      else resolve(value);
     }
     child.once('exit', onExit);
     child.stdout.on('data', onData);

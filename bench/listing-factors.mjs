@@ -28,8 +28,14 @@ const ROUNDS = Number(process.argv[2] ?? 2);
 const FILES = 10_000;
 const say = (m) => process.stderr.write(`listing-factors: ${m}\n`);
 const curl = ensureTool('curl', 'curl').path;
-if (!curl) { say('curl is needed'); process.exit(1); }
-if (!existsSync(CLI)) { say('run `npm run build` first'); process.exit(1); }
+if (!curl) {
+  say('curl is needed');
+  process.exit(1);
+}
+if (!existsSync(CLI)) {
+  say('run `npm run build` first');
+  process.exit(1);
+}
 
 function makeTree(base) {
   const dir = mkdtempSync(join(base, 'rp-listing-'));
@@ -81,7 +87,11 @@ const CONFIGS = [
   { id: 'onecore', what: 'server on one core (`taskset -c 0`)', taskset: true },
   ...(shm ? [{ id: 'tmpfs', what: `tmpfs (/dev/shm, ${fsType(shm)}): digest cache off by design`, tree: shm }] : []),
 ];
-const median = (xs) => { const s = [...xs].sort((a, b) => a - b); const m = s.length >> 1; return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
 const results = Object.fromEntries(CONFIGS.map((c) => [c.id, []]));
 
 await sleep(3000); // both trees older than the racy margin
@@ -111,8 +121,12 @@ for (let r = 0; r < ROUNDS; r++) {
 }
 const f = (x) => x.toFixed(x < 0.1 ? 3 : 2);
 const range = (xs) => (xs.length > 1 ? `${f(median(xs))} [${f(Math.min(...xs))}–${f(Math.max(...xs))}]` : f(xs[0]));
-process.stdout.write(`\n| configuration (${FILES.toLocaleString('en-US')} × 4 KiB) | sha256sum s | first s | repeat s | first / sha256sum | repeat / sha256sum |\n|---|---:|---:|---:|---:|---:|\n`);
+process.stdout.write(
+  `\n| configuration (${FILES.toLocaleString('en-US')} × 4 KiB) | sha256sum s | first s | repeat s | first / sha256sum | repeat / sha256sum |\n|---|---:|---:|---:|---:|---:|\n`,
+);
 for (const c of CONFIGS) {
   const rs = results[c.id];
-  process.stdout.write(`| ${c.what} | ${range(rs.map((x) => x.sums))} | ${range(rs.map((x) => x.first))} | ${range(rs.map((x) => x.repeat))} | ${range(rs.map((x) => x.first / x.sums))} | ${range(rs.map((x) => x.repeat / x.sums))} |\n`);
+  process.stdout.write(
+    `| ${c.what} | ${range(rs.map((x) => x.sums))} | ${range(rs.map((x) => x.first))} | ${range(rs.map((x) => x.repeat))} | ${range(rs.map((x) => x.first / x.sums))} | ${range(rs.map((x) => x.repeat / x.sums))} |\n`,
+  );
 }

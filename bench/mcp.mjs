@@ -17,11 +17,16 @@ export function mcpClient(child, label) {
       buffered = buffered.slice(end + 1);
       if (!line.trim()) continue;
       let msg;
-      try { msg = JSON.parse(line); } catch { continue; }
+      try {
+        msg = JSON.parse(line);
+      } catch {
+        continue;
+      }
       if (msg.id !== undefined && pending.has(msg.id)) {
         const { resolve, reject } = pending.get(msg.id);
         pending.delete(msg.id);
-        if (msg.error) reject(new Error(`${label}: ${JSON.stringify(msg.error)}`)); else resolve(msg.result);
+        if (msg.error) reject(new Error(`${label}: ${JSON.stringify(msg.error)}`));
+        else resolve(msg.result);
       } else if (msg.method) {
         notes.push(msg);
         for (const w of noteWaiters.splice(0)) w();
@@ -37,10 +42,19 @@ export function mcpClient(child, label) {
   const request = (method, params, timeoutMs = 15_000) => {
     const id = nextId++;
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => { pending.delete(id); reject(new Error(`${label}: ${method} timed out`)); }, timeoutMs);
+      const timer = setTimeout(() => {
+        pending.delete(id);
+        reject(new Error(`${label}: ${method} timed out`));
+      }, timeoutMs);
       pending.set(id, {
-        resolve: (v) => { clearTimeout(timer); resolve(v); },
-        reject: (e) => { clearTimeout(timer); reject(e); },
+        resolve: (v) => {
+          clearTimeout(timer);
+          resolve(v);
+        },
+        reject: (e) => {
+          clearTimeout(timer);
+          reject(e);
+        },
       });
       send({ id, method, params });
     });
@@ -53,7 +67,13 @@ export function mcpClient(child, label) {
       if (child.exitCode !== null) throw new Error(`${label} exited before ${method}`);
       const left = deadline - Date.now();
       if (left <= 0) throw new Error(`${label}: no ${method} within ${timeoutMs} ms`);
-      await new Promise((r) => { const t = setTimeout(r, left); noteWaiters.push(() => { clearTimeout(t); r(); }); });
+      await new Promise((r) => {
+        const t = setTimeout(r, left);
+        noteWaiters.push(() => {
+          clearTimeout(t);
+          r();
+        });
+      });
     }
   };
   return {

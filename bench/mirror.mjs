@@ -42,13 +42,17 @@ function timed(command, args, opts = {}) {
 
 /** The file GETs a serve's trace holds so far. */
 function readsIn(tracePath) {
-  return readFileSync(tracePath, 'utf8').split('\n').filter((l) => l.includes('"event_type":"resource_read"')).length;
+  return readFileSync(tracePath, 'utf8')
+    .split('\n')
+    .filter((l) => l.includes('"event_type":"resource_read"')).length;
 }
 
 /** Every mirrored file against the tree's digests (rel path → sha256 hex); throws on the first wrong one. */
 function checkMirrored(dir, digests) {
   for (const [rel, sha] of digests) {
-    const got = createHash('sha256').update(readFileSync(join(dir, rel))).digest('hex');
+    const got = createHash('sha256')
+      .update(readFileSync(join(dir, rel)))
+      .digest('hex');
     if (got !== sha) throw new Error(`mirror: ${rel} in ${dir} does not hold the listed bytes`);
   }
 }
@@ -103,7 +107,12 @@ export async function mirrorRound({ round, cli, root, digests, scratch, serve })
       oneChanged = await timed(process.execPath, [cli, 'mirror', server.url, dst, '--json']);
       oneChangedGets = readsIn(server.trace) - before;
       if (oneChanged.status !== 0) throw new Error(`mirror with one file changed exited ${oneChanged.status}: ${oneChanged.stderr}`);
-      if (createHash('sha256').update(readFileSync(join(dst, rel))).digest('hex') === sha) throw new Error('mirror with one file changed left the old bytes');
+      if (
+        createHash('sha256')
+          .update(readFileSync(join(dst, rel)))
+          .digest('hex') === sha
+      )
+        throw new Error('mirror with one file changed left the old bytes');
     } finally {
       writeFileSync(path, original);
     }
@@ -188,7 +197,10 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     const workdir = join(scratch, 'listing');
     const root = join(workdir, 'out');
     mkdirSync(root, { recursive: true });
-    writeFileSync(join(workdir, 'murmur.yaml'), 'name: listing\nversion: "0.1.0"\nexports:\n  files:\n    root: out/\n    mode: read-only\n    max_bytes: 1Mi\n');
+    writeFileSync(
+      join(workdir, 'murmur.yaml'),
+      'name: listing\nversion: "0.1.0"\nexports:\n  files:\n    root: out/\n    mode: read-only\n    max_bytes: 1Mi\n',
+    );
     const digests = new Map();
     for (let f = 0; f < files; f++) {
       const dir = `d${String(Math.floor(f / 100)).padStart(3, '0')}`;
@@ -198,19 +210,28 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
       writeFileSync(join(root, rel), bytes);
       digests.set(rel, createHash('sha256').update(bytes).digest('hex'));
     }
-    const serve = () => new Promise((resolve, reject) => {
-      const trace = join(scratch, `trace-${Date.now()}.jsonl`);
-      const child = spawn(process.execPath, [cli, 'serve', '--workdir', workdir, '--trace', trace], { stdio: ['ignore', 'pipe', 'ignore'] });
-      children.add(child);
-      let out = '';
-      child.stdout.on('data', (d) => {
-        out += d;
-        if (!out.includes('\n')) return;
-        const ready = JSON.parse(out.slice(0, out.indexOf('\n')));
-        resolve({ url: ready.url, trace: ready.trace, stop: () => new Promise((r) => { child.once('exit', r); child.kill('SIGTERM'); }) });
+    const serve = () =>
+      new Promise((resolve, reject) => {
+        const trace = join(scratch, `trace-${Date.now()}.jsonl`);
+        const child = spawn(process.execPath, [cli, 'serve', '--workdir', workdir, '--trace', trace], { stdio: ['ignore', 'pipe', 'ignore'] });
+        children.add(child);
+        let out = '';
+        child.stdout.on('data', (d) => {
+          out += d;
+          if (!out.includes('\n')) return;
+          const ready = JSON.parse(out.slice(0, out.indexOf('\n')));
+          resolve({
+            url: ready.url,
+            trace: ready.trace,
+            stop: () =>
+              new Promise((r) => {
+                child.once('exit', r);
+                child.kill('SIGTERM');
+              }),
+          });
+        });
+        child.on('exit', (code) => reject(new Error(`serve exited ${code} before listening`)));
       });
-      child.on('exit', (code) => reject(new Error(`serve exited ${code} before listening`)));
-    });
     const row = await mirrorRound({ round: 0, cli, root, digests, scratch, serve });
     process.stdout.write(`${renderMirror(summariseMirror([row])).join('\n')}\n`);
   } catch (error) {

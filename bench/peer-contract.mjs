@@ -44,9 +44,7 @@ app.get('/resources/files/*', (req, reply) => {
     const body = got === st.size ? bytes : bytes.subarray(0, got);
     const sha256 = createHash('sha256').update(body).digest('hex');
     writeSync(trace, `${JSON.stringify({ ts: new Date().toISOString(), id: randomUUID(), event: 'file_read', path: name, size_bytes: got, sha256 })}\n`);
-    return reply
-      .headers({ 'content-type': 'application/octet-stream', etag: `"sha256:${sha256}"` })
-      .send(body);
+    return reply.headers({ 'content-type': 'application/octet-stream', etag: `"sha256:${sha256}"` }).send(body);
   } catch {
     return reply.code(404).send();
   } finally {
@@ -58,6 +56,10 @@ app.get('/resources/files/*', (req, reply) => {
 const address = await app.listen({ host: '127.0.0.1', port: 0 });
 process.stdout.write(`${JSON.stringify({ event: 'listening', url: address })}\n`);
 
-const stop = () => app.close().then(() => process.exit(0), () => process.exit(1));
+const stop = () =>
+  app.close().then(
+    () => process.exit(0),
+    () => process.exit(1),
+  );
 process.on('SIGTERM', stop);
 process.on('SIGINT', stop);

@@ -16,6 +16,10 @@ await app.register(fastifyStatic, { root, prefix: '/resources/files/', wildcard:
 const address = await app.listen({ host: '127.0.0.1', port: 0 });
 process.stdout.write(`${JSON.stringify({ event: 'listening', url: address })}\n`);
 
-const stop = () => app.close().then(() => process.exit(0), () => process.exit(1));
+const stop = () =>
+  app.close().then(
+    () => process.exit(0),
+    () => process.exit(1),
+  );
 process.on('SIGTERM', stop);
 process.on('SIGINT', stop);

@@ -25,7 +25,10 @@ const SECONDS = Number(process.env.PROFILE_SECONDS ?? 6);
 const say = (m) => process.stderr.write(`profile: ${m}\n`);
 
 const wrk = ensureTool('wrk', 'wrk').path;
-if (!wrk) { say('wrk is needed (apt-get install wrk)'); process.exit(1); }
+if (!wrk) {
+  say('wrk is needed (apt-get install wrk)');
+  process.exit(1);
+}
 const scratch = mkdtempSync(join(tmpdir(), 'rp-profile-'));
 atExit(() => rmSync(scratch, { recursive: true, force: true }));
 chmodSync(scratch, 0o755);
@@ -46,7 +49,8 @@ async function start(nodeFlags, args, label) {
   if (label.startsWith('ours') && res.headers.etag !== etag) throw new Error(`${label}: wrong etag`);
   return { child, url };
 }
-const ours = (flags, n, extra = []) => start(flags, [CLI, 'serve', '--workdir', capsule, '--containment', 'sealed', '--trace', join(scratch, `trace-${n}.jsonl`), ...extra], `ours-${n}`);
+const ours = (flags, n, extra = []) =>
+  start(flags, [CLI, 'serve', '--workdir', capsule, '--containment', 'sealed', '--trace', join(scratch, `trace-${n}.jsonl`), ...extra], `ours-${n}`);
 
 function wrkRun(url, seconds) {
   const r = spawnSync(wrk, ['-t1', '-c32', `-d${seconds}s`, url], { encoding: 'utf8' });
@@ -61,10 +65,14 @@ function threads(pid) {
       const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
       const st = readFileSync(`/proc/${pid}/task/${tid}/status`, 'utf8');
       out[tid] = {
-        user: Number(f[11]) / 100, sys: Number(f[12]) / 100,
-        vol: Number(/voluntary_ctxt_switches:\s+(\d+)/.exec(st)[1]), invol: Number(/nonvoluntary_ctxt_switches:\s+(\d+)/.exec(st)[1]),
+        user: Number(f[11]) / 100,
+        sys: Number(f[12]) / 100,
+        vol: Number(/voluntary_ctxt_switches:\s+(\d+)/.exec(st)[1]),
+        invol: Number(/nonvoluntary_ctxt_switches:\s+(\d+)/.exec(st)[1]),
       };
-    } catch { /* thread ended */ }
+    } catch {
+      /* thread ended */
+    }
   }
   return out;
 }
@@ -80,7 +88,8 @@ async function perRequest(label, server) {
     const k = Number(tid) === server.child.pid ? 'main' : 'others';
     for (const f of ['user', 'sys', 'vol', 'invol']) g[k][f] += b[tid][f] - a[tid][f];
   }
-  const line = (k) => `${k.padEnd(6)} CPU ${((g[k].user + g[k].sys) * 1e6 / requests).toFixed(1).padStart(5)} µs/req (user ${(g[k].user * 1e6 / requests).toFixed(1)}, sys ${(g[k].sys * 1e6 / requests).toFixed(1)}); context switches/req: voluntary ${(g[k].vol / requests).toFixed(2)}, involuntary ${(g[k].invol / requests).toFixed(2)}`;
+  const line = (k) =>
+    `${k.padEnd(6)} CPU ${(((g[k].user + g[k].sys) * 1e6) / requests).toFixed(1).padStart(5)} µs/req (user ${((g[k].user * 1e6) / requests).toFixed(1)}, sys ${((g[k].sys * 1e6) / requests).toFixed(1)}); context switches/req: voluntary ${(g[k].vol / requests).toFixed(2)}, involuntary ${(g[k].invol / requests).toFixed(2)}`;
   console.log(`\n${label}: ${Math.round(rps)} req/s over ${SECONDS} s`);
   console.log(`  ${line('main')}`);
   console.log(`  ${line('others')}`);
@@ -102,13 +111,25 @@ function analyseCpuProfile(file, top = 25) {
     const url = cf.url.replace(/^file:\/\//, '').replace(/^.*\/(dist|node_modules)\//, '$1/');
     const fn = `${cf.functionName || '(anonymous)'}${url ? `  ${url}:${cf.lineNumber + 1}` : ''}`;
     fns.set(fn, (fns.get(fn) ?? 0) + t);
-    const mod = !url ? (cf.functionName.startsWith('(') ? cf.functionName : 'native code called from JS (no frame of its own)')
-      : url.startsWith('dist/') ? `ours: ${url.split(':')[0]}`
-      : url.startsWith('node_modules/') ? `dependency: ${url.split('/')[1]}`
-      : url.startsWith('node:') ? 'node core' : url;
+    const mod = !url
+      ? cf.functionName.startsWith('(')
+        ? cf.functionName
+        : 'native code called from JS (no frame of its own)'
+      : url.startsWith('dist/')
+        ? `ours: ${url.split(':')[0]}`
+        : url.startsWith('node_modules/')
+          ? `dependency: ${url.split('/')[1]}`
+          : url.startsWith('node:')
+            ? 'node core'
+            : url;
     modules.set(mod, (modules.get(mod) ?? 0) + t);
   }
-  const show = (m, n) => [...m].sort((x, y) => y[1] - x[1]).slice(0, n).map(([k, v]) => `  ${(100 * v / busy).toFixed(1).padStart(5)}%  ${k}`).join('\n');
+  const show = (m, n) =>
+    [...m]
+      .sort((x, y) => y[1] - x[1])
+      .slice(0, n)
+      .map(([k, v]) => `  ${((100 * v) / busy).toFixed(1).padStart(5)}%  ${k}`)
+      .join('\n');
   console.log(`\nV8 CPU profile (main thread, ${(busy / 1e6).toFixed(1)} s not idle): self time by module`);
   console.log(show(modules, 15));
   console.log('\nself time by function');
@@ -123,11 +144,17 @@ const PHASES = [
   ['trace: fs.write (queued on the libuv pool)', /node::fs::WriteBuffer|uv_fs_write|JS:\*write node:fs/],
   ['trace: completion (fs callback, promise)', /node::fs::FSReqCallback|node::fs::AfterInteger/],
   ['native read: call (options, uv_queue_work)', /rp::Read\b|napi_queue_async_work/],
-  ['native read: completion (result, Buffer, promise)', /Napi::AsyncWorker::OnWorkComplete|Napi::AsyncWorker::OnAsyncWorkComplete|ReadWorker::Result|PromiseWorker/],
+  [
+    'native read: completion (result, Buffer, promise)',
+    /Napi::AsyncWorker::OnWorkComplete|Napi::AsyncWorker::OnAsyncWorkComplete|ReadWorker::Result|PromiseWorker/,
+  ],
   ['socket write (the response)', /node::StreamBase::Write|node::LibuvStreamWrap::DoTryWrite|uv_try_write|__GI___writev|uv_write/],
   ['socket read + HTTP parse', /llhttp|parserOnHeadersComplete|parserOnIncoming|uv__read|node::LibuvStreamWrap::OnUvRead/],
   ['epoll / event loop', /uv__io_poll|epoll_wait|uv__async_io/],
-  ['ours: http/ handlers (headers, reply, and whatever the JIT inlined into them)', /http\/reply\.js|http\/files\.js|setHeader|_storeHeader|checkInvalidHeaderChar|writeHead/],
+  [
+    'ours: http/ handlers (headers, reply, and whatever the JIT inlined into them)',
+    /http\/reply\.js|http\/files\.js|setHeader|_storeHeader|checkInvalidHeaderChar|writeHead/,
+  ],
   ['ours: export-view, budget, paths', /export-view\.js|budget\.js|paths\.js|dist\/native\.js/],
   ['fastify routing + reply', /fastify\/lib|find-my-way|planes\/plugin\.js/],
   ['node http objects + streams', /node:_http|node:internal\/streams|node:events|node:net/],
@@ -142,27 +169,41 @@ async function perfPhases(perf) {
   const data = join(scratch, 'perf.data');
   const load = track(wrk, ['-t1', '-c32', `-d${SECONDS + 2}s`, s.url], { stdout: 'pipe' });
   let out = '';
-  load.stdout.on('data', (c) => { out += c; });
+  load.stdout.on('data', (c) => {
+    out += c;
+  });
   await sleep(1000);
   spawnSync(perf, ['record', '-F', '2999', '-g', '-t', String(s.child.pid), '-o', data, '--', 'sleep', String(SECONDS)], { stdio: 'ignore' });
   await new Promise((r) => (load.exitCode !== null ? r() : load.once('exit', r)));
   await stop(s.child);
   const script = execFileSync(perf, ['script', '-i', data, '-F', 'ip,sym'], { encoding: 'utf8', maxBuffer: 1 << 30, stdio: ['ignore', 'pipe', 'ignore'] });
-  const samples = script.split('\n\n').map((b) => b.split('\n').map((l) => l.trim().replace(/^[0-9a-f]+ /, '')).filter(Boolean)).filter((x) => x.length);
+  const samples = script
+    .split('\n\n')
+    .map((b) =>
+      b
+        .split('\n')
+        .map((l) => l.trim().replace(/^[0-9a-f]+ /, ''))
+        .filter(Boolean),
+    )
+    .filter((x) => x.length);
   const counts = new Map();
   let switched = 0;
   for (const frames of samples) {
     let phase = null;
     for (const f of frames) {
-      for (const [name, re] of PHASES) if (re.test(f)) { phase = name; break; }
+      for (const [name, re] of PHASES)
+        if (re.test(f)) {
+          phase = name;
+          break;
+        }
       if (phase) break;
     }
     if (/finish_task_switch|try_to_wake_up|_raw_spin_unlock_irqrestore/.test(frames.slice(0, 3).join(' '))) switched++;
     counts.set(phase ?? 'other', (counts.get(phase ?? 'other') ?? 0) + 1);
   }
   console.log(`\nperf, main thread on CPU (${samples.length} samples at 2999 Hz; wrk: ${/Requests\/sec:\s+(\S+)/.exec(out)?.[1]} req/s under perf)`);
-  for (const [k, v] of [...counts].sort((a, b) => b[1] - a[1])) console.log(`  ${(100 * v / samples.length).toFixed(1).padStart(5)}%  ${k}`);
-  console.log(`  (${(100 * switched / samples.length).toFixed(1)}% of all samples are in the scheduler: a context switch or a wake-up of another thread.`);
+  for (const [k, v] of [...counts].sort((a, b) => b[1] - a[1])) console.log(`  ${((100 * v) / samples.length).toFixed(1).padStart(5)}%  ${k}`);
+  console.log(`  (${((100 * switched) / samples.length).toFixed(1)}% of all samples are in the scheduler: a context switch or a wake-up of another thread.`);
   console.log('   JS functions the JIT inlined have no frame of their own: small JS phases move between runs; native ones do not.)');
 }
 

@@ -17,24 +17,73 @@ const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
 export const TARGETS = [
   { id: 'read1k_vs_contract', what: '1 KiB read: ours / the Fastify contract floor (req/s)', target: '≥ 0.85×', ok: (v) => v >= 0.85 },
   { id: 'read4m_vs_nginx', what: '4 MiB read of an unchanged file: ours / nginx (MB/s)', target: '≥ 0.80×', ok: (v) => v >= 0.8 },
-  { id: 'read64m_vs_sha256', what: '64 MiB read of an unchanged file (streamed, hashed as it is sent): ours MB/s / single-core SHA-256 MB/s', target: '≥ 0.80×', ok: (v) => v >= 0.8 },
-  { id: 'size_cycle_distinct_vs_same', what: '450 files of distinct sizes (600–1,049 KiB) read in a cycle on 4 connections / the same cycle over 450 files of one size (MB/s)', target: '≥ 0.70×', ok: (v) => v >= 0.7 },
+  {
+    id: 'read64m_vs_sha256',
+    what: '64 MiB read of an unchanged file (streamed, hashed as it is sent): ours MB/s / single-core SHA-256 MB/s',
+    target: '≥ 0.80×',
+    ok: (v) => v >= 0.8,
+  },
+  {
+    id: 'size_cycle_distinct_vs_same',
+    what: '450 files of distinct sizes (600–1,049 KiB) read in a cycle on 4 connections / the same cycle over 450 files of one size (MB/s)',
+    target: '≥ 0.70×',
+    ok: (v) => v >= 0.7,
+  },
   { id: 'start_vs_fastify', what: 'start to ready: ours / a bare Fastify listener (issue 25)', target: '≤ 1.3×', ok: (v) => v <= 1.3 },
-  { id: 'unconfined_start_vs_fastify', what: 'start to ready: ours with `--no-landlock` / a bare Fastify listener (issue 25)', target: '≤ 1.15×', ok: (v) => v <= 1.15 },
+  {
+    id: 'unconfined_start_vs_fastify',
+    what: 'start to ready: ours with `--no-landlock` / a bare Fastify listener (issue 25)',
+    target: '≤ 1.15×',
+    ok: (v) => v <= 1.15,
+  },
   { id: 'rss_minus_fastify_mib', what: 'idle RSS: ours − a bare Fastify listener (MiB)', target: '≤ +15 MiB', ok: (v) => v <= 15, unit: 'MiB' },
-  { id: 'listing_first_vs_sha256sum', what: 'listing N × 4 KiB in directories of 100, first, timed by curl: ours / `find | xargs sha256sum` (time)', target: '≤ 0.50×', ok: (v) => v <= 0.5 },
-  { id: 'listing_repeat_vs_sha256sum', what: 'listing, repeat of the unchanged tree, timed by curl: ours / `sha256sum` (time)', target: '≤ 0.25×', ok: (v) => v <= 0.25 },
-  { id: 'access_log_cost', what: '1 KiB read: ours with its defaults (access log on) / `--no-access-log` (req/s, issue 41)', target: '≥ 0.95×', ok: (v) => v >= 0.95 },
+  {
+    id: 'listing_first_vs_sha256sum',
+    what: 'listing N × 4 KiB in directories of 100, first, timed by curl: ours / `find | xargs sha256sum` (time)',
+    target: '≤ 0.50×',
+    ok: (v) => v <= 0.5,
+  },
+  {
+    id: 'listing_repeat_vs_sha256sum',
+    what: 'listing, repeat of the unchanged tree, timed by curl: ours / `sha256sum` (time)',
+    target: '≤ 0.25×',
+    ok: (v) => v <= 0.25,
+  },
+  {
+    id: 'access_log_cost',
+    what: '1 KiB read: ours with its defaults (access log on) / `--no-access-log` (req/s, issue 41)',
+    target: '≥ 0.95×',
+    ok: (v) => v >= 0.95,
+  },
   { id: 'access_log_cost_busy', what: 'the same with a busy loop holding the other core', target: '≥ 0.95×', ok: (v) => v >= 0.95 },
-  { id: 'big_listing_first_vs_sha256sum', what: 'listing BIG files of 65 B in DIRS directories, first, timed by curl: ours / `find | xargs sha256sum` in the same round (time; issue 38)', target: '≤ 0.50×', ok: (v) => v <= 0.5 },
-  { id: 'big_listing_repeat_vs_sha256sum', what: 'the same listing, repeat of the unchanged tree, timed by curl: ours / `sha256sum` (time; issue 38)', target: '≤ 0.40×', ok: (v) => v <= 0.4 },
-  { id: 'redeem_vs_read', what: '1 KiB redeem / 1 KiB operator read, time per request, same server (issue 29; stretch 1.1×)', target: '≤ 1.3×', ok: (v) => v <= 1.3 },
+  {
+    id: 'big_listing_first_vs_sha256sum',
+    what: 'listing BIG files of 65 B in DIRS directories, first, timed by curl: ours / `find | xargs sha256sum` in the same round (time; issue 38)',
+    target: '≤ 0.50×',
+    ok: (v) => v <= 0.5,
+  },
+  {
+    id: 'big_listing_repeat_vs_sha256sum',
+    what: 'the same listing, repeat of the unchanged tree, timed by curl: ours / `sha256sum` (time; issue 38)',
+    target: '≤ 0.40×',
+    ok: (v) => v <= 0.4,
+  },
+  {
+    id: 'redeem_vs_read',
+    what: '1 KiB redeem / 1 KiB operator read, time per request, same server (issue 29; stretch 1.1×)',
+    target: '≤ 1.3×',
+    ok: (v) => v <= 1.3,
+  },
 ];
 
 // Ratios without a target of their own; `expect` is what the targets imply, for reading.
 const INFO = [
-  { id: 'contract1k_vs_ceiling', what: '1 KiB read: Fastify contract floor / node:http from memory (the contract\'s own cost)', expect: '' },
-  { id: 'read1k_vs_ceiling', what: '1 KiB read: ours / node:http from memory (issue 12\'s old target, 0.70×)', expect: '≈ 0.85 × the line above if the 1 KiB target is met' },
+  { id: 'contract1k_vs_ceiling', what: "1 KiB read: Fastify contract floor / node:http from memory (the contract's own cost)", expect: '' },
+  {
+    id: 'read1k_vs_ceiling',
+    what: "1 KiB read: ours / node:http from memory (issue 12's old target, 0.70×)",
+    expect: '≈ 0.85 × the line above if the 1 KiB target is met',
+  },
   { id: 'read1k_vs_nginx', what: '1 KiB read: ours / nginx', expect: '' },
   { id: 'read1k_vs_fastify_static', what: '1 KiB read: ours / @fastify/static', expect: '' },
   { id: 'read1k_vs_readfile_sha256', what: '1 KiB read: ours / readFile+sha256', expect: '' },
@@ -44,11 +93,19 @@ const INFO = [
   { id: 'read4m_vs_sha256', what: '4 MiB read: ours MB/s / single-core SHA-256 MB/s', expect: '' },
   { id: 'read4m_vs_ceiling', what: '4 MiB read: ours / node:http from memory', expect: '' },
   { id: 'ceiling1k_vs_nginx', what: '1 KiB read: node:http from memory / nginx (how far Node itself is)', expect: '' },
-  { id: 'listing_repeat_node_client_vs_sha256sum', what: 'listing repeat, timed by a node:http client instead of curl: ours / `sha256sum`', expect: '≈ the curl figure' },
+  {
+    id: 'listing_repeat_node_client_vs_sha256sum',
+    what: 'listing repeat, timed by a node:http client instead of curl: ours / `sha256sum`',
+    expect: '≈ the curl figure',
+  },
   { id: 'start_vs_bare', what: 'start to ready: ours / bare node:http listener', expect: '' },
-  { id: 'fastify_start_vs_bare', what: 'start to ready: bare Fastify / bare node:http listener (Fastify\'s own cost)', expect: '' },
+  { id: 'fastify_start_vs_bare', what: "start to ready: bare Fastify / bare node:http listener (Fastify's own cost)", expect: '' },
   { id: 'read64m_vs_nginx', what: '64 MiB read: ours / nginx (MB/s)', expect: '' },
-  { id: 'rewritten_vs_nginx', what: '1 MiB file rewritten in place while read, 4 connections: ours / nginx (MB/s of whole bodies; ours serves snapshots, nginx whatever it reads)', expect: '' },
+  {
+    id: 'rewritten_vs_nginx',
+    what: '1 MiB file rewritten in place while read, 4 connections: ours / nginx (MB/s of whole bodies; ours serves snapshots, nginx whatever it reads)',
+    expect: '',
+  },
   { id: 'rss_minus_bare_mib', what: 'idle RSS: ours − bare node:http listener (MiB)', expect: '', unit: 'MiB' },
 ];
 
@@ -72,7 +129,9 @@ export function summarise(raw, serverIds, cases) {
       try {
         const v = fn(r);
         if (Number.isFinite(v)) out.push(v);
-      } catch { /* a server that is absent (nginx skipped) gives no ratio */ }
+      } catch {
+        /* a server that is absent (nginx skipped) gives no ratio */
+      }
     }
     return out;
   };
@@ -126,9 +185,14 @@ export function summarise(raw, serverIds, cases) {
     const s = ratioStats[t.id];
     const every = ratios[t.id] ?? [];
     return {
-      id: t.id, what: t.what, target: t.target, unit: t.unit, measured: s,
+      id: t.id,
+      what: t.what,
+      target: t.target,
+      unit: t.unit,
+      measured: s,
       met: s ? t.ok(s.median) : null,
-      met_in_rounds: every.filter(t.ok).length, rounds: every.length,
+      met_in_rounds: every.filter(t.ok).length,
+      rounds: every.length,
     };
   });
   return {
@@ -138,11 +202,16 @@ export function summarise(raw, serverIds, cases) {
       redeem: { rps: stat(raw.peer.map((p) => p.redeem.rps)), p99_ms: stat(raw.peer.map((p) => p.redeem.p99_ms)) },
     },
     sha256_mbps: stat(raw.sha256),
-    rewritten: Object.fromEntries(['ours', 'nginx'].map((id) => [id, {
-      share: stat((raw.rewritten ?? []).map((w) => w[id]?.share)),
-      mbps: stat((raw.rewritten ?? []).map((w) => w[id]?.mbps)),
-      mismatched: (raw.rewritten ?? []).reduce((a, w) => a + (w[id]?.mismatched ?? 0), 0),
-    }])),
+    rewritten: Object.fromEntries(
+      ['ours', 'nginx'].map((id) => [
+        id,
+        {
+          share: stat((raw.rewritten ?? []).map((w) => w[id]?.share)),
+          mbps: stat((raw.rewritten ?? []).map((w) => w[id]?.mbps)),
+          mismatched: (raw.rewritten ?? []).reduce((a, w) => a + (w[id]?.mismatched ?? 0), 0),
+        },
+      ]),
+    ),
     listing: {
       sha256sum_s: stat(raw.listing.flatMap((l) => l.sha256sum_s)),
       first_s: stat(raw.listing.map((l) => l.first_s)),
@@ -192,11 +261,12 @@ const signed = (s, unit) => {
 };
 // A pipe inside a cell (even inside backticks) ends the cell in GitHub's Markdown: escape it.
 const esc = (text) => String(text).replace(/\|/g, '\\|');
-const table = (header, rows, numeric = true) => [
-  `| ${header.map(esc).join(' | ')} |`,
-  `|${header.map((_, i) => (i === 0 || !numeric ? '---' : '---:')).join('|')}|`,
-  ...rows.map((r) => `| ${r.map(esc).join(' | ')} |`),
-].join('\n');
+const table = (header, rows, numeric = true) =>
+  [
+    `| ${header.map(esc).join(' | ')} |`,
+    `|${header.map((_, i) => (i === 0 || !numeric ? '---' : '---:')).join('|')}|`,
+    ...rows.map((r) => `| ${r.map(esc).join(' | ')} |`),
+  ].join('\n');
 
 export function renderReport(meta, s, servers, cases) {
   const m = meta.machine;
@@ -204,9 +274,15 @@ export function renderReport(meta, s, servers, cases) {
   out.push('');
   out.push(`## Benchmark results, ${meta.date.slice(0, 16).replace('T', ' ')} UTC${meta.quick ? ' (--quick: a smoke run, not a measurement)' : ''}`);
   out.push('');
-  out.push(`- machine: ${m.cores} cores (${m.cpu}), ${m.memory_gib} GiB, Linux ${m.kernel}, Node ${m.node}; load average ${m.loadavg_before.join(' / ')} before, ${m.loadavg_after.join(' / ')} after`);
-  out.push(`- load: ${meta.loadgen}; ${meta.rounds} round(s), ${meta.seconds_per_case} s per case per round after a ${meta.warmup_seconds} s warm-up, servers interleaved within each round (order rotated per round)`);
-  out.push(`- nginx: ${meta.nginx ?? 'skipped'}; ours: \`serve --containment sealed\`, trace on; cells are median [min–max] across rounds; MB/s = 10^6 body bytes/s of 2xx answers; run took ${meta.duration_s} s`);
+  out.push(
+    `- machine: ${m.cores} cores (${m.cpu}), ${m.memory_gib} GiB, Linux ${m.kernel}, Node ${m.node}; load average ${m.loadavg_before.join(' / ')} before, ${m.loadavg_after.join(' / ')} after`,
+  );
+  out.push(
+    `- load: ${meta.loadgen}; ${meta.rounds} round(s), ${meta.seconds_per_case} s per case per round after a ${meta.warmup_seconds} s warm-up, servers interleaved within each round (order rotated per round)`,
+  );
+  out.push(
+    `- nginx: ${meta.nginx ?? 'skipped'}; ours: \`serve --containment sealed\`, trace on; cells are median [min–max] across rounds; MB/s = 10^6 body bytes/s of 2xx answers; run took ${meta.duration_s} s`,
+  );
   out.push('');
   out.push('### Reads');
   out.push('');
@@ -220,36 +296,76 @@ export function renderReport(meta, s, servers, cases) {
   out.push('');
   out.push('### Peer plane, limits, listing, start-up');
   out.push('');
-  out.push(table(['measure', 'value'], [
-    ['1 KiB operator read, ours with `--control stdio` (req/s; p99 ms)', `${cell(s.peer.read.rps)}; ${cell(s.peer.read.p99_ms)}`],
-    ['1 KiB redeem, same server, handle from share-file over MCP (req/s; p99 ms)', `${cell(s.peer.redeem.rps)}; ${cell(s.peer.redeem.p99_ms)}`],
-    ['SHA-256, node:crypto, one core, 64 MiB buffer (MB/s)', cell(s.sha256_mbps)],
-    ['1 MiB file rewritten in place by another process, 4 connections: ours, share of reads served whole; MB/s; bodies unlike their etag', `${cell(s.rewritten.ours.share)}; ${cell(s.rewritten.ours.mbps)}; ${s.rewritten.ours.mismatched}`],
-    ['the same file and writer, nginx: share served whole; MB/s', `${cell(s.rewritten.nginx.share)}; ${cell(s.rewritten.nginx.mbps)}`],
-    [`\`find … -print0 | xargs -0 sha256sum\`, ${meta.listing_files.toLocaleString('en-US')} × 4 KiB (s)`, cell(s.listing.sha256sum_s)],
-    [`age of the listing tree (newest change) at the first listing; its filesystem (\`stat -f\`)`, `${cell(s.listing.tree_age_s, ' s')}; ${meta.listing_fs}`],
-    ['ours (`serve`, default options, Landlock on), first listing after start, timed by curl (s)', cell(s.listing.first_s)],
-    ['ours, repeat listing, timed by curl (s)', cell(s.listing.repeat_s)],
-    ['ours, repeat listing, timed by a node:http client (s)', cell(s.listing.node_client_repeat_s)],
-    [`\`find … -print0 | xargs -0 sha256sum\`, ${(meta.big_listing_files ?? 0).toLocaleString('en-US')} × 65 B in ${meta.big_listing_dirs} directories (s)`, cell(s.big_listing?.sha256sum_s)],
-    ['ours, first listing of that tree after start, timed by curl (s)', cell(s.big_listing?.first_s)],
-    ['ours, repeat listing of that tree, timed by curl (s)', cell(s.big_listing?.repeat_s)],
-    ['start to ready: bare node:http / bare Fastify / ours / ours with `--no-landlock` (ms)', `${cell(s.start.bare_ready_ms)} / ${cell(s.start.fastify_ready_ms)} / ${cell(s.start.ours_ready_ms)} / ${cell(s.start.unconfined_ready_ms)}`],
-    ['idle RSS after one request: bare node:http / bare Fastify / ours (MiB)', `${cell(s.start.bare_rss_mib)} / ${cell(s.start.fastify_rss_mib)} / ${cell(s.start.ours_rss_mib)}`],
-  ], false));
+  out.push(
+    table(
+      ['measure', 'value'],
+      [
+        ['1 KiB operator read, ours with `--control stdio` (req/s; p99 ms)', `${cell(s.peer.read.rps)}; ${cell(s.peer.read.p99_ms)}`],
+        ['1 KiB redeem, same server, handle from share-file over MCP (req/s; p99 ms)', `${cell(s.peer.redeem.rps)}; ${cell(s.peer.redeem.p99_ms)}`],
+        ['SHA-256, node:crypto, one core, 64 MiB buffer (MB/s)', cell(s.sha256_mbps)],
+        [
+          '1 MiB file rewritten in place by another process, 4 connections: ours, share of reads served whole; MB/s; bodies unlike their etag',
+          `${cell(s.rewritten.ours.share)}; ${cell(s.rewritten.ours.mbps)}; ${s.rewritten.ours.mismatched}`,
+        ],
+        ['the same file and writer, nginx: share served whole; MB/s', `${cell(s.rewritten.nginx.share)}; ${cell(s.rewritten.nginx.mbps)}`],
+        [`\`find … -print0 | xargs -0 sha256sum\`, ${meta.listing_files.toLocaleString('en-US')} × 4 KiB (s)`, cell(s.listing.sha256sum_s)],
+        [
+          `age of the listing tree (newest change) at the first listing; its filesystem (\`stat -f\`)`,
+          `${cell(s.listing.tree_age_s, ' s')}; ${meta.listing_fs}`,
+        ],
+        ['ours (`serve`, default options, Landlock on), first listing after start, timed by curl (s)', cell(s.listing.first_s)],
+        ['ours, repeat listing, timed by curl (s)', cell(s.listing.repeat_s)],
+        ['ours, repeat listing, timed by a node:http client (s)', cell(s.listing.node_client_repeat_s)],
+        [
+          `\`find … -print0 | xargs -0 sha256sum\`, ${(meta.big_listing_files ?? 0).toLocaleString('en-US')} × 65 B in ${meta.big_listing_dirs} directories (s)`,
+          cell(s.big_listing?.sha256sum_s),
+        ],
+        ['ours, first listing of that tree after start, timed by curl (s)', cell(s.big_listing?.first_s)],
+        ['ours, repeat listing of that tree, timed by curl (s)', cell(s.big_listing?.repeat_s)],
+        [
+          'start to ready: bare node:http / bare Fastify / ours / ours with `--no-landlock` (ms)',
+          `${cell(s.start.bare_ready_ms)} / ${cell(s.start.fastify_ready_ms)} / ${cell(s.start.ours_ready_ms)} / ${cell(s.start.unconfined_ready_ms)}`,
+        ],
+        [
+          'idle RSS after one request: bare node:http / bare Fastify / ours (MiB)',
+          `${cell(s.start.bare_rss_mib)} / ${cell(s.start.fastify_rss_mib)} / ${cell(s.start.ours_rss_mib)}`,
+        ],
+      ],
+      false,
+    ),
+  );
   out.push('');
   out.push('### Against the targets (issues 23, 25, 29, 38)');
   out.push('');
-  out.push(table(['ratio', 'measured', 'target', 'status'], s.targets.map((t) => [
-    t.what.replace('N ×', `${meta.listing_files.toLocaleString('en-US')} ×`).replace('BIG', (meta.big_listing_files ?? 0).toLocaleString('en-US')).replace('DIRS', String(meta.big_listing_dirs)),
-    t.unit ? signed(t.measured, t.unit) : cell(t.measured, '×'),
-    t.target,
-    t.met === null ? 'not measured' : `${t.met ? '**met**' : '**not met**'}${t.rounds > 1 && t.met_in_rounds !== (t.met ? t.rounds : 0) ? ` (in ${t.met_in_rounds} of ${t.rounds} rounds)` : ''}`,
-  ]).concat([['peak RSS under 64 never-reading 8 MiB clients', 'not measured here (`npm run stress`)', 'held by the memory budget', '–']]), false));
+  out.push(
+    table(
+      ['ratio', 'measured', 'target', 'status'],
+      s.targets
+        .map((t) => [
+          t.what
+            .replace('N ×', `${meta.listing_files.toLocaleString('en-US')} ×`)
+            .replace('BIG', (meta.big_listing_files ?? 0).toLocaleString('en-US'))
+            .replace('DIRS', String(meta.big_listing_dirs)),
+          t.unit ? signed(t.measured, t.unit) : cell(t.measured, '×'),
+          t.target,
+          t.met === null
+            ? 'not measured'
+            : `${t.met ? '**met**' : '**not met**'}${t.rounds > 1 && t.met_in_rounds !== (t.met ? t.rounds : 0) ? ` (in ${t.met_in_rounds} of ${t.rounds} rounds)` : ''}`,
+        ])
+        .concat([['peak RSS under 64 never-reading 8 MiB clients', 'not measured here (`npm run stress`)', 'held by the memory budget', '–']]),
+      false,
+    ),
+  );
   out.push('');
   out.push('### Other ratios (no target of their own)');
   out.push('');
-  out.push(table(['ratio', 'measured', 'what the targets imply'], INFO.map((i) => [i.what, i.unit ? signed(s.ratios[i.id], i.unit) : cell(s.ratios[i.id], '×'), i.expect || '–']), false));
+  out.push(
+    table(
+      ['ratio', 'measured', 'what the targets imply'],
+      INFO.map((i) => [i.what, i.unit ? signed(s.ratios[i.id], i.unit) : cell(s.ratios[i.id], '×'), i.expect || '–']),
+      false,
+    ),
+  );
   out.push('');
   for (const n of meta.notes) out.push(`note: ${n}`);
   for (const o of meta.odd) out.push(`odd: ${o}`);

@@ -67,7 +67,9 @@ for (let i = 0; i < argv.length; i++) {
   else if (a === '--out') outFile = argv[i + 1] && !argv[i + 1].startsWith('--') ? outPath(argv[++i]) : join(HERE, 'results.json');
   else if (a.startsWith('--out=')) outFile = outPath(a.slice(6));
   else if (a === '--help' || a === '-h') {
-    process.stdout.write('usage: node bench/run.mjs [--quick] [--out [FILE|DIR/]]   (FILE defaults to bench/results.json; a directory gets results.json and bench.svg, the chart)\n');
+    process.stdout.write(
+      'usage: node bench/run.mjs [--quick] [--out [FILE|DIR/]]   (FILE defaults to bench/results.json; a directory gets results.json and bench.svg, the chart)\n',
+    );
     process.exit(0);
   } else fail(`unknown argument ${a} (try --help)`);
 }
@@ -118,12 +120,27 @@ const outDir = join(capsule, 'out');
 mkdirSync(outDir, { recursive: true, mode: 0o755 });
 // exports.files.max_bytes has room for the 64 MiB streamed file; the ceiling costs nothing (a body
 // above the streaming threshold holds two chunks of the memory budget, whatever its size).
-writeFileSync(join(capsule, 'murmur.yaml'), [
-  'name: bench', 'version: "0.1.0"', 'exports:',
-  '  files:', '    root: out/', '    mode: read-only', '    max_bytes: 128Mi',
-  '  peer_files:', '    root: out/', '    max_ttl: 15m', '    max_bytes: 1Mi',
-  'capabilities:', '  network:', '    allow:', '      - localhost', '',
-].join('\n'));
+writeFileSync(
+  join(capsule, 'murmur.yaml'),
+  [
+    'name: bench',
+    'version: "0.1.0"',
+    'exports:',
+    '  files:',
+    '    root: out/',
+    '    mode: read-only',
+    '    max_bytes: 128Mi',
+    '  peer_files:',
+    '    root: out/',
+    '    max_ttl: 15m',
+    '    max_bytes: 1Mi',
+    'capabilities:',
+    '  network:',
+    '    allow:',
+    '      - localhost',
+    '',
+  ].join('\n'),
+);
 // The file rewritten in place while it is read (rewrittenRound).
 const REWRITTEN = 'rewritten.bin';
 writeFileSync(join(outDir, REWRITTEN), Buffer.alloc(MiB, 64), { mode: 0o644 });
@@ -201,7 +218,9 @@ if (wrk.path) {
   const { default: autocannon } = await import('autocannon');
   load = autocannonLoad(autocannon, CONNECTIONS);
   loadgen = `autocannon (in process), ${CONNECTIONS} connections`;
-  notes.push('wrk unavailable: autocannon was used, and it cannot push much more than ~50 MB/s of body, so the 64 KiB and 4 MiB rows measure autocannon, not the servers');
+  notes.push(
+    'wrk unavailable: autocannon was used, and it cannot push much more than ~50 MB/s of body, so the 64 KiB and 4 MiB rows measure autocannon, not the servers',
+  );
 }
 let nginx = { path: null, note: 'BENCH_NGINX=0' };
 if (process.env.BENCH_NGINX !== '0') nginx = ensureTool('nginx', 'nginx-light');
@@ -209,7 +228,10 @@ if (nginx.note) notes.push(nginx.path ? nginx.note : `nginx skipped: ${nginx.not
 const curl = ensureTool('curl', 'curl');
 if (!curl.path) fail(`the listing is timed by curl, which is unavailable: ${curl.note}`);
 if (curl.note) notes.push(curl.note);
-if (!CACHED_FS.test(listingFs)) notes.push(`the listing tree is on ${listingFs}, where the digest cache is off by design: every listing hashes every file (set BENCH_TMPDIR to an ext4, xfs or btrfs directory)`);
+if (!CACHED_FS.test(listingFs))
+  notes.push(
+    `the listing tree is on ${listingFs}, where the digest cache is off by design: every listing hashes every file (set BENCH_TMPDIR to an ext4, xfs or btrfs directory)`,
+  );
 
 // ---- servers ----
 const env = { ...process.env, RESOURCE_PLANE_RECORDS_DIR: recordsDir };
@@ -226,7 +248,11 @@ async function startNode(label, args, extraEnv = env) {
   } catch (error) {
     // The scratch directory goes when the bench ends: say what the child said now.
     let tail = '';
-    try { tail = readFileSync(logFile, 'utf8').trim().split('\n').slice(-5).join('\n'); } catch { /* no log */ }
+    try {
+      tail = readFileSync(logFile, 'utf8').trim().split('\n').slice(-5).join('\n');
+    } catch {
+      /* no log */
+    }
     throw new Error(`${error.message}${tail ? `; its log ends:\n${tail}` : ''}`);
   }
   if (new URL(line.url).hostname !== '127.0.0.1') throw new Error(`${label}: not loopback: ${line.url}`);
@@ -251,13 +277,25 @@ async function waitForHttp(url, child, label, ms = 10_000) {
     try {
       const r = await fetchOnce(url);
       if (r.status === 200) return;
-    } catch { /* not yet */ }
+    } catch {
+      /* not yet */
+    }
     if (Date.now() > deadline) throw new Error(`${label}: no answer from ${url} within ${ms} ms`);
     await sleep(50);
   }
 }
 
-const oursArgs = (name, extra = []) => [CLI, 'serve', '--workdir', capsule, '--containment', 'sealed', '--trace', join(scratch, `trace-${name}.jsonl`), ...extra];
+const oursArgs = (name, extra = []) => [
+  CLI,
+  'serve',
+  '--workdir',
+  capsule,
+  '--containment',
+  'sealed',
+  '--trace',
+  join(scratch, `trace-${name}.jsonl`),
+  ...extra,
+];
 
 const servers = []; // { id, label, url, child, etag }
 let oursPeer = null; // { url, child, handle, audience }
@@ -325,7 +363,10 @@ async function busyRound(r) {
 async function streamedRound(r) {
   const ours = servers.find((s) => s.id === 'ours');
   const row = { round: r };
-  for (const s of rotate(servers.filter((x) => x.id === 'ours' || x.id === 'nginx'), r)) {
+  for (const s of rotate(
+    servers.filter((x) => x.id === 'ours' || x.id === 'nginx'),
+    r,
+  )) {
     const url = `${s.url}/resources/files/${HUGE.file}`;
     const run = load4 ?? load;
     if (WARMUP_SECONDS) await run(url, WARMUP_SECONDS, HUGE.size);
@@ -343,7 +384,7 @@ async function streamedRound(r) {
 }
 
 function shaRate() {
-  const buf = shaRate.buf ??= randomFillSync(Buffer.allocUnsafe(SHA_BYTES));
+  const buf = (shaRate.buf ??= randomFillSync(Buffer.allocUnsafe(SHA_BYTES)));
   let best = 0;
   for (let i = 0; i < 3; i++) {
     const t = performance.now();
@@ -365,16 +406,24 @@ function checkListing(body, by) {
 function curlListing(url) {
   const bodyFile = join(scratch, 'listing.json');
   return new Promise((res, rej) => {
-    const child = track(curl.path, ['-s', '-o', bodyFile, '-w', '%{http_code} %{time_total}', '--max-time', '60', `${url}/resources/files`], { stdout: 'pipe' });
+    const child = track(curl.path, ['-s', '-o', bodyFile, '-w', '%{http_code} %{time_total}', '--max-time', '60', `${url}/resources/files`], {
+      stdout: 'pipe',
+    });
     let out = '';
-    child.stdout.on('data', (c) => { out += c; });
+    child.stdout.on('data', (c) => {
+      out += c;
+    });
     child.on('error', rej);
     child.on('exit', (code) => {
       const [status, total] = out.trim().split(' ');
       if (code !== 0) return rej(new Error(`curl exited ${code} (${out})`));
       const body = readFileSync(bodyFile);
       if (status !== '200') return rej(new Error(`listing answered ${status}: ${body.toString().slice(0, 200)}`));
-      try { checkListing(body, 'curl'); } catch (e) { return rej(e); }
+      try {
+        checkListing(body, 'curl');
+      } catch (e) {
+        return rej(e);
+      }
       res(Number(total));
     });
   });
@@ -404,26 +453,30 @@ function rewrittenLoad(url, seconds, checkEtag) {
   const agent = new Agent({ keepAlive: true, maxSockets: 4 });
   const until = performance.now() + seconds * 1000;
   const m = { total: 0, served: 0, mismatched: 0, bytes: 0 };
-  const one = () => new Promise((resolve) => {
-    const req = request(url, { agent }, (res) => {
-      const hash = createHash('sha256');
-      let got = 0;
-      res.on('data', (d) => { hash.update(d); got += d.length; });
-      res.on('error', () => resolve());
-      res.on('end', () => {
-        const whole = res.statusCode === 200 && got === Number(res.headers['content-length']);
-        const digest = hash.digest('hex');
-        if (whole) {
-          m.served++;
-          m.bytes += got;
-          if (checkEtag && res.headers.etag !== `"sha256:${digest}"`) m.mismatched++;
-        }
-        resolve();
+  const one = () =>
+    new Promise((resolve) => {
+      const req = request(url, { agent }, (res) => {
+        const hash = createHash('sha256');
+        let got = 0;
+        res.on('data', (d) => {
+          hash.update(d);
+          got += d.length;
+        });
+        res.on('error', () => resolve());
+        res.on('end', () => {
+          const whole = res.statusCode === 200 && got === Number(res.headers['content-length']);
+          const digest = hash.digest('hex');
+          if (whole) {
+            m.served++;
+            m.bytes += got;
+            if (checkEtag && res.headers.etag !== `"sha256:${digest}"`) m.mismatched++;
+          }
+          resolve();
+        });
       });
+      req.on('error', () => resolve());
+      req.end();
     });
-    req.on('error', () => resolve());
-    req.end();
-  });
   const worker = async () => {
     while (performance.now() < until) {
       m.total++;
@@ -442,9 +495,13 @@ async function rewrittenRound(r) {
   const writer = track(process.execPath, ['-e', REWRITER, join(outDir, REWRITTEN)]);
   const row = { round: r };
   try {
-    for (const s of rotate(servers.filter((x) => x.id === 'ours' || x.id === 'nginx'), r)) {
+    for (const s of rotate(
+      servers.filter((x) => x.id === 'ours' || x.id === 'nginx'),
+      r,
+    )) {
       row[s.id] = await rewrittenLoad(`${s.url}/resources/files/${REWRITTEN}`, SECONDS, s.id === 'ours');
-      if (s.id === 'ours' && row.ours.mismatched) odd.push(`ours, 1 MiB under an in-place writer, round ${r + 1}: ${row.ours.mismatched} bodies differ from their etag`);
+      if (s.id === 'ours' && row.ours.mismatched)
+        odd.push(`ours, 1 MiB under an in-place writer, round ${r + 1}: ${row.ours.mismatched} bodies differ from their etag`);
     }
   } finally {
     await stop(writer);
@@ -563,9 +620,10 @@ try {
     await mint(); // a fresh handle each round, far from its expiry
     const pair = { round: r };
     for (const which of r % 2 ? ['redeem', 'read'] : ['read', 'redeem']) {
-      const m = which === 'read'
-        ? await timedLoad(`${oursPeer.url}/resources/files/small.bin`, 1024)
-        : await timedLoad(`${oursPeer.url}/resources/peer/${oursPeer.handle}`, 1024, { 'x-murmur-audience': oursPeer.audience });
+      const m =
+        which === 'read'
+          ? await timedLoad(`${oursPeer.url}/resources/files/small.bin`, 1024)
+          : await timedLoad(`${oursPeer.url}/resources/peer/${oursPeer.handle}`, 1024, { 'x-murmur-audience': oursPeer.audience });
       pair[which] = m;
       if (m.errors) odd.push(`ours (control stdio) ${which}, round ${r + 1}: ${m.errors} errors or non-2xx answers`);
     }
@@ -575,9 +633,19 @@ try {
     await rewrittenRound(r);
     await listingRound(r);
     raw.mirror.push(await mirrorRound({ round: r, cli: CLI, root: listRoot, digests: listDigests, scratch, serve: serveListing }));
-    raw.big_listing.push(await bigListingRound({
-      r, tree: bigTree, cli: CLI, curl: curl.path, start: startNode, stop, repeats: BIG_LIST_REPEATS, bodyFile: join(scratch, 'big-listing.json'), odd,
-    }));
+    raw.big_listing.push(
+      await bigListingRound({
+        r,
+        tree: bigTree,
+        cli: CLI,
+        curl: curl.path,
+        start: startNode,
+        stop,
+        repeats: BIG_LIST_REPEATS,
+        bodyFile: join(scratch, 'big-listing.json'),
+        odd,
+      }),
+    );
     for (let i = 0; i < START_SAMPLES; i++) {
       for (const kind of rotate(['fastify', 'ours', 'bare', 'unconfined'], r + i)) await startSample(kind, r);
     }
@@ -601,7 +669,12 @@ const meta = {
   duration_s: Math.round((performance.now() - t0Run) / 1000),
   machine: {
     cores: cpu.length,
-    cpu: readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.*)$/m)?.[1]?.trim() ?? cpu[0]?.model ?? 'unknown',
+    cpu:
+      readFileSync('/proc/cpuinfo', 'utf8')
+        .match(/^model name\s*:\s*(.*)$/m)?.[1]
+        ?.trim() ??
+      cpu[0]?.model ??
+      'unknown',
     kernel: release(),
     node: process.version,
     memory_gib: +(totalmem() / 2 ** 30).toFixed(1),
@@ -624,7 +697,11 @@ const meta = {
   notes,
   odd,
 };
-const summary = summarise(raw, servers.map((s) => s.id), CASES);
+const summary = summarise(
+  raw,
+  servers.map((s) => s.id),
+  CASES,
+);
 summary.mirror = summariseMirror(raw.mirror);
 process.stdout.write(renderReport(meta, summary, servers, CASES));
 process.stdout.write(`${renderMirror(summary.mirror).join('\n')}\n`);

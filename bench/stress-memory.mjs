@@ -199,7 +199,13 @@ function slowRead() {
           setTimeout(() => res.resume(), 20);
         }
       });
-      res.on('end', () => resolve({ status: res.statusCode, whole: got === bigBody.length, etagOk: res.headers.etag === bigEtag && `"sha256:${hash.digest('hex')}"` === bigEtag }));
+      res.on('end', () =>
+        resolve({
+          status: res.statusCode,
+          whole: got === bigBody.length,
+          etagOk: res.headers.etag === bigEtag && `"sha256:${hash.digest('hex')}"` === bigEtag,
+        }),
+      );
       res.on('error', (e) => resolve({ status: 0, error: e.message }));
     });
     req.on('error', (e) => resolve({ status: 0, error: e.message }));
@@ -236,21 +242,36 @@ const figures = {
   rss_mib: { baseline: Math.round(baseline.rssMiB), peak: Math.round(stats.peakRssMiB), after: Math.round(after.rssMiB) },
   fds: { baseline: baseline.fds, after: after.fds },
   exit,
-  slow_readers: { clients: SLOW_READERS, file_mib: SLOW_MIB, failed: slowBad.length, budget_in_use_after: bigInUse, rss_mib: { baseline: Math.round(bigBaseline.rssMiB), peak: Math.round(bigPeak), after: Math.round(bigAfter.rssMiB) }, fds: { baseline: bigBaseline.fds, after: bigAfter.fds }, exit: bigExit },
+  slow_readers: {
+    clients: SLOW_READERS,
+    file_mib: SLOW_MIB,
+    failed: slowBad.length,
+    budget_in_use_after: bigInUse,
+    rss_mib: { baseline: Math.round(bigBaseline.rssMiB), peak: Math.round(bigPeak), after: Math.round(bigAfter.rssMiB) },
+    fds: { baseline: bigBaseline.fds, after: bigAfter.fds },
+    exit: bigExit,
+  },
 };
 console.log(JSON.stringify(figures, null, 2));
 const failures = [];
 if (stats.cycled === 0) failures.push('no cycled read completed');
 if (stats.cycleErrors.length) failures.push(`cycled reads failed: ${stats.cycleErrors.slice(0, 5).join('; ')}`);
-if (stats.probes === 0 || stats.probeErrors.length) failures.push(`small reads were not answered while the listings were held: ${stats.probeErrors.slice(0, 5).join('; ')}`);
+if (stats.probes === 0 || stats.probeErrors.length)
+  failures.push(`small reads were not answered while the listings were held: ${stats.probeErrors.slice(0, 5).join('; ')}`);
 if (stats.peakRssMiB - baseline.rssMiB > BUDGET_MIB + PEAK_SLACK_MIB) {
-  failures.push(`peak RSS passed idle + budget + ${PEAK_SLACK_MIB} MiB: ${Math.round(baseline.rssMiB)} → ${Math.round(stats.peakRssMiB)} MiB with a ${BUDGET_MIB} MiB budget`);
+  failures.push(
+    `peak RSS passed idle + budget + ${PEAK_SLACK_MIB} MiB: ${Math.round(baseline.rssMiB)} → ${Math.round(stats.peakRssMiB)} MiB with a ${BUDGET_MIB} MiB budget`,
+  );
 }
 if (inUse !== 0) failures.push(`the memory budget did not come back to zero: ${inUse} bytes in use`);
 if (after.fds > baseline.fds + FD_SLACK) failures.push(`descriptors did not come back: ${baseline.fds} → ${after.fds}`);
 if (exit.code !== 0) failures.push(`serve did not exit 0 on SIGTERM: ${JSON.stringify(exit)}`);
-if (slowBad.length) failures.push(`${slowBad.length} of ${SLOW_READERS} slow readers did not get the whole ${SLOW_MIB} MiB body under a matching etag: ${JSON.stringify(slowBad.slice(0, 3))}`);
-if (bigPeak - bigBaseline.rssMiB > 128) failures.push(`peak RSS with ${SLOW_READERS} slow readers passed idle + 128 MiB: ${Math.round(bigBaseline.rssMiB)} → ${Math.round(bigPeak)} MiB`);
+if (slowBad.length)
+  failures.push(
+    `${slowBad.length} of ${SLOW_READERS} slow readers did not get the whole ${SLOW_MIB} MiB body under a matching etag: ${JSON.stringify(slowBad.slice(0, 3))}`,
+  );
+if (bigPeak - bigBaseline.rssMiB > 128)
+  failures.push(`peak RSS with ${SLOW_READERS} slow readers passed idle + 128 MiB: ${Math.round(bigBaseline.rssMiB)} → ${Math.round(bigPeak)} MiB`);
 if (bigInUse !== 0) failures.push(`the memory budget did not come back to zero after the slow readers: ${bigInUse} bytes in use`);
 if (bigAfter.fds > bigBaseline.fds + FD_SLACK) failures.push(`descriptors did not come back after the slow readers: ${bigBaseline.fds} → ${bigAfter.fds}`);
 if (bigExit.code !== 0) failures.push(`the second serve did not exit 0 on SIGTERM: ${JSON.stringify(bigExit)}`);

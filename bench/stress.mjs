@@ -85,7 +85,18 @@ writeFileSync(join(work, 'murmur.yaml'), 'name: stress\nversion: "1"\nexports:\n
 
 // ---- the server ----
 async function start() {
-  const args = ['serve', '--workdir', work, '--containment', 'sealed', '--trace', join(scratch, 'trace.jsonl'), '--memory-budget', `${BUDGET_MIB}Mi`, '--metrics'];
+  const args = [
+    'serve',
+    '--workdir',
+    work,
+    '--containment',
+    'sealed',
+    '--trace',
+    join(scratch, 'trace.jsonl'),
+    '--memory-budget',
+    `${BUDGET_MIB}Mi`,
+    '--metrics',
+  ];
   server = spawn(process.execPath, [CLI, ...args], {
     stdio: ['ignore', 'pipe', 'ignore'],
     env: { ...process.env, RESOURCE_PLANE_LOG_LEVEL: 'warn' },
@@ -147,10 +158,18 @@ async function goodClient(i) {
 }
 
 const HOSTILE_REQUESTS = [
-  ['/resources/files/../outside/secret.txt'], ['/resources/files/%2e%2e/%2e%2e/outside/secret.txt'], ['/resources/files/escape'],
-  ['/resources/files/absolute'], ['/resources/files/sub%00/f1.txt'], [`/resources/files/${'a/'.repeat(400)}x`], ['/resources/files/x%ZZ'],
-  ['/resources/files/sub/f1.txt', {}, 'PUT'], ['/resources/peer/mh1.AAAA.BBBB', { 'x-murmur-audience': 'x'.repeat(8000) }],
-  ['/resources/files/sub/f1.txt', { 'x-big': 'b'.repeat(20_000) }], ['//resources/files/escape'], ['/resources/files//etc/passwd'],
+  ['/resources/files/../outside/secret.txt'],
+  ['/resources/files/%2e%2e/%2e%2e/outside/secret.txt'],
+  ['/resources/files/escape'],
+  ['/resources/files/absolute'],
+  ['/resources/files/sub%00/f1.txt'],
+  [`/resources/files/${'a/'.repeat(400)}x`],
+  ['/resources/files/x%ZZ'],
+  ['/resources/files/sub/f1.txt', {}, 'PUT'],
+  ['/resources/peer/mh1.AAAA.BBBB', { 'x-murmur-audience': 'x'.repeat(8000) }],
+  ['/resources/files/sub/f1.txt', { 'x-big': 'b'.repeat(20_000) }],
+  ['//resources/files/escape'],
+  ['/resources/files//etc/passwd'],
 ];
 async function hostileClient(i) {
   for (let n = 0; live(); n++) {
@@ -257,7 +276,7 @@ async function rotator(i) {
     const [target, method, status] = n % 2 ? ['/resources/files/%2e%2e/rotating', 'GET', 403] : ['/resources/files/rotating', 'PUT', 405];
     // agent false: one connection per request, closed after it (a keep-alive pool per address
     // would pile up idle connections to the server's connection cap).
-    const r = await raw(target, {}, method, false, `127.${2 + (i % 200)}.${(n >> 8) & 255}.${(n & 255) || 1}`);
+    const r = await raw(target, {}, method, false, `127.${2 + (i % 200)}.${(n >> 8) & 255}.${n & 255 || 1}`);
     stats.rotated = (stats.rotated ?? 0) + 1;
     // Like a hostile client's, a request the loaded server did not answer in time is no failure.
     if (r.status === 0) stats.rotateUnanswered = (stats.rotateUnanswered ?? 0) + 1;
@@ -314,7 +333,10 @@ server = null;
 // Every refusal goes through the refusal limit: together they may not outgrow the server-wide
 // bucket (its burst, its rate over the session, a second of slack), whatever the addresses.
 const REQUEST_EVENTS = new Set(['resource_read', 'resource_list', 'peer_handle_redeem']);
-const traceLines = readFileSync(join(scratch, 'trace.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+const traceLines = readFileSync(join(scratch, 'trace.jsonl'), 'utf8')
+  .trim()
+  .split('\n')
+  .map((l) => JSON.parse(l));
 const sessionMs = traceLines.at(-1).timestamp - traceLines[0].timestamp;
 const refusalLines = traceLines.filter((l) => REQUEST_EVENTS.has(l.event_type) && l.outcome !== 'ok' && l.outcome !== 'not_modified').length;
 const summaryLines = traceLines.filter((l) => l.event_type === 'refusals_suppressed');
@@ -333,11 +355,21 @@ const figures = {
   reset_mid_queue_connections: stats.resets ?? 0,
   rotating_refusals: stats.rotated ?? 0,
   rotating_unanswered: stats.rotateUnanswered ?? 0,
-  trace_refusal_lines: { traced: refusalLines, allowance: refusalAllowance, summary_lines: summaryLines.length, suppressed: summaryLines.reduce((n, l) => n + l.suppressed, 0) },
+  trace_refusal_lines: {
+    traced: refusalLines,
+    allowance: refusalAllowance,
+    summary_lines: summaryLines.length,
+    suppressed: summaryLines.reduce((n, l) => n + l.suppressed, 0),
+  },
   budget_mib: BUDGET_MIB,
   budget_in_use_after: inUse,
   listings: stats.listings,
-  rss_mib: { baseline: Math.round(baseline.rssMiB), peak: Math.round(stats.peakRssMiB), after: Math.round(after.rssMiB), settled_after_s: Math.round(settleSeconds) },
+  rss_mib: {
+    baseline: Math.round(baseline.rssMiB),
+    peak: Math.round(stats.peakRssMiB),
+    after: Math.round(after.rssMiB),
+    settled_after_s: Math.round(settleSeconds),
+  },
   fds: { baseline: baseline.fds, after: after.fds },
   exit,
 };
@@ -351,7 +383,8 @@ if (stats.peakRssMiB - baseline.rssMiB > BUDGET_MIB + PEAK_SLACK_MIB) {
 if (inUse !== 0) failures.push(`the memory budget did not come back to zero after the crowd left: ${inUse} bytes in use`);
 if (stats.outsideBytes) failures.push(`outside bytes were served ${stats.outsideBytes} times`);
 if (after.fds > baseline.fds + FD_SLACK) failures.push(`descriptors did not come back: ${baseline.fds} → ${after.fds}`);
-if (after.rssMiB > baseline.rssMiB + RSS_SLACK_MIB) failures.push(`RSS did not come back near baseline: ${Math.round(baseline.rssMiB)} → ${Math.round(after.rssMiB)} MiB`);
+if (after.rssMiB > baseline.rssMiB + RSS_SLACK_MIB)
+  failures.push(`RSS did not come back near baseline: ${Math.round(baseline.rssMiB)} → ${Math.round(after.rssMiB)} MiB`);
 if (stats.rotateErrors) failures.push(`${stats.rotateErrors} rotating refusals were not refused as expected (last: ${stats.rotateWhy})`);
 if (refusalLines > refusalAllowance) failures.push(`the trace took ${refusalLines} refusal lines, past the server-wide allowance of ${refusalAllowance}`);
 if (exit.code !== 0) failures.push(`serve did not exit 0 on SIGTERM: ${JSON.stringify(exit)}`);

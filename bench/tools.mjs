@@ -11,7 +11,9 @@ export function findOnPath(name, extra = []) {
     try {
       accessSync(join(dir, name), constants.X_OK);
       return join(dir, name);
-    } catch { /* next */ }
+    } catch {
+      /* next */
+    }
   }
   return null;
 }
@@ -28,20 +30,35 @@ export function ensureTool(binary, pkg) {
   if (process.getuid?.() !== 0) return { path: null, note: `${binary} is not installed and the bench is not root (apt-get install ${pkg})` };
   process.stderr.write(`bench: ${binary} absent, apt-get install ${pkg} …\n`);
   const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  const install = () => spawnSync('apt-get', ['install', '-y', '-q', '--no-install-recommends', pkg], { env, stdio: ['ignore', 'ignore', 'pipe'], timeout: 300_000 });
+  const install = () =>
+    spawnSync('apt-get', ['install', '-y', '-q', '--no-install-recommends', pkg], { env, stdio: ['ignore', 'ignore', 'pipe'], timeout: 300_000 });
   let r = install();
   if (r.status !== 0) {
     spawnSync('apt-get', ['update', '-q'], { env, stdio: 'ignore', timeout: 300_000 });
     r = install();
   }
   const path = findOnPath(binary, SBIN);
-  if (r.status !== 0 || !path) return { path: null, note: `apt-get install ${pkg} failed: ${String(r.stderr ?? '').trim().split('\n').pop() ?? r.error}` };
+  if (r.status !== 0 || !path)
+    return {
+      path: null,
+      note: `apt-get install ${pkg} failed: ${
+        String(r.stderr ?? '')
+          .trim()
+          .split('\n')
+          .pop() ?? r.error
+      }`,
+    };
   return { path, note: `installed ${pkg} with apt-get` };
 }
 
 export function toolVersion(path, args) {
   const r = spawnSync(path, args, { encoding: 'utf8' });
-  return `${r.stdout ?? ''}${r.stderr ?? ''}`.split('\n').find((l) => l.trim())?.trim() ?? 'unknown';
+  return (
+    `${r.stdout ?? ''}${r.stderr ?? ''}`
+      .split('\n')
+      .find((l) => l.trim())
+      ?.trim() ?? 'unknown'
+  );
 }
 
 // ---- wrk ----
@@ -88,14 +105,17 @@ export function wrkCycle(wrk, scratch, connections) {
   let n = 0;
   return async (baseUrl, paths, seconds) => {
     const script = join(scratch, `cycle-${n++}.lua`);
-    writeFileSync(script, `${WRK_REPORT}
+    writeFileSync(
+      script,
+      `${WRK_REPORT}
 local paths = {${paths.map((p) => JSON.stringify(p)).join(',')}}
 local i = 0
 request = function()
   i = i % #paths + 1
   return wrk.format("GET", paths[i])
 end
-`);
+`,
+    );
     const r = await runWrk(wrk, ['-t1', `-c${connections}`, `-d${seconds}s`, '--timeout', '10s', '-s', script, baseUrl], seconds);
     const secs = r.duration_us / 1e6;
     return { rps: (r.requests - r.status) / secs, mbps: r.bytes / secs / 1e6, errors: r.connect + r.read + r.write + r.status + r.timeout };
@@ -108,11 +128,16 @@ function runWrk(wrk, args, seconds) {
     const child = track(wrk, args, { stdout: 'pipe' });
     const timer = setTimeout(() => child.kill('SIGKILL'), (seconds + 30) * 1000);
     let out = '';
-    child.stdout.on('data', (c) => { out += c; });
+    child.stdout.on('data', (c) => {
+      out += c;
+    });
     child.on('error', reject);
     child.on('exit', (code) => {
       clearTimeout(timer);
-      const line = out.split('\n').reverse().find((l) => l.startsWith('{"requests"'));
+      const line = out
+        .split('\n')
+        .reverse()
+        .find((l) => l.startsWith('{"requests"'));
       if (code !== 0 || !line) return reject(new Error(`wrk exited with ${code}:\n${out}`));
       resolve(JSON.parse(line));
     });
@@ -150,7 +175,9 @@ export function autocannonLoad(autocannon, connections) {
 export function startNginx(nginx, dir, root, port, logFile) {
   const asRoot = process.getuid?.() === 0;
   const conf = join(dir, 'nginx.conf');
-  writeFileSync(conf, `# written by bench/run.mjs
+  writeFileSync(
+    conf,
+    `# written by bench/run.mjs
 worker_processes 1;
 daemon off;
 master_process on;
@@ -172,7 +199,8 @@ http {
     location /resources/files/ { alias ${root}/; }
   }
 }
-`);
+`,
+  );
   const child = track(nginx, ['-p', dir, '-c', conf, '-e', join(dir, 'nginx-error.log')], { logFile, stdout: 'log', killGrandchildren: true });
   return child;
 }

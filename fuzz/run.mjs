@@ -87,6 +87,8 @@ for (const line of readFileSync(log, 'utf8').split('\n')) {
 }
 console.log(`\n${iteration} iterations, ${failures} failed`);
 for (const [name, t] of [...totals].sort()) {
-  console.log(`  ${name.padEnd(20)} ${String(t.runs).padStart(8)} runs  ${(t.ms / 60_000).toFixed(1).padStart(6)} min${t.failed ? `  ${t.failed} failed` : ''}`);
+  console.log(
+    `  ${name.padEnd(20)} ${String(t.runs).padStart(8)} runs  ${(t.ms / 60_000).toFixed(1).padStart(6)} min${t.failed ? `  ${t.failed} failed` : ''}`,
+  );
 }
 process.exit(failures === 0 ? 0 : 1);

@@ -18,7 +18,16 @@ try {
   if (problem !== null) throw new Error(problem);
   // What a launch loads, both stages (importing them runs nothing): the command, the server, the
   // logger, the MCP control and the operator client.
-  const modules = ['cli/program.js', 'launch/launch.js', 'cli/logger.js', 'limits.js', 'http/limited-server.js', 'http/metrics.js', 'tools/control.js', 'cli/client.js'];
+  const modules = [
+    'cli/program.js',
+    'launch/launch.js',
+    'cli/logger.js',
+    'limits.js',
+    'http/limited-server.js',
+    'http/metrics.js',
+    'tools/control.js',
+    'cli/client.js',
+  ];
   for (const m of modules) await import(new URL(`../dist/${m}`, import.meta.url).href);
   // Loaded only when needed: the manifest's parser, prom-client (metrics on), Fastify's pino glue.
   await import('yaml');

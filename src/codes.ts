@@ -29,14 +29,7 @@ export type PlaneCode =
 export type ServerCode = 'bad_request' | 'shutting_down';
 
 /** Refusals only the tools (share-file, fetch-peer-file) give. */
-export type ToolCode =
-  | 'invalid_argument'
-  | 'invalid_ttl'
-  | 'unknown_tool'
-  | 'peer_not_allowed'
-  | 'peer_unreachable'
-  | 'issuer_mismatch'
-  | 'etag_mismatch';
+export type ToolCode = 'invalid_argument' | 'invalid_ttl' | 'unknown_tool' | 'peer_not_allowed' | 'peer_unreachable' | 'issuer_mismatch' | 'etag_mismatch';
 
 export type Code = PlaneCode | ServerCode | ToolCode;
 
@@ -168,7 +161,10 @@ export const CATALOGUE: Readonly<Record<Code, CatalogueRow>> = Object.freeze({
     messages: { tool: "'ttl' must be a duration greater than zero: an integer, optionally suffixed s/m/h/d (e.g. 90, 30s, 5m)" },
   },
   unknown_tool: { status: null, messages: { tool: 'no tool of that name exists here' } },
-  peer_not_allowed: { status: null, messages: { tool: 'the allow list does not include the peer (capabilities.peer_fetch.allow; for share-file, capabilities.network.allow)' } },
+  peer_not_allowed: {
+    status: null,
+    messages: { tool: 'the allow list does not include the peer (capabilities.peer_fetch.allow; for share-file, capabilities.network.allow)' },
+  },
   peer_unreachable: { status: null, messages: { tool: 'the peer could not be reached' } },
   issuer_mismatch: {
     status: null,

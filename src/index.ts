@@ -15,8 +15,21 @@ export { callTool, toolDefinitions, shareFile, fetchPeerFile, type ToolDefinitio
 export type { ShareFileInput, ShareFileResult, ShareFileOptions } from './tools/share-file.js';
 export type { FetchPeerFileInput, FetchPeerFileResult, FetchPeerFileOptions } from './tools/fetch-peer-file.js';
 export {
-  CATALOGUE, CODES, Refusal, UsageError, isCode, messageFor, renderHttp, renderTool,
-  type Code, type PlaneCode, type ServerCode, type ToolCode, type PeerStatusCode, type CatalogueRow, type Context,
+  CATALOGUE,
+  CODES,
+  Refusal,
+  UsageError,
+  isCode,
+  messageFor,
+  renderHttp,
+  renderTool,
+  type Code,
+  type PlaneCode,
+  type ServerCode,
+  type ToolCode,
+  type PeerStatusCode,
+  type CatalogueRow,
+  type Context,
 } from './codes.js';
 export { parseManifest, type Manifest, type FilesExport, type PeerFilesExport } from './manifest/model.js';
 export { ManifestError, type ManifestErrorCode } from './manifest/diagnostics.js';

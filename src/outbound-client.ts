@@ -158,7 +158,10 @@ async function checkGuard(): Promise<string | null> {
     },
   });
   try {
-    await client.request({ path: '/', method: 'GET', signal: stop.signal }).then((r) => r.body.dump(), () => undefined);
+    await client.request({ path: '/', method: 'GET', signal: stop.signal }).then(
+      (r) => r.body.dump(),
+      () => undefined,
+    );
   } finally {
     await client.destroy().catch(() => undefined);
   }

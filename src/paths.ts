@@ -2,9 +2,7 @@
 // no fs, no normalisation. A request that is not already in canonical form is refused, never
 // rewritten into something servable — `a/./b` and `a/../b` are refusals, not aliases of `a/b`.
 
-export type Lowered =
-  | { ok: true; relpath: string; display: string }
-  | { ok: false; display: string };
+export type Lowered = { ok: true; relpath: string; display: string } | { ok: false; display: string };
 
 const HEX = /^[0-9A-Fa-f]{2}$/;
 // ignoreBOM: a decoder otherwise drops a leading U+FEFF, which would lower `%EF%BB%BFa` to `a`:

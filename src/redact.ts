@@ -64,10 +64,7 @@ function redactValue(value: unknown): unknown {
     const proto: unknown = Object.getPrototypeOf(value);
     if (proto !== Object.prototype && proto !== null) return value;
     // fromEntries defines own properties, so a key such as "__proto__" stays a plain key.
-    return Object.fromEntries(
-      Object.entries(value).map(([k, v]) => [redactHandles(k), redactValue(v)]),
-    );
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [redactHandles(k), redactValue(v)]));
   }
   return value;
 }
-

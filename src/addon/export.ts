@@ -30,7 +30,6 @@ export interface Limits {
   mmapThresholdBytes: number;
 }
 
-
 export type ResolverKind = 'openat2' | 'walk';
 
 export interface ResolveOptions {
@@ -295,7 +294,14 @@ export function readFile(workdirFd: WorkdirRef, root: string, relpath: string, m
  * not read: its size and the descriptor (an OpenFile) are returned, for the caller to reserve
  * memory and read or stream it from that same descriptor.
  */
-export function readSmall(workdirFd: WorkdirRef, root: string, relpath: string, maxBytes: number, smallBytes: number, opts: ResolveOptions): ReadResult | { size: number; file: OpenFile } {
+export function readSmall(
+  workdirFd: WorkdirRef,
+  root: string,
+  relpath: string,
+  maxBytes: number,
+  smallBytes: number,
+  opts: ResolveOptions,
+): ReadResult | { size: number; file: OpenFile } {
   try {
     return binding.readSmall({ workdirFd, root, relpath, maxBytes, smallBytes, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver });
   } catch (raw) {
@@ -337,9 +343,17 @@ export function statFile(workdirFd: WorkdirRef, root: string, relpath: string, o
  * object per entry, so a listing of a huge tree costs its body and nothing else in JS.
  */
 export function listRendered(workdirFd: WorkdirRef, root: string, opts: ListOptions, render: { head: string; tail: string }): Promise<RenderedListing> {
-  return call(binding.list({
-    workdirFd, root, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel, timeBudgetMs: opts.timeBudgetMs, render,
-  }));
+  return call(
+    binding.list({
+      workdirFd,
+      root,
+      refuseSymlinks: opts.refuseSymlinks,
+      resolver: opts.resolver,
+      cancel: opts.cancel,
+      timeBudgetMs: opts.timeBudgetMs,
+      render,
+    }),
+  );
 }
 
 /** Resolves only the export root, as every request does: false if it does not exist (yet). */

@@ -10,9 +10,16 @@ const binding = addon as {
 
 /** A listing as JS objects, one per entry (the server renders its listings in the addon: listRendered). */
 export function listForTests(workdirFd: WorkdirRef, root: string, opts: ListOptions): Promise<ListResult> {
-  return call(binding.list({
-    workdirFd, root, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel, timeBudgetMs: opts.timeBudgetMs,
-  }));
+  return call(
+    binding.list({
+      workdirFd,
+      root,
+      refuseSymlinks: opts.refuseSymlinks,
+      resolver: opts.resolver,
+      cancel: opts.cancel,
+      timeBudgetMs: opts.timeBudgetMs,
+    }),
+  );
 }
 
 /** How many times this process resolved a served path in the addon (a read resolves once). */

@@ -17,9 +17,22 @@ export type LandlockCode =
 
 /** Filesystem access rights by their Landlock names (LANDLOCK_ACCESS_FS_<NAME>, lower-cased). */
 export type LandlockFsRight =
-  | 'execute' | 'write_file' | 'read_file' | 'read_dir' | 'remove_dir' | 'remove_file' | 'make_char'
-  | 'make_dir' | 'make_reg' | 'make_sock' | 'make_fifo' | 'make_block' | 'make_sym' | 'refer'
-  | 'truncate' | 'ioctl_dev';
+  | 'execute'
+  | 'write_file'
+  | 'read_file'
+  | 'read_dir'
+  | 'remove_dir'
+  | 'remove_file'
+  | 'make_char'
+  | 'make_dir'
+  | 'make_reg'
+  | 'make_sock'
+  | 'make_fifo'
+  | 'make_block'
+  | 'make_sym'
+  | 'refer'
+  | 'truncate'
+  | 'ioctl_dev';
 
 export interface LandlockStatus {
   ok: boolean;
@@ -59,7 +72,6 @@ export interface LandlockApplied extends LandlockStatus {
   skipped: { index: number; errno: number; detail: string }[];
 }
 
-
 const binding = addon as {
   landlockCodes: string[];
   landlockAbi(): LandlockStatus & { abi: number };
@@ -91,4 +103,3 @@ export function replaceProcessImage(path: string, argv: string[], env: string[],
 }
 
 // ── sockets (native/sockets.h): the first stage's listeners, activation, sd_notify ──────────────
-

@@ -29,7 +29,6 @@ export type NativeCode =
   | 'FILE_CHANGED'
   | 'IO_ERROR';
 
-
 /** The codes as the addon itself lists them (read from its code table, not restated here). */
 export const NATIVE_CODES: readonly string[] = Object.freeze([...(addon as { codes: string[] }).codes]);
 

@@ -17,7 +17,6 @@ import { ClientError } from './exit.js';
  */
 const TIMEOUTS = { headersTimeout: 30_000, bodyTimeout: 60_000 };
 
-
 /** Reads a body up to `max` bytes and stops there: a server that streams forever is not read on. */
 export async function readCapped(body: Readable, max: number): Promise<Buffer> {
   const chunks: Buffer[] = [];
@@ -60,7 +59,13 @@ export function connect(origin: Origin): Connection {
   return {
     async get(path, signal) {
       try {
-        const res = await client.request({ method: 'GET', path: `${origin.prefix}${path}`, headers: origin.headers, ...TIMEOUTS, ...(signal ? { signal } : {}) });
+        const res = await client.request({
+          method: 'GET',
+          path: `${origin.prefix}${path}`,
+          headers: origin.headers,
+          ...TIMEOUTS,
+          ...(signal ? { signal } : {}),
+        });
         return { statusCode: res.statusCode, headers: res.headers, body: res.body as Readable };
       } catch (error) {
         if (signal?.aborted) throw new ClientError('interrupted; nothing was saved', 'unreachable');
@@ -111,7 +116,8 @@ export async function getRaw(origin: Origin, path: string, maxBytes: number, ver
         if (!(error instanceof BodyFailure)) throw error;
         if (error.kind === 'too_large') throw tooLarge();
         if (error.kind === 'stream') throw error.cause;
-        const why = error.kind === 'mismatch' ? `does not name its bytes (sha256:${error.sha256})` : `came with a body of another length than its content-length`;
+        const why =
+          error.kind === 'mismatch' ? `does not name its bytes (sha256:${error.sha256})` : `came with a body of another length than its content-length`;
         throw new ClientError(`the listing's etag ${printable(String(etag))} ${why}; nothing was changed`, 'unverified');
       }
       return { statusCode: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) };
@@ -140,7 +146,18 @@ export interface Origin {
 }
 
 /** Headers a client may not set: the request's framing and routing are this client's. */
-const RESERVED_HEADERS = new Set(['host', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'upgrade', 'te', 'trailer', 'expect', 'proxy-connection']);
+const RESERVED_HEADERS = new Set([
+  'host',
+  'content-length',
+  'transfer-encoding',
+  'connection',
+  'keep-alive',
+  'upgrade',
+  'te',
+  'trailer',
+  'expect',
+  'proxy-connection',
+]);
 
 /**
  * `-H 'Name: value'` lines as request headers (repeatable; a name given twice keeps both values).
@@ -157,7 +174,8 @@ export function parseHeaders(lines: readonly string[] = []): Record<string, stri
     // RFC 9110's field-value: visible ASCII, space, tab and obs-text (a byte 0x80-0xFF, sent as that
     // one Latin-1 byte). Anything else (a control, DEL, a character past U+00FF) cannot be sent:
     // a usage mistake (status 2) before any connection, not a server that "cannot be reached".
-    if (/[^\t\x20-\x7e\x80-\xff]/.test(value)) throw new ClientError(`-H/--header '${name}': the value may hold only visible ASCII, spaces, tabs and Latin-1 characters (U+0080 to U+00FF)`, 'usage');
+    if (/[^\t\x20-\x7e\x80-\xff]/.test(value))
+      throw new ClientError(`-H/--header '${name}': the value may hold only visible ASCII, spaces, tabs and Latin-1 characters (U+0080 to U+00FF)`, 'usage');
     const key = name.toLowerCase();
     if (RESERVED_HEADERS.has(key)) throw new ClientError(`-H/--header '${name}' is this client's to set, not yours`, 'usage');
     headers[key] = headers[key] === undefined ? value : `${headers[key]}, ${value}`;
@@ -190,9 +208,10 @@ export function base(url: string, verb: 'ls' | 'get' | 'mirror', headers: Record
   const badPrefix = prefix !== '' && !/^(\/[^/?#%\\\s]+)+$/.test(prefix);
   if (namesResource || badPrefix || u.search !== '' || u.hash !== '' || u.username !== '' || u.password !== '') {
     const what = namesResource || badPrefix ? `a path ('${u.pathname}')` : u.search !== '' ? 'a query' : u.hash !== '' ? 'a fragment' : 'credentials';
-    const how = verb === 'get'
-      ? `give the capsule's base URL (${u.origin}, or ${u.origin}/PREFIX where a host app mounted the planes) and the file as the PATH argument`
-      : `give the capsule's base URL (${u.origin}, or ${u.origin}/PREFIX where a host app mounted the planes)`;
+    const how =
+      verb === 'get'
+        ? `give the capsule's base URL (${u.origin}, or ${u.origin}/PREFIX where a host app mounted the planes) and the file as the PATH argument`
+        : `give the capsule's base URL (${u.origin}, or ${u.origin}/PREFIX where a host app mounted the planes)`;
     throw new ClientError(`'${printable(url)}' has ${printable(what)}, which ${verb} does not use: ${how}`, 'usage');
   }
   return { origin: u.origin, shown: `${u.origin}${prefix}`, prefix, headers };
@@ -306,4 +325,3 @@ export async function list(url: string, opts: { json?: boolean; maxBytes?: numbe
   ];
   return `${out.join('\n')}\n`;
 }
-

@@ -22,7 +22,6 @@ export function helpPointer(command: string | null): string {
   return `(see ${PROGRAM}${command ? ` ${command}` : ''} --help)`;
 }
 
-
 /** A byte-count flag: the SI and IEC forms (grammars.ts, FLAG_BYTE_COUNT); a refusal lists them. */
 export function parseBytesFlag(flag: string, value: string): number {
   const n = parseFlagByteCount(value);
@@ -101,7 +100,13 @@ export function shortErrors(cmd: Command, name: string | null): Command {
   return cmd.configureOutput({
     // Commander may add a second line ("(Did you mean --workdir?)"): kept on the one line, where
     // it reads as the rest of the sentence.
-    outputError: (text, print) => print(`${text.trim().replace(/\s*\n\s*/g, ' ').replace('(Did you mean', '(did you mean')} ${helpPointer(name)}\n`),
+    outputError: (text, print) =>
+      print(
+        `${text
+          .trim()
+          .replace(/\s*\n\s*/g, ' ')
+          .replace('(Did you mean', '(did you mean')} ${helpPointer(name)}\n`,
+      ),
   });
 }
 

@@ -23,7 +23,9 @@ const { enableCompileCache, flushCompileCache: flush, constants: moduleConstants
 
 /** Why this Node has no compile cache, or null when it has one (22.1 and later). */
 export function compileCacheMissing(): string | null {
-  return enableCompileCache === undefined || moduleConstants.compileCacheStatus === undefined ? `Node ${process.version} has no compile cache (22.1 or later has)` : null;
+  return enableCompileCache === undefined || moduleConstants.compileCacheStatus === undefined
+    ? `Node ${process.version} has no compile cache (22.1 or later has)`
+    : null;
 }
 
 /** Writes what this process compiled to the cache now (Node would at exit). */
@@ -100,7 +102,11 @@ export function useCompileCache(dir = COMPILE_CACHE_DIR): string | null {
     return decide(`NODE_COMPILE_CACHE is set: the caller's cache (${process.env.NODE_COMPILE_CACHE}) is used as Node opened it, unchecked`, 'info');
   }
   const problem = compileCacheProblem(dir);
-  if (problem !== null) return decide(`${problem}: the compile cache is off (nothing is trusted that another user could have written)`, problem.startsWith('cannot be read') ? 'debug' : 'warn');
+  if (problem !== null)
+    return decide(
+      `${problem}: the compile cache is off (nothing is trusted that another user could have written)`,
+      problem.startsWith('cannot be read') ? 'debug' : 'warn',
+    );
   // Both defined: compileCacheMissing said so.
   const { status, message } = enableCompileCache!(dir);
   const { ENABLED, ALREADY_ENABLED } = moduleConstants.compileCacheStatus!;

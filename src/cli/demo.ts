@@ -35,7 +35,10 @@ export async function runDemo(out: (line: string) => void = (l) => process.stdou
     const start = async (name: string, operatorListen?: string) => {
       cpSync(join(examples, name), join(scratch, name), { recursive: true });
       const launched = await launch({
-        workdir: join(scratch, name), containment: 'sealed', logger, operatorListen,
+        workdir: join(scratch, name),
+        containment: 'sealed',
+        logger,
+        operatorListen,
       });
       running.push(launched);
       return launched;
@@ -52,11 +55,13 @@ export async function runDemo(out: (line: string) => void = (l) => process.stdou
     out(`2. reporter runs share-file {path: "report.md", peer: "${readerAddr}", ttl: "10m"}`);
     const minted = await shareFile(reporter.session, { path: 'report.md', peer: readerAddr, ttl: '10m' });
     out(`   minted handle ${minted.handle_id} for audience ${minted.audience}, expires ${new Date(minted.expires_at_ms).toISOString()}`);
-    out('   (the token itself travels in the agent\'s message; it is never printed, logged or traced)');
+    out("   (the token itself travels in the agent's message; it is never printed, logged or traced)");
     out(`3. reader runs fetch-peer-file {peer: "${reporterAddr}", handle: <handle ${minted.handle_id}>}`);
     const landed = await fetchPeerFile(reader.session, { peer: reporterAddr, handle: minted.handle });
     out(`   stored ${landed.bytes} bytes at ${landed.path} (sha256 ${landed.sha256})`);
-    const original = createHash('sha256').update(readFileSync(join(reporter.session.workdir, 'out', 'report.md'))).digest('hex');
+    const original = createHash('sha256')
+      .update(readFileSync(join(reporter.session.workdir, 'out', 'report.md')))
+      .digest('hex');
     out(`4. sha256 of reporter's out/report.md: ${original}  ${original === landed.sha256 ? 'MATCH' : 'MISMATCH'}`);
     out('');
     out('Both capsules keep serving. Try:');
@@ -73,7 +78,7 @@ export async function runDemo(out: (line: string) => void = (l) => process.stdou
     out('  (in a checkout, `resource-plane` is `node dist/cli/main.js`)');
     out(`traces: ${reporter.session.trace.path}`);
     out(`        ${reader.session.trace.path}`);
-    out('        (kept when the demo stops, like any session\'s: resource-plane records lists them)');
+    out("        (kept when the demo stops, like any session's: resource-plane records lists them)");
     out(`scratch: ${scratch} (the workdirs; removed when the demo stops)`);
     out('Ctrl-C to stop.');
     return running;

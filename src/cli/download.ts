@@ -166,7 +166,10 @@ export function getFailure(
     case 'over_length':
       return new ClientError(`the server sent more than the ${at.length} bytes of its content-length; nothing was saved`, 'unverified');
     case 'too_large':
-      return new ClientError(`the file is larger than the ${at.maxBytes} bytes ${at.verb ?? 'get'} saves; pass --max-bytes to raise it; nothing was saved`, 'too_large');
+      return new ClientError(
+        `the file is larger than the ${at.maxBytes} bytes ${at.verb ?? 'get'} saves; pass --max-bytes to raise it; nothing was saved`,
+        'too_large',
+      );
     case 'short':
       return new ClientError(`the server sent ${failure.bytes} of the ${at.length} bytes of its content-length; nothing was saved`, 'unverified');
     case 'stream':
@@ -177,7 +180,10 @@ export function getFailure(
         ? failure.cause
         : new ClientError(`the download from ${at.shown} broke off: ${printable((failure.cause as Error).message)}; nothing was saved`, 'unreachable');
     case 'mismatch':
-      return new ClientError(`etag mismatch: the server said ${printable(String(at.etag))} but the bytes hash to sha256:${failure.sha256}; nothing was saved`, 'unverified');
+      return new ClientError(
+        `etag mismatch: the server said ${printable(String(at.etag))} but the bytes hash to sha256:${failure.sha256}; nothing was saved`,
+        'unverified',
+      );
   }
 }
 
@@ -213,7 +219,10 @@ export async function get(url: string, relpath: string, opts: GetOptions = {}): 
       throw new ClientError(`the file is ${length} bytes, more than the ${maxBytes} get saves; pass --max-bytes to raise it; nothing was saved`, 'too_large');
     }
 
-    temp = join(target === null ? tmpdir() : dirname(target), `.${target === null ? 'resource-plane-get' : basename(target)}.${randomBytes(6).toString('hex')}.part`);
+    temp = join(
+      target === null ? tmpdir() : dirname(target),
+      `.${target === null ? 'resource-plane-get' : basename(target)}.${randomBytes(6).toString('hex')}.part`,
+    );
     try {
       // O_CREAT|O_EXCL: never an existing file, never through a symlink.
       file = await fs.promises.open(temp, target === null ? 'wx+' : 'wx', target === null ? 0o600 : 0o644);

@@ -48,7 +48,6 @@ export class HeldDir {
   constructor(readonly fd: number) {}
 }
 
-
 export class LocalTree {
   /** Open directories by relative path ('' is the root, held for the tree's life), least recent first. */
   private readonly dirs = new Map<string, HeldDir>();
@@ -71,7 +70,9 @@ export class LocalTree {
       if (!fs.statSync(`${PROC_FD}/${fd}`).isDirectory()) throw new Error('not a directory');
     } catch (error) {
       fs.closeSync(fd);
-      throw new Error(`${PROC_FD} does not reach the directory (${errno(error) ?? (error as Error).message}); mirror needs /proc to write beneath a descriptor`);
+      throw new Error(
+        `${PROC_FD} does not reach the directory (${errno(error) ?? (error as Error).message}); mirror needs /proc to write beneath a descriptor`,
+      );
     }
     return new LocalTree(fd);
   }

@@ -14,8 +14,18 @@
 // reads best whole; what it writes locally is local-tree.ts's.
 import type { FileHandle } from 'node:fs/promises';
 import {
-  announcedLength, base, checkListing, connect, getRaw, printable, printableJson,
-  refusal, refusedBy, type Connection, type Listing, type Origin,
+  announcedLength,
+  base,
+  checkListing,
+  connect,
+  getRaw,
+  printable,
+  printableJson,
+  refusal,
+  refusedBy,
+  type Connection,
+  type Listing,
+  type Origin,
 } from './client.js';
 import { getFailure, writeAll } from './download.js';
 import { ClientError, EXIT_STATUS, type ClientFailure } from './exit.js';
@@ -159,10 +169,14 @@ interface Run {
 const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve) => {
     const timer = setTimeout(resolve, ms);
-    signal?.addEventListener('abort', () => {
-      clearTimeout(timer);
-      resolve();
-    }, { once: true });
+    signal?.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        resolve();
+      },
+      { once: true },
+    );
   });
 
 const interrupted = () => new ClientError('interrupted; files already placed are verified, and no partial file was left', 'unreachable');
@@ -178,10 +192,13 @@ async function fetchInto(run: Run, line: Line, job: Job, dir: HeldDir): Promise<
   const target = `/resources/files/${job.parts.map(encodeURIComponent).join('/')}`;
   for (let attempt = 1; ; attempt++) {
     if (run.signal?.aborted) throw interrupted();
-    const res = await line.get().get(target, run.signal).catch(async (error: unknown) => {
-      await line.reset();
-      throw error;
-    });
+    const res = await line
+      .get()
+      .get(target, run.signal)
+      .catch(async (error: unknown) => {
+        await line.reset();
+        throw error;
+      });
     run.summary.requests += 1;
     let keepLine = false;
     let temp: { name: string; file: FileHandle } | null = null;
@@ -192,7 +209,10 @@ async function fetchInto(run: Run, line: Line, job: Job, dir: HeldDir): Promise<
       if (named === null) throw new ClientError(`etag ${printable(String(etag))} names no sha256 digest; nothing was saved`, 'unverified');
       if (named !== entry.sha256) {
         if (attempt >= CHANGED_ATTEMPTS) {
-          throw new ClientError(`changed since the listing: ${attempt} GETs answered an etag other than the listed sha256:${entry.sha256} (last ${printable(String(etag))}); not saved`, 'unverified');
+          throw new ClientError(
+            `changed since the listing: ${attempt} GETs answered an etag other than the listed sha256:${entry.sha256} (last ${printable(String(etag))}); not saved`,
+            'unverified',
+          );
         }
         await line.reset();
         await sleep(CHANGED_BACKOFF_MS * attempt, run.signal);
@@ -200,7 +220,10 @@ async function fetchInto(run: Run, line: Line, job: Job, dir: HeldDir): Promise<
       }
       const length = announcedLength(res.headers);
       if (length !== null && length > run.maxBytes) {
-        throw new ClientError(`the file is ${length} bytes, more than the ${run.maxBytes} mirror saves; pass --max-bytes to raise it; nothing was saved`, 'too_large');
+        throw new ClientError(
+          `the file is ${length} bytes, more than the ${run.maxBytes} mirror saves; pass --max-bytes to raise it; nothing was saved`,
+          'too_large',
+        );
       }
       try {
         temp = await run.tree.temp(dir);
@@ -210,7 +233,12 @@ async function fetchInto(run: Run, line: Line, job: Job, dir: HeldDir): Promise<
       const spool = temp.file;
       let body: Awaited<ReturnType<typeof readVerifiedBody>>;
       try {
-        body = await readVerifiedBody(res.body as AsyncIterable<Buffer>, { sha256: entry.sha256, maxBytes: run.maxBytes, length, sink: (chunk) => writeAll(spool, chunk) });
+        body = await readVerifiedBody(res.body as AsyncIterable<Buffer>, {
+          sha256: entry.sha256,
+          maxBytes: run.maxBytes,
+          length,
+          sink: (chunk) => writeAll(spool, chunk),
+        });
       } catch (error) {
         if (!(error instanceof BodyFailure)) throw error;
         if (run.signal?.aborted) throw interrupted();
@@ -222,7 +250,10 @@ async function fetchInto(run: Run, line: Line, job: Job, dir: HeldDir): Promise<
         run.tree.place(dir, temp.name, name);
       } catch (error) {
         const code = (error as NodeJS.ErrnoException).code ?? 'error';
-        throw new ClientError(`cannot save: ${code === 'EISDIR' || code === 'ENOTEMPTY' || code === 'EEXIST' ? 'a directory holds its name' : code}; nothing was saved`, 'local');
+        throw new ClientError(
+          `cannot save: ${code === 'EISDIR' || code === 'ENOTEMPTY' || code === 'EEXIST' ? 'a directory holds its name' : code}; nothing was saved`,
+          'local',
+        );
       }
       temp = null;
       keepLine = true;
@@ -243,7 +274,11 @@ async function mirrorOne(run: Run, line: Line, job: Job): Promise<MirrorFailure 
   const fail = (error: unknown): MirrorFailure => {
     if (error instanceof ClientError) return { path: entry.path, kind: error.kind, message: error.message };
     if (error instanceof NotADirectory) return { path: entry.path, kind: 'local', message: `${printable(error.message)}; nothing was saved` };
-    return { path: entry.path, kind: 'local', message: `cannot save: ${printable((error as NodeJS.ErrnoException).code ?? (error as Error).message)}; nothing was saved` };
+    return {
+      path: entry.path,
+      kind: 'local',
+      message: `cannot save: ${printable((error as NodeJS.ErrnoException).code ?? (error as Error).message)}; nothing was saved`,
+    };
   };
   try {
     const dirs = parts.slice(0, -1);
@@ -264,7 +299,10 @@ async function mirrorOne(run: Run, line: Line, job: Job): Promise<MirrorFailure 
     // Listed larger than it may be saved: refused without a GET (a body is still held to the limit
     // whatever the listing said).
     if (entry.size_bytes > run.maxBytes) {
-      throw new ClientError(`the file is listed at ${entry.size_bytes} bytes, more than the ${run.maxBytes} mirror saves; pass --max-bytes to raise it; nothing was saved`, 'too_large');
+      throw new ClientError(
+        `the file is listed at ${entry.size_bytes} bytes, more than the ${run.maxBytes} mirror saves; pass --max-bytes to raise it; nothing was saved`,
+        'too_large',
+      );
     }
     const dir = run.tree.dir(dirs, true)!;
     let bytes: number;
@@ -307,10 +345,14 @@ export async function mirror(url: string, dir: string, opts: MirrorOptions = {})
   const keptDirs = new Set<string>();
   listing.entries.forEach((entry, index) => {
     const parts = safeComponents(entry.path);
-    const why = parts === null ? 'names no place inside the directory (absolute, empty, or with a `.`, `..` or empty component); skipped'
-      : keep.has(entry.path) ? 'is listed twice; skipped'
-      : !SHA256.test(entry.sha256) ? `its listed sha256 ${printable(entry.sha256)} is not 64 lowercase hex digits, so no body could be verified; skipped`
-      : null;
+    const why =
+      parts === null
+        ? 'names no place inside the directory (absolute, empty, or with a `.`, `..` or empty component); skipped'
+        : keep.has(entry.path)
+          ? 'is listed twice; skipped'
+          : !SHA256.test(entry.sha256)
+            ? `its listed sha256 ${printable(entry.sha256)} is not 64 lowercase hex digits, so no body could be verified; skipped`
+            : null;
     if (why !== null) {
       failures.set(index, { path: entry.path, kind: 'unverified', message: `the listing ${why}` });
       return;
@@ -329,7 +371,10 @@ export async function mirror(url: string, dir: string, opts: MirrorOptions = {})
       if (opts.delete) summary.deleted = count;
       else summary.extra = count;
     } catch (error) {
-      throw new ClientError(`cannot ${opts.delete ? 'delete in' : 'read'} '${printable(dir)}': ${printable((error as NodeJS.ErrnoException).code ?? (error as Error).message)}`, 'local');
+      throw new ClientError(
+        `cannot ${opts.delete ? 'delete in' : 'read'} '${printable(dir)}': ${printable((error as NodeJS.ErrnoException).code ?? (error as Error).message)}`,
+        'local',
+      );
     }
     progress?.start(listing.entries.length);
     for (let i = 0; i < failures.size; i++) progress?.tick();

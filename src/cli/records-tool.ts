@@ -101,7 +101,9 @@ function readSession(digestDir: string, workdir: string, sessionId: string, open
     const tst = fstatSync(fd);
     if (!tst.isFile()) return null;
     const first = parseLine(readEdge(fd, tst.size, false).split('\n')[0]);
-    const lines = readEdge(fd, tst.size, true).split('\n').filter((l) => l !== '');
+    const lines = readEdge(fd, tst.size, true)
+      .split('\n')
+      .filter((l) => l !== '');
     const last = parseLine(lines.at(-1));
     const ended = last?.event_type === 'session_end';
     return {
@@ -161,7 +163,10 @@ export interface Pruned {
  * one), then the open traces are read again, and a trace some process opened before the rename is
  * put back and kept. `beforeRemove` runs between the first check and the rename (tests).
  */
-export function pruneSessions(olderThanMs: number, opts: { root?: string; now?: number; dryRun?: boolean; beforeRemove?: (s: RecordedSession) => void } = {}): Pruned {
+export function pruneSessions(
+  olderThanMs: number,
+  opts: { root?: string; now?: number; dryRun?: boolean; beforeRemove?: (s: RecordedSession) => void } = {},
+): Pruned {
   const now = opts.now ?? Date.now();
   const result: Pruned = { removed: [], kept: [] };
   const live = (s: RecordedSession) => result.kept.push({ session: s, why: 'live: a process has its trace open' });
@@ -172,7 +177,8 @@ export function pruneSessions(olderThanMs: number, opts: { root?: string; now?: 
       continue;
     }
     if (age === null) {
-      if (s.startMs !== null && now - s.startMs > olderThanMs) result.kept.push({ session: s, why: 'it has no session_end (still running, or it died): remove it yourself if it is over' });
+      if (s.startMs !== null && now - s.startMs > olderThanMs)
+        result.kept.push({ session: s, why: 'it has no session_end (still running, or it died): remove it yourself if it is over' });
       continue;
     }
     if (age <= olderThanMs) continue;

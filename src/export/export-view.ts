@@ -22,7 +22,6 @@ export function refusalFromNative(error: unknown): Refusal {
   return asRefusal(error);
 }
 
-
 export interface ExportViewOptions {
   /** The listing time budget; default DEFAULT_LISTING_BUDGET_MS. */
   listingBudgetMs?: number;
@@ -193,10 +192,18 @@ export class ExportView {
     const { stream } = opened;
     if (opened.settled) {
       const { size: length, mtimeMs, sha256, digestCached } = opened;
-      return { kind: 'stream', size: length, mtimeMs, sha256, digestCached, stream, release: () => {
-        window();
-        stream.close();
-      } };
+      return {
+        kind: 'stream',
+        size: length,
+        mtimeMs,
+        sha256,
+        digestCached,
+        stream,
+        release: () => {
+          window();
+          stream.close();
+        },
+      };
     }
     window();
     if (!snapshotOk) {
@@ -283,13 +290,22 @@ export class ExportView {
    * slot is given up, so no more than MAX_CONCURRENT_LISTINGS bodies ever exist outside the budget,
    * and one that gets no room within the budget's wait is refused over_capacity.
    */
-  async list(signal: AbortSignal | undefined, render: { head: string; tail: string }, budget?: MemoryBudget): Promise<native.RenderedListing & { release: Release }> {
+  async list(
+    signal: AbortSignal | undefined,
+    render: { head: string; tail: string },
+    budget?: MemoryBudget,
+  ): Promise<native.RenderedListing & { release: Release }> {
     await this.listingSlot(signal);
     try {
       const cancel = native.cancelToken(signal);
       let listing: native.RenderedListing;
       try {
-        listing = await native.listRendered(this.opts.workdirFd(), this.opts.root, { ...this.resolveOpts, cancel, timeBudgetMs: this.opts.listingBudgetMs ?? DEFAULT_LISTING_BUDGET_MS }, render);
+        listing = await native.listRendered(
+          this.opts.workdirFd(),
+          this.opts.root,
+          { ...this.resolveOpts, cancel, timeBudgetMs: this.opts.listingBudgetMs ?? DEFAULT_LISTING_BUDGET_MS },
+          render,
+        );
       } catch (error) {
         throw refusalFromNative(error);
       }

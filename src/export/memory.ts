@@ -14,7 +14,6 @@ import { Refusal } from '../codes.js';
 import { LIMITS, releasePages } from '../addon/export.js';
 import { DEFAULT_BUDGET_WAIT_MS, DEFAULT_MEMORY_BUDGET_BYTES, POOL_IDLE_MS } from '../limits.js';
 
-
 /** Gives a share back; idempotent. */
 export type Release = () => void;
 
@@ -29,7 +28,10 @@ export class MemoryBudget {
   private trimTimer: NodeJS.Timeout | null = null;
   readonly bufferBytes = LIMITS.streamChunkBytes;
 
-  constructor(readonly limit: number = DEFAULT_MEMORY_BUDGET_BYTES, readonly waitMs: number = DEFAULT_BUDGET_WAIT_MS) {}
+  constructor(
+    readonly limit: number = DEFAULT_MEMORY_BUDGET_BYTES,
+    readonly waitMs: number = DEFAULT_BUDGET_WAIT_MS,
+  ) {}
 
   /** Bytes held for responses (what `--metrics` reports and tests wait to see back at 0). */
   get inUse(): number {

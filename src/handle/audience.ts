@@ -8,9 +8,7 @@
  */
 
 const NO_NAME = "the peer's agent card carries no 'name'";
-const NO_JSONRPC_URL =
-  "the peer's agent card has no 'supportedInterfaces' entry " +
-  "with 'protocolBinding' JSONRPC and a 'url'";
+const NO_JSONRPC_URL = "the peer's agent card has no 'supportedInterfaces' entry " + "with 'protocolBinding' JSONRPC and a 'url'";
 
 /**
  * Unicode `White_Space`, the set Rust's `str::trim` strips: the reference's audience is trimmed
@@ -46,9 +44,7 @@ function hostPort(url: string): string {
 function jsonRpcUrl(card: Record<string, unknown>): string | null {
   const interfaces = card.supportedInterfaces;
   if (!Array.isArray(interfaces)) return null;
-  const entry: unknown = interfaces.find(
-    (candidate: unknown) => isRecord(candidate) && candidate.protocolBinding === 'JSONRPC',
-  );
+  const entry: unknown = interfaces.find((candidate: unknown) => isRecord(candidate) && candidate.protocolBinding === 'JSONRPC');
   if (!isRecord(entry)) return null;
   const url = entry.url;
   return typeof url === 'string' ? url : null;

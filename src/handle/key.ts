@@ -43,7 +43,6 @@ const sodium = createRequire(import.meta.url)('sodium-native') as SodiumNative;
 /** Length of the instance key, in bytes. */
 export const INSTANCE_KEY_BYTES = 32;
 
-
 interface PendingMac {
   parts: Buffer[];
   resolve: (mac: Buffer) => void;

@@ -258,26 +258,14 @@ export function mintToken(key: InstanceKey, payload: HandlePayload, audience: st
  * single `not_valid`, and so is a foreign `iss`: splitting them would tell a prober which field
  * to change next.
  */
-export function verifyTokenForTests(
-  key: InstanceKey,
-  token: string,
-  audience: string,
-  sessionId: string,
-  nowMs: number,
-): VerifyResult {
+export function verifyTokenForTests(key: InstanceKey, token: string, audience: string, sessionId: string, nowMs: number): VerifyResult {
   const parts = parseToken(token);
   if (parts === null) return { ok: false, reason: 'malformed' };
   return verifyParsed(key, parts, audience, sessionId, nowMs);
 }
 
 /** The verification's checks after the shape, on a token parseToken has already split and decoded. */
-export function verifyParsed(
-  key: InstanceKey,
-  parts: TokenParts,
-  audience: string,
-  sessionId: string,
-  nowMs: number,
-): VerifyResult {
+export function verifyParsed(key: InstanceKey, parts: TokenParts, audience: string, sessionId: string, nowMs: number): VerifyResult {
   return judge(macFor(key, parts.payloadSegment, audience), parts, sessionId, nowMs);
 }
 
@@ -286,13 +274,7 @@ export function verifyParsed(
  * loop (InstanceKey.hmacSha256Soon: one unlock for a batch of redeems). `now` is read once the
  * MAC is known. Rejects only when the key is destroyed (the session is stopping).
  */
-export async function verifyParsedSoon(
-  key: InstanceKey,
-  parts: TokenParts,
-  audience: string,
-  sessionId: string,
-  now: () => number,
-): Promise<VerifyResult> {
+export async function verifyParsedSoon(key: InstanceKey, parts: TokenParts, audience: string, sessionId: string, now: () => number): Promise<VerifyResult> {
   const expected = await key.hmacSha256Soon(macMessage(parts.payloadSegment, audience));
   return judge(expected, parts, sessionId, now());
 }

@@ -27,7 +27,6 @@ import { HEADER } from '../wire.js';
 import { sendError, fastifyPlaneReply } from './reply.js';
 import { logTarget, rawTarget } from './targets.js';
 
-
 /** Why a request is refused before routing, if it is: HTTP/0.9, no Host on 1.1 or two Hosts, an unknown Expect, CONNECT's authority form. */
 function protocolProblem(req: IncomingMessage): { status: number } | null {
   // Node reads a request line cut by a bare LF as HTTP/0.9 and what follows as headers, so
@@ -180,10 +179,7 @@ export class Admission {
       own.completed(level, { reqId: request.id, method, url, statusCode, responseTime, bytes });
       return;
     }
-    log[level](
-      { ...(own ? { reqId: request.id } : {}), req: { method, url }, res: { statusCode }, responseTime, bytes },
-      'request completed',
-    );
+    log[level]({ ...(own ? { reqId: request.id } : {}), req: { method, url }, res: { statusCode }, responseTime, bytes }, 'request completed');
   }
 
   /** The error handler: a 500 io_error that echoes nothing (an error's text may hold a path). */

@@ -117,6 +117,9 @@ export function buildMetricsApp(metrics: Metrics, logger: Logger | false, server
 function serveMetricsRoute(app: FastifyInstance, metrics: Metrics): void {
   const registry = metrics.registry;
   app.get(METRICS_PATH, { exposeHeadRoute: false }, async (_req, reply) => {
-    reply.header('content-type', registry.contentType).header('cache-control', 'no-store').send(await registry.metrics());
+    reply
+      .header('content-type', registry.contentType)
+      .header('cache-control', 'no-store')
+      .send(await registry.metrics());
   });
 }

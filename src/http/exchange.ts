@@ -156,8 +156,10 @@ export class Exchange {
     res.once('finish', () => (finished = !socket.destroyed));
     onceClosed(this.reply.req, res, () => {
       if (finished) return;
-      const failure = Buffer.isBuffer(body) ? null : (body.stream as StreamBody | SnapshotBody).failure ?? null;
-      this.trace.record(responseUndelivered(of, body.length, failure ?? undefined)).catch((error: unknown) => this.reply.logError({ err: (error as Error).message }, 'trace write failed for an undelivered body'));
+      const failure = Buffer.isBuffer(body) ? null : ((body.stream as StreamBody | SnapshotBody).failure ?? null);
+      this.trace
+        .record(responseUndelivered(of, body.length, failure ?? undefined))
+        .catch((error: unknown) => this.reply.logError({ err: (error as Error).message }, 'trace write failed for an undelivered body'));
     });
     this.reply.send(200, headers, body);
   }
@@ -177,9 +179,12 @@ export class Exchange {
     const sent = build({ outcome: 'ok', reason: null, bytes: body.size, sha256: body.sha256 });
     if (!(await this.traced(sent))) return;
     this.observe?.('ok', body.size);
-    const payload = body.kind === 'whole' ? body.bytes
-      : body.kind === 'snapshot' ? { stream: new SnapshotBody(body.chunks), length: body.size }
-      : { stream: new StreamBody(body.stream, buffers), length: body.size };
+    const payload =
+      body.kind === 'whole'
+        ? body.bytes
+        : body.kind === 'snapshot'
+          ? { stream: new SnapshotBody(body.chunks), length: body.size }
+          : { stream: new StreamBody(body.stream, buffers), length: body.size };
     this.sendTracedBody(headers, payload, sent);
   }
 }

@@ -40,7 +40,14 @@ async function handleList(session: Session, x: Exchange, method: string, generat
   if (!view) return refused(new Refusal('no_resource_plane'));
   // The addon renders the entries between these (the object JSON.stringify would give, in the
   // spec's key order); the body is held in the memory budget before it is sent.
-  const head = JSON.stringify({ root: view.opts.root, mode: 'read-only', max_bytes: view.opts.maxBytes, generation, containment_achieved: session.containment, entries: [] });
+  const head = JSON.stringify({
+    root: view.opts.root,
+    mode: 'read-only',
+    max_bytes: view.opts.maxBytes,
+    generation,
+    containment_achieved: session.containment,
+    entries: [],
+  });
   const render = { head: head.slice(0, -2), tail: ']}' };
   let listing: RenderedListing & { release: Release };
   try {

@@ -71,10 +71,18 @@ export async function createMetrics(sources: MetricsSources): Promise<Metrics> {
         this.set(pick(native.digestCacheStats()));
       },
     });
-  cacheTotal('resource_plane_digest_cache_hits_total', 'Whole-file digests answered from the digest cache instead of hashing (listings and large reads)', (s) => s.hits);
+  cacheTotal(
+    'resource_plane_digest_cache_hits_total',
+    'Whole-file digests answered from the digest cache instead of hashing (listings and large reads)',
+    (s) => s.hits,
+  );
   cacheTotal('resource_plane_digest_cache_hashes_total', 'Files hashed whole by listings and large reads (in or beside the digest cache)', (s) => s.hashes);
   cacheTotal('resource_plane_digest_cache_stores_total', 'Digests stored in the digest cache', (s) => s.stores);
-  cacheTotal('resource_plane_digest_cache_evictions_total', 'Digests evicted from the digest cache to stay within its capacity (--digest-cache-entries)', (s) => s.evictions);
+  cacheTotal(
+    'resource_plane_digest_cache_evictions_total',
+    'Digests evicted from the digest cache to stay within its capacity (--digest-cache-entries)',
+    (s) => s.evictions,
+  );
   cacheGauge('resource_plane_digest_cache_entries', 'Digests the digest cache holds', (s) => s.entries);
   cacheGauge('resource_plane_digest_cache_capacity_entries', 'Most digests the digest cache keeps (--digest-cache-entries)', (s) => s.capacity);
   cacheGauge('resource_plane_digest_cache_bytes', 'Memory the digest cache holds, beside the memory budget', (s) => s.bytes);

@@ -90,7 +90,9 @@ function unknownOption(opts: object): string | null {
   for (const key of Object.keys(opts)) {
     if (KNOWN_OPTIONS.includes(key)) continue;
     const near = KNOWN_OPTIONS.filter((k) => k.toLowerCase() === key.toLowerCase() || closeTo(key, k));
-    return `unknown option \`${key}\`${near.length > 0 ? ` (did you mean \`${near[0]}\`?)` : ''}; the options are ${KNOWN_OPTIONS.slice(0, 7).map((k) => `\`${k}\``).join(', ')}`;
+    return `unknown option \`${key}\`${near.length > 0 ? ` (did you mean \`${near[0]}\`?)` : ''}; the options are ${KNOWN_OPTIONS.slice(0, 7)
+      .map((k) => `\`${k}\``)
+      .join(', ')}`;
   }
   return null;
 }
@@ -116,7 +118,8 @@ function validate(opts: PlanesOptions): void {
     if (!(opts.session instanceof Session)) throw invalid('`session` must be a Session from openSession() or launch()');
     if (opts.session.isClosed) throw invalid('`session` is already closed');
   }
-  if (opts.open !== undefined && (opts.open === null || typeof opts.open !== 'object')) throw invalid('`open` must be session options ({ workdir, manifest, ... })');
+  if (opts.open !== undefined && (opts.open === null || typeof opts.open !== 'object'))
+    throw invalid('`open` must be session options ({ workdir, manifest, ... })');
   if (opts.planes !== undefined) {
     const p = opts.planes as unknown as Record<string, unknown>;
     if (p === null || typeof p !== 'object' || typeof p.files !== 'boolean' || typeof p.peer !== 'boolean') {
@@ -129,7 +132,7 @@ function validate(opts: PlanesOptions): void {
   if (opts.prefix !== undefined && (typeof opts.prefix !== 'string' || !/^(\/[^/?#%\\\s]+)*$/.test(opts.prefix))) {
     throw invalid("`prefix` must be a path like '/cap': segments after '/', no trailing '/', no '%', '?', '#', '\\\\' or spaces");
   }
-  if (opts.admission !== undefined && !(opts.admission instanceof Admission)) throw invalid('`admission` must be an Admission installed at the app\'s root');
+  if (opts.admission !== undefined && !(opts.admission instanceof Admission)) throw invalid("`admission` must be an Admission installed at the app's root");
   if (opts.reuseBuffers !== undefined && typeof opts.reuseBuffers !== 'boolean') throw invalid('`reuseBuffers` must be a boolean');
 }
 

@@ -42,7 +42,10 @@ export async function handleRedeem(ctx: PlaneContext, method: string, rest: stri
     reply,
     trace: session.trace,
     context: 'peer',
-    refusalHeaders: [[HEADER.generation, String(generation)], [HEADER.handleId, hid]],
+    refusalHeaders: [
+      [HEADER.generation, String(generation)],
+      [HEADER.handleId, hid],
+    ],
     maxBytes: view?.opts.maxBytes,
     traceRefusal: () => session.refusals.allow(reply.client),
     observe: observer(metrics, 'peer', 'redeem', reply),

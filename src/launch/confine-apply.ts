@@ -96,10 +96,7 @@ function report(plan: Plan, applied: landlock.LandlockApplied): Confinement {
     scoped: applied.scoped,
     unhandled: unhandledRights(applied.abi),
     skipped: applied.skipped.map((s) => `${plan.rules[s.index]!.path}: ${s.detail}`),
-    notes: [
-      ...plan.notes,
-      ...(applied.abi < 4 ? [`Landlock ABI ${applied.abi} has no network rules: TCP binds and connects are not restricted`] : []),
-    ],
+    notes: [...plan.notes, ...(applied.abi < 4 ? [`Landlock ABI ${applied.abi} has no network rules: TCP binds and connects are not restricted`] : [])],
   };
 }
 
@@ -193,9 +190,14 @@ export async function confineAndReexec(
     return socket?.url.startsWith('unix:') ? { path: socket.url.slice('unix:'.length) } : null;
   };
   const plan = planConfinement({
-    workdir, tracePath, manifest, listenPort: listen.port,
-    operatorListen: sidePath('operator', operatorListen), metricsListen: sidePath('metrics', metricsListen),
-    inheritedListeners: true, ownedSocket: !activated,
+    workdir,
+    tracePath,
+    manifest,
+    listenPort: listen.port,
+    operatorListen: sidePath('operator', operatorListen),
+    metricsListen: sidePath('metrics', metricsListen),
+    inheritedListeners: true,
+    ownedSocket: !activated,
   });
   if (plan.rules.some((r) => r.role === 'read' && r.path === '/')) {
     return { confinement: notConfined("a read rule would cover the whole filesystem ('/')", abi.abi), listeners: activated, ...settled };
@@ -305,13 +307,26 @@ export function takeHandoff(env: NodeJS.ProcessEnv = process.env): Omit<Handoff,
   } catch {
     throw new UsageError(`${HANDOFF_ENV} is not a confined launch's handoff`);
   }
-  if (handoff?.v !== 2 || typeof handoff.workdir !== 'string' || typeof handoff.sessionId !== 'string' ||
-      typeof handoff.tracePath !== 'string' || typeof handoff.manifest !== 'object' || handoff.manifest === null ||
-      typeof handoff.confinement?.applied !== 'boolean' || !Array.isArray(handoff.listeners) ||
-      !handoff.listeners.every((l) => Number.isInteger(l?.fd) && (LISTENER_ROLES as readonly string[]).includes(l?.role) && typeof l.url === 'string' &&
-        typeof l.defaultAdvertisedUrl === 'string' && (l.unlinkOnClose === null || typeof l.unlinkOnClose === 'string')) ||
-      !(handoff.notifyFd === null || Number.isInteger(handoff.notifyFd)) ||
-      !(handoff.traceHoldFd === undefined || handoff.traceHoldFd === null || Number.isInteger(handoff.traceHoldFd))) {
+  if (
+    handoff?.v !== 2 ||
+    typeof handoff.workdir !== 'string' ||
+    typeof handoff.sessionId !== 'string' ||
+    typeof handoff.tracePath !== 'string' ||
+    typeof handoff.manifest !== 'object' ||
+    handoff.manifest === null ||
+    typeof handoff.confinement?.applied !== 'boolean' ||
+    !Array.isArray(handoff.listeners) ||
+    !handoff.listeners.every(
+      (l) =>
+        Number.isInteger(l?.fd) &&
+        (LISTENER_ROLES as readonly string[]).includes(l?.role) &&
+        typeof l.url === 'string' &&
+        typeof l.defaultAdvertisedUrl === 'string' &&
+        (l.unlinkOnClose === null || typeof l.unlinkOnClose === 'string'),
+    ) ||
+    !(handoff.notifyFd === null || Number.isInteger(handoff.notifyFd)) ||
+    !(handoff.traceHoldFd === undefined || handoff.traceHoldFd === null || Number.isInteger(handoff.traceHoldFd))
+  ) {
     throw new UsageError(`${HANDOFF_ENV} is not a confined launch's handoff`);
   }
   let confinement = handoff.confinement;
@@ -331,8 +346,14 @@ export function takeHandoff(env: NodeJS.ProcessEnv = process.env): Omit<Handoff,
   const traceHoldFd = handoff.traceHoldFd ?? null;
   if (traceHoldFd !== null) sockets.setCloexec(traceHoldFd);
   return {
-    workdir: handoff.workdir, manifest: handoff.manifest, sessionId: handoff.sessionId, tracePath: handoff.tracePath, confinement,
-    listeners: handoff.listeners, notifyFd: handoff.notifyFd, traceHoldFd,
+    workdir: handoff.workdir,
+    manifest: handoff.manifest,
+    sessionId: handoff.sessionId,
+    tracePath: handoff.tracePath,
+    confinement,
+    listeners: handoff.listeners,
+    notifyFd: handoff.notifyFd,
+    traceHoldFd,
   };
 }
 

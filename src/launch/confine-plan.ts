@@ -15,8 +15,17 @@ const PACKAGE_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 /** What the process may read beyond its workdir and install: TLS roots, DNS, time zones, devices. */
 const SYSTEM_READ_DIRS = ['/etc/ssl', '/etc/pki', '/usr/lib/ssl', '/usr/local/ssl', '/usr/share/ca-certificates', '/usr/share/zoneinfo'];
 const SYSTEM_READ_FILES = [
-  '/etc/ld.so.cache', '/etc/resolv.conf', '/etc/hosts', '/etc/nsswitch.conf', '/etc/host.conf', '/etc/gai.conf',
-  '/etc/services', '/etc/protocols', '/etc/localtime', '/dev/urandom', '/dev/random',
+  '/etc/ld.so.cache',
+  '/etc/resolv.conf',
+  '/etc/hosts',
+  '/etc/nsswitch.conf',
+  '/etc/host.conf',
+  '/etc/gai.conf',
+  '/etc/services',
+  '/etc/protocols',
+  '/etc/localtime',
+  '/dev/urandom',
+  '/dev/random',
 ];
 
 const READ_DIR: native.LandlockFsRight[] = ['read_file', 'read_dir'];

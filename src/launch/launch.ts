@@ -110,7 +110,14 @@ export async function launch(opts: LaunchOptions): Promise<Launched> {
       accessLog: opts.accessLog,
       accessLogger,
     });
-    if (hasOperator) operator = await serve(session, listeners[1]!, logger, { files: true, peer: false }, { metrics, serveMetrics: !hasMetricsListener, accessLog: opts.accessLog, accessLogger });
+    if (hasOperator)
+      operator = await serve(
+        session,
+        listeners[1]!,
+        logger,
+        { files: true, peer: false },
+        { metrics, serveMetrics: !hasMetricsListener, accessLog: opts.accessLog, accessLogger },
+      );
     if (hasMetricsListener) metricsServer = await serveMetrics(session, listeners.at(-1)!, metrics!, logger);
   } catch (error) {
     unbind();

@@ -154,7 +154,9 @@ export function openNotifySocket(env: NodeJS.ProcessEnv = process.env, unsupport
   const target = env.NOTIFY_SOCKET;
   if (target === undefined || target === '') return null;
   if (VSOCK_NOTIFY.test(target)) {
-    unsupported?.(`NOTIFY_SOCKET '${target}' is an AF_VSOCK address, which this server does not support: it serves without sending READY=1 or STOPPING=1 (use a unix socket path, or Type=simple/exec)`);
+    unsupported?.(
+      `NOTIFY_SOCKET '${target}' is an AF_VSOCK address, which this server does not support: it serves without sending READY=1 or STOPPING=1 (use a unix socket path, or Type=simple/exec)`,
+    );
     return null;
   }
   const out = sockets.notifyOpen(target);

@@ -20,7 +20,6 @@ export interface Target {
   port: number;
 }
 
-
 type Parse<T> = { ok: true; value: T } | { ok: false; reason: string };
 
 const DEFAULT_PORT = { http: 80, https: 443 } as const;
@@ -126,8 +125,7 @@ function parseDestinationText(entry: string): Parse<Destination> {
 }
 
 const DESTINATION_HINT =
-  'write an http(s) URL with no path, query or fragment (http://localhost:8080), a bare host ' +
-  '(localhost) or host:port (localhost:8080)';
+  'write an http(s) URL with no path, query or fragment (http://localhost:8080), a bare host ' + '(localhost) or host:port (localhost:8080)';
 
 /** Parses one allow-list entry. Throws E-CAP-001 naming the entry and why it was refused. */
 export function parseDestination(entry: string): Destination {

@@ -52,7 +52,8 @@ export const FLAG_BYTE_MULTIPLIER: Record<string, bigint> = {
   T: 1000n ** 4n,
 };
 /** What a refusal lists, so a mistake is fixed from the message alone. */
-export const FLAG_BYTE_FORMS = 'a whole number of bytes, optionally suffixed Ki, Mi, Gi, Ti (powers of 1024) or k, M, G, T (powers of 1000), each with an optional B: 65536, 64Mi, 64MiB, 10GB, 1k';
+export const FLAG_BYTE_FORMS =
+  'a whole number of bytes, optionally suffixed Ki, Mi, Gi, Ti (powers of 1024) or k, M, G, T (powers of 1000), each with an optional B: 65536, 64Mi, 64MiB, 10GB, 1k';
 
 export function parseFlagByteCount(s: string): number | null {
   const parsed = parseScaled(s, FLAG_BYTE_COUNT, FLAG_BYTE_MULTIPLIER);

@@ -76,8 +76,7 @@ const MAX_ALIAS_COUNT = 100;
 // ── Reading the YAML ─────────────────────────────────────────────────────────────────────────────
 
 type Key = string | number;
-const isRecord = (v: unknown): v is Record<string, unknown> =>
-  typeof v === 'object' && v !== null && !Array.isArray(v);
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 function describe(value: unknown): string {
   if (Array.isArray(value)) return 'a list';
@@ -212,8 +211,12 @@ function exportRoot(view: ManifestView, block: string[], field: string): string 
   const rootHint = (extra: string) => `${extra}, e.g. \`root: out/\``;
   const root = view.text(keys, field, RELATIVE_PATH, rootHint('give a path relative to the workdir'));
   if (root === undefined) {
-    throw malformed(field, `is required in the ${block.join('.')} block and ${RELATIVE_PATH}`, null,
-      rootHint('name the subtree to export, relative to the workdir'));
+    throw malformed(
+      field,
+      `is required in the ${block.join('.')} block and ${RELATIVE_PATH}`,
+      null,
+      rootHint('name the subtree to export, relative to the workdir'),
+    );
   }
   const refuse = (why: string) => malformed(field, RELATIVE_PATH, `'${root}'`, rootHint(why));
   if (root === '') throw refuse('the root must not be empty');
@@ -236,17 +239,16 @@ function qualifier(why: 'syntax' | 'zero' | 'overflow', unit: string): string {
 }
 
 function byteCount(view: ManifestView, block: string[], field: string): number {
-  const hint =
-    'write a whole number of bytes, optionally suffixed Ki, Mi or Gi (powers of 1024), e.g. 10Mi; ' +
-    'omit the key for the 10Mi default';
+  const hint = 'write a whole number of bytes, optionally suffixed Ki, Mi or Gi (powers of 1024), e.g. 10Mi; ' + 'omit the key for the 10Mi default';
   const text = view.text([...block, 'max_bytes'], field, BYTE_COUNT_RULE, hint);
   if (text === undefined) return DEFAULT_MAX_BYTES;
   const parsed = parseScaled(text, BYTE_COUNT, BYTE_MULTIPLIER);
   if (parsed.ok) return parsed.value;
   // `10MB` is what the command line's flags accept; say why the manifest does not.
-  const si = parsed.why === 'syntax' && FLAG_BYTE_COUNT.test(text.trim())
-    ? `; '${text.trim()}' is a form the command-line flags accept, but the manifest is read by the runtime too and keeps Ki/Mi/Gi only`
-    : '';
+  const si =
+    parsed.why === 'syntax' && FLAG_BYTE_COUNT.test(text.trim())
+      ? `; '${text.trim()}' is a form the command-line flags accept, but the manifest is read by the runtime too and keeps Ki/Mi/Gi only`
+      : '';
   throw malformed(field, `${BYTE_COUNT_RULE}${qualifier(parsed.why, '')}`, `'${text}'`, `${hint}${si}`);
 }
 
@@ -308,10 +310,8 @@ export function parseManifest(text: string, source?: string): Manifest {
   // Whole-file diagnostics name the file that was read; field diagnostics name the field.
   const view = loadDocument(text, source === undefined ? 'murmur.yaml' : `the manifest '${source}'`);
 
-  const name = requiredString(view, 'name',
-    'give the capsule a top-level name, e.g. `name: reporter`; it names the capsule in its agent card and audience');
-  const version = requiredString(view, 'version',
-    'give the capsule a top-level version string, e.g. `version: "0.1.0"`');
+  const name = requiredString(view, 'name', 'give the capsule a top-level name, e.g. `name: reporter`; it names the capsule in its agent card and audience');
+  const version = requiredString(view, 'version', 'give the capsule a top-level version string, e.g. `version: "0.1.0"`');
 
   const sectionHint = (key: string) => `${key} holds named blocks; write it as a mapping or leave it out`;
   view.mapping(['exports'], 'exports', sectionHint('exports'));
@@ -319,8 +319,7 @@ export function parseManifest(text: string, source?: string): Manifest {
   view.mapping(['lifecycle'], 'lifecycle', sectionHint('lifecycle'));
 
   let files: FilesExport | null = null;
-  const filesBlock = view.mapping(['exports', 'files'], 'exports.files',
-    'declare root and mode under exports.files, or leave the block out');
+  const filesBlock = view.mapping(['exports', 'files'], 'exports.files', 'declare root and mode under exports.files, or leave the block out');
   if (filesBlock !== undefined) {
     const root = exportRoot(view, ['exports', 'files'], 'exports.files.root');
     const modeHint = 'the resource plane has no write path; declare `mode: read-only`';
@@ -334,8 +333,7 @@ export function parseManifest(text: string, source?: string): Manifest {
 
   let peerFiles: PeerFilesExport | null = null;
   let declaredTtlText: string | null = null;
-  const peerBlock = view.mapping(['exports', 'peer_files'], 'exports.peer_files',
-    'declare root under exports.peer_files, or leave the block out');
+  const peerBlock = view.mapping(['exports', 'peer_files'], 'exports.peer_files', 'declare root under exports.peer_files, or leave the block out');
   if (peerBlock !== undefined) {
     const root = exportRoot(view, ['exports', 'peer_files'], 'exports.peer_files.root');
     const ttl = duration(view, ['exports', 'peer_files', 'max_ttl'], 'exports.peer_files.max_ttl');
@@ -348,14 +346,15 @@ export function parseManifest(text: string, source?: string): Manifest {
     };
   }
 
-  const fetchBlock = view.mapping(['capabilities', 'peer_fetch'], 'capabilities.peer_fetch',
-    'declare `allow:` with the peers this capsule may fetch from, or leave the block out');
-  const peerFetchAllow = fetchBlock === undefined
-    ? null
-    : destinationList(view, ['capabilities', 'peer_fetch', 'allow'], 'capabilities.peer_fetch.allow', true);
+  const fetchBlock = view.mapping(
+    ['capabilities', 'peer_fetch'],
+    'capabilities.peer_fetch',
+    'declare `allow:` with the peers this capsule may fetch from, or leave the block out',
+  );
+  const peerFetchAllow =
+    fetchBlock === undefined ? null : destinationList(view, ['capabilities', 'peer_fetch', 'allow'], 'capabilities.peer_fetch.allow', true);
 
-  view.mapping(['capabilities', 'network'], 'capabilities.network',
-    'declare `allow:` with outbound destinations, or leave the block out');
+  view.mapping(['capabilities', 'network'], 'capabilities.network', 'declare `allow:` with outbound destinations, or leave the block out');
   const networkAllow = destinationList(view, ['capabilities', 'network', 'allow'], 'capabilities.network.allow', false);
 
   const afterHint = 'use `exit` (the default: the capsule ends after its task) or `sleep` (it stays alive between tasks)';
@@ -367,15 +366,11 @@ export function parseManifest(text: string, source?: string): Manifest {
 
   // A sleeping capsule keeps its key across tasks, so only a short declared lifetime bounds how long
   // a leaked handle stays good; the one-hour default is too long to apply silently.
-  if (peerFiles !== null && afterTask === 'sleep' &&
-      (peerFiles.maxTtlSecs === null || peerFiles.maxTtlSecs > SLEEP_MAX_TTL_CEILING_SECS)) {
-    const declared = declaredTtlText === null
-      ? 'is not declared'
-      : `is '${declaredTtlText}' (${peerFiles.maxTtlSecs}s)`;
+  if (peerFiles !== null && afterTask === 'sleep' && (peerFiles.maxTtlSecs === null || peerFiles.maxTtlSecs > SLEEP_MAX_TTL_CEILING_SECS)) {
+    const declared = declaredTtlText === null ? 'is not declared' : `is '${declaredTtlText}' (${peerFiles.maxTtlSecs}s)`;
     throw new ManifestError(
       'E-CAP-008',
-      `exports.peer_files.max_ttl ${declared}, but with lifecycle.after_task: sleep ` +
-        `it is required and at most ${SLEEP_MAX_TTL_CEILING_SECS}s`,
+      `exports.peer_files.max_ttl ${declared}, but with lifecycle.after_task: sleep ` + `it is required and at most ${SLEEP_MAX_TTL_CEILING_SECS}s`,
       'declare `max_ttl: 15m` or less under exports.peer_files; a consumer that needs the bytes later ' +
         'should have the operator relaunch the runtime against the workdir and request again',
     );

@@ -64,10 +64,7 @@ export interface EffectiveGrants {
 export function effectiveGrants(m: Manifest, containment: Containment): EffectiveGrants {
   return {
     exports_files: m.files === null ? null : { root: m.files.root, mode: m.files.mode, max_bytes: m.files.maxBytes },
-    peer_files:
-      m.peerFiles === null
-        ? null
-        : { root: m.peerFiles.root, max_ttl_secs: m.peerFiles.effectiveMaxTtlSecs, max_bytes: m.peerFiles.maxBytes },
+    peer_files: m.peerFiles === null ? null : { root: m.peerFiles.root, max_ttl_secs: m.peerFiles.effectiveMaxTtlSecs, max_bytes: m.peerFiles.maxBytes },
     peer_fetch_allow: m.peerFetchAllow === null ? [] : m.peerFetchAllow.map((d) => d.raw),
     network_allow: m.networkAllow.map((d) => d.raw),
     achieved_containment: containment,
@@ -101,11 +98,7 @@ export function renderExplainScope(m: Manifest, containment: Containment): strin
   if (g.exports_files === null) {
     out.push('  not declared: no exports.files block, so there is no resource plane');
   } else {
-    out.push(
-      `  root: ${g.exports_files.root}`,
-      `  mode: ${g.exports_files.mode}`,
-      `  max bytes: ${g.exports_files.max_bytes} per file`,
-    );
+    out.push(`  root: ${g.exports_files.root}`, `  mode: ${g.exports_files.mode}`, `  max bytes: ${g.exports_files.max_bytes} per file`);
   }
 
   out.push('peer handoff:');
@@ -113,11 +106,7 @@ export function renderExplainScope(m: Manifest, containment: Containment): strin
     out.push('  share-file: not declared: no exports.peer_files block, so nothing can be shared');
   } else {
     const ttlSource = m.peerFiles?.maxTtlSecs === null ? ' (default; max_ttl not declared)' : '';
-    out.push(
-      `  root: ${g.peer_files.root}`,
-      `  max handle ttl: ${g.peer_files.max_ttl_secs}s${ttlSource}`,
-      `  max bytes: ${g.peer_files.max_bytes} per file`,
-    );
+    out.push(`  root: ${g.peer_files.root}`, `  max handle ttl: ${g.peer_files.max_ttl_secs}s${ttlSource}`, `  max bytes: ${g.peer_files.max_bytes} per file`);
   }
   if (m.peerFetchAllow === null) {
     out.push('  fetch-peer-file: not declared: no capabilities.peer_fetch block, so nothing can be fetched');

@@ -15,8 +15,7 @@ export const DEFAULT_MANIFEST_NAME = 'murmur.yaml';
 const HINT = 'pass --manifest FILE, or put murmur.yaml at the workdir root';
 /** For a path the operator gave: suggesting --manifest again would not help. */
 const GIVEN_HINT = 'check the path given to --manifest: it must name a readable regular file';
-const OUTSIDE_HINT =
-  'keep the manifest outside the workdir and pass --manifest FILE (a capsule can rewrite a manifest in its own workdir)';
+const OUTSIDE_HINT = 'keep the manifest outside the workdir and pass --manifest FILE (a capsule can rewrite a manifest in its own workdir)';
 
 function unreadable(shown: string, why: string, hint = HINT): ManifestError {
   return new ManifestError('E-MAN-003', `cannot read the manifest '${shown}': ${why}`, hint);
@@ -39,7 +38,8 @@ export interface KeyCheck {
 
 function checkKeys(text: string, shown: string, check: KeyCheck | undefined): void {
   const left = refuseUnknownKeys(unknownKeys(text, shown), shown, check?.strict === true);
-  for (const k of left) check?.warn?.({ key: k.key, suggestion: k.suggestion, manifest: shown }, `${describeUnknownKey(k)} in the manifest: this server ignores it`);
+  for (const k of left)
+    check?.warn?.({ key: k.key, suggestion: k.suggestion, manifest: shown }, `${describeUnknownKey(k)} in the manifest: this server ignores it`);
 }
 
 /** `murmur.yaml` beneath the workdir descriptor; `shown` is the path a diagnostic names. */

@@ -141,7 +141,22 @@ export async function prepareSession(opts: SessionOptions, settleOnly = false): 
       try {
         trace = Trace.open(tracePath, sessionId);
         if (digestCacheEntries !== undefined) native.setDigestCacheCapacity(digestCacheEntries);
-        return new SessionClass({ manifest: grants, workdir, workdirFd, sessionId, containment, resolver, trace, advertisedUrl, memoryBudgetBytes: opts.memoryBudgetBytes, refusalTraceRate: opts.refusalTraceRate, listingBudgetMs: opts.listingBudgetMs, fetchMaxBytes: opts.fetchMaxBytes, confinement: opts.confinement ?? IN_PROCESS_LAUNCH, now: opts.now });
+        return new SessionClass({
+          manifest: grants,
+          workdir,
+          workdirFd,
+          sessionId,
+          containment,
+          resolver,
+          trace,
+          advertisedUrl,
+          memoryBudgetBytes: opts.memoryBudgetBytes,
+          refusalTraceRate: opts.refusalTraceRate,
+          listingBudgetMs: opts.listingBudgetMs,
+          fetchMaxBytes: opts.fetchMaxBytes,
+          confinement: opts.confinement ?? IN_PROCESS_LAUNCH,
+          now: opts.now,
+        });
       } catch (error) {
         void trace?.close();
         native.closeFd(workdirFd);

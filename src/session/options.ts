@@ -26,7 +26,12 @@ export function parseOperatorListen(value: string, workdir: string, onStale?: (p
 }
 
 /** A listener beside the peer one (`--operator-listen`, `--metrics-listen`), its diagnostics naming `flag`. */
-export function parseSideListen(flag: string, value: string, workdir: string, onStale?: (path: string) => void): { host: string; port: number } | { path: string } {
+export function parseSideListen(
+  flag: string,
+  value: string,
+  workdir: string,
+  onStale?: (path: string) => void,
+): { host: string; port: number } | { path: string } {
   if (!value.startsWith('unix:')) {
     try {
       return parseListen(value);
@@ -140,7 +145,9 @@ function checkSocketDirAncestors(flag: string, dir: string, uid: number | undefi
   while (at !== '/') {
     at = dirname(at);
     const refuse = (what: string): never => {
-      throw new UsageError(`${flag} unix:PATH: the directory '${dir}' lies under '${at}', which ${what}; every directory above the socket must be owned by this user or root and writable by no one else (unless root's and sticky, as /tmp)`);
+      throw new UsageError(
+        `${flag} unix:PATH: the directory '${dir}' lies under '${at}', which ${what}; every directory above the socket must be owned by this user or root and writable by no one else (unless root's and sticky, as /tmp)`,
+      );
     };
     let st: Stats;
     try {
@@ -151,7 +158,8 @@ function checkSocketDirAncestors(flag: string, dir: string, uid: number | undefi
     if (uid !== undefined && st.uid !== uid && st.uid !== 0) refuse(`is owned by uid ${st.uid}`);
     const writable = (st.mode & 0o022) !== 0;
     const stickyOfRoot = (st.mode & 0o1000) !== 0 && st.uid === 0;
-    if (writable && !stickyOfRoot) refuse(`is writable by ${st.mode & 0o002 ? 'others' : 'its group'} (mode ${(st.mode & 0o7777).toString(8).padStart(4, '0')})`);
+    if (writable && !stickyOfRoot)
+      refuse(`is writable by ${st.mode & 0o002 ? 'others' : 'its group'} (mode ${(st.mode & 0o7777).toString(8).padStart(4, '0')})`);
   }
 }
 

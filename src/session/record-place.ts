@@ -54,6 +54,8 @@ export function checkRecordOutsideWorkdir(what: string, given: string, workdir: 
   const wd = resolveThroughExisting(workdir);
   const real = resolveThroughExisting(resolve(given));
   if (inside(real, wd)) {
-    throw new UsageError(`${what} '${given}' resolves to '${real}', inside the capsule workdir '${wd}', where the capsule could rewrite its own audit record; choose a place outside the workdir`);
+    throw new UsageError(
+      `${what} '${given}' resolves to '${real}', inside the capsule workdir '${wd}', where the capsule could rewrite its own audit record; choose a place outside the workdir`,
+    );
   }
 }

@@ -47,7 +47,6 @@ export interface SessionInit {
   now?: () => number;
 }
 
-
 export class Session {
   /** The largest file fetch-peer-file lands (`--fetch-max-bytes`). */
   readonly fetchMaxBytes: number;
@@ -88,7 +87,13 @@ export class Session {
     this.memory = new MemoryBudget(init.memoryBudgetBytes);
     this.fetchMaxBytes = init.fetchMaxBytes ?? DEFAULT_FETCH_MAX_BYTES;
     const serverRate = init.refusalTraceRate === undefined ? undefined : { burst: 10 * init.refusalTraceRate, perSecond: init.refusalTraceRate };
-    this.refusals = new RefusalLimiter((f) => this.trace.record(refusalsSuppressed({ client: f.client, suppressed: f.suppressed, sinceMs: f.since_ms, clients: f.clients })), undefined, undefined, undefined, serverRate);
+    this.refusals = new RefusalLimiter(
+      (f) => this.trace.record(refusalsSuppressed({ client: f.client, suppressed: f.suppressed, sinceMs: f.since_ms, clients: f.clients })),
+      undefined,
+      undefined,
+      undefined,
+      serverRate,
+    );
     this.grants = effectiveGrants(init.manifest, init.containment);
     const common = { workdirFd: () => this.workdirDescriptor, containment: init.containment, resolver: init.resolver, listingBudgetMs: init.listingBudgetMs };
     const { files, peerFiles } = init.manifest;
@@ -96,7 +101,14 @@ export class Session {
     this.peerFiles = peerFiles ? new ExportView({ ...common, root: peerFiles.root, maxBytes: peerFiles.maxBytes }) : null;
     // Written before the key exists, so a launch that cannot record its start leaves no key behind.
     this.trace.start(
-      sessionStart({ containment: init.containment, resolver: init.resolver, toolsDeclared: this.toolsDeclared(), capsule: boundedField(init.manifest.name), confinement: init.confinement, effectiveGrants: this.grants }),
+      sessionStart({
+        containment: init.containment,
+        resolver: init.resolver,
+        toolsDeclared: this.toolsDeclared(),
+        capsule: boundedField(init.manifest.name),
+        confinement: init.confinement,
+        effectiveGrants: this.grants,
+      }),
     );
     // The key exists only when something can be minted, and only in locked memory.
     this.key = peerFiles ? InstanceKey.generate() : null;

@@ -34,8 +34,7 @@ export async function pauseBeforeExec(): Promise<void> {
 /** More concurrent operations than libuv has pool threads (4 unless UV_THREADPOOL_SIZE says), so each thread takes some. */
 const CONCURRENT = 16;
 
-const errnoName = (errno: number): string =>
-  Object.entries(constants.errno).find(([, n]) => n === Math.abs(errno))?.[0] ?? `errno ${errno}`;
+const errnoName = (errno: number): string => Object.entries(constants.errno).find(([, n]) => n === Math.abs(errno))?.[0] ?? `errno ${errno}`;
 
 function outcome(error: unknown): string {
   const e = error as { code?: unknown; errno?: unknown };
@@ -90,7 +89,8 @@ export async function runTestHooks(env: NodeJS.ProcessEnv = process.env): Promis
       native.openDirectory(dirname(path)).then((fd) => {
         native.closeFd(fd);
         return 'ok';
-      }, outcome));
+      }, outcome),
+    );
     line.worker_thread = await fromWorkerThread(path);
   }
   if (target) line.connect = await tcpConnect(target);

@@ -54,7 +54,6 @@ export interface FetchPeerFileOptions {
   ca?: string | Buffer | Array<string | Buffer>;
 }
 
-
 /** The limits one fetch runs under, as the caller gave them (the card fetch has its own defaults). */
 interface FetchLimits {
   maxBytes: number;
@@ -101,11 +100,7 @@ class Held {
  * left no temporary file behind and closed every descriptor it was handed. Each step throws the
  * Refusal that ends the fetch; it is traced here, before anything is released.
  */
-export async function fetchPeerFile(
-  session: Session,
-  input: FetchPeerFileInput,
-  opts: FetchPeerFileOptions = {},
-): Promise<FetchPeerFileResult> {
+export async function fetchPeerFile(session: Session, input: FetchPeerFileInput, opts: FetchPeerFileOptions = {}): Promise<FetchPeerFileResult> {
   const limits = fetchLimits(session, opts);
   const id = handleId(input.handle);
   const trace = fetchTrace(session, input.peer, id);
@@ -147,7 +142,10 @@ export async function fetchPeerFile(
 async function refuseWithoutGuard(): Promise<void> {
   const problem = await outboundGuardProblem();
   if (problem !== null) {
-    throw new Refusal('io_error', `fetch-peer-file is disabled: ${problem}, so a peer could end this process in the middle of a fetch; install the undici version this package's lockfile names`);
+    throw new Refusal(
+      'io_error',
+      `fetch-peer-file is disabled: ${problem}, so a peer could end this process in the middle of a fetch; install the undici version this package's lockfile names`,
+    );
   }
 }
 
@@ -286,9 +284,12 @@ async function openLanding(session: Session): Promise<Landing> {
     return await Landing.open(session.workdirDescriptor, PEER_INBOX_DIR);
   } catch (error) {
     const unsafe = error instanceof native.NativeError && error.code === 'UNSAFE_INBOX';
-    throw new Refusal('io_error', unsafe
-      ? `the inbox '${PEER_INBOX_DIR}' is a symlink or not a directory, so nothing was written`
-      : `the inbox '${PEER_INBOX_DIR}' could not be written: ${nativeDetail(error, 'internal error')}`);
+    throw new Refusal(
+      'io_error',
+      unsafe
+        ? `the inbox '${PEER_INBOX_DIR}' is a symlink or not a directory, so nothing was written`
+        : `the inbox '${PEER_INBOX_DIR}' could not be written: ${nativeDetail(error, 'internal error')}`,
+    );
   }
 }
 

@@ -90,7 +90,7 @@ export function toolSpecs(session: Session): AnyToolSpec[] {
       ...TOOL_PRESENTATION['fetch-peer-file'],
       description:
         `Fetch a file a peer capsule handed you (at most ${session.fetchMaxBytes} bytes). The bytes are stored as a file under peer-in/ in your workdir, ` +
-        'and only once they match the peer\'s etag; the result is the stored path, its size and SHA-256, never the contents. ' +
+        "and only once they match the peer's etag; the result is the stored path, its size and SHA-256, never the contents. " +
         'This server has no tool that reads files: open the stored path with the file tools your runtime gives you, if you decide to.',
       input: fetchPeerFileInput(),
       output: fetchPeerFileOutput,
@@ -133,7 +133,10 @@ const NAMES_SHOWN = 5;
 function clause(issue: z.core.$ZodIssue): string {
   const key = issue.path.length > 0 ? issue.path.map(String).join('.') : null;
   if (issue.code === 'unrecognized_keys') {
-    const shown = issue.keys.slice(0, NAMES_SHOWN).map((k) => `'${k}'`).join(', ');
+    const shown = issue.keys
+      .slice(0, NAMES_SHOWN)
+      .map((k) => `'${k}'`)
+      .join(', ');
     const more = issue.keys.length > NAMES_SHOWN ? ` and ${issue.keys.length - NAMES_SHOWN} more` : '';
     return `unknown argument${issue.keys.length > 1 ? 's' : ''} ${shown}${more}`;
   }
@@ -143,7 +146,13 @@ function clause(issue: z.core.$ZodIssue): string {
   if (issue.code === 'invalid_union') {
     // `ttl` is a string or an integer: name every kind the argument may be.
     // The only numeric branch is an integer, so `number` and `int` both read as one.
-    const kinds = [...new Set(issue.errors.flat().flatMap((i) => (i.code === 'invalid_type' ? [i.expected === 'int' || i.expected === 'number' ? 'an integer' : `a ${i.expected}`] : [])))];
+    const kinds = [
+      ...new Set(
+        issue.errors
+          .flat()
+          .flatMap((i) => (i.code === 'invalid_type' ? [i.expected === 'int' || i.expected === 'number' ? 'an integer' : `a ${i.expected}`] : [])),
+      ),
+    ];
     if (kinds.length > 0) return `argument '${key}' must be ${kinds.join(' or ')}`;
   }
   return `argument '${key}' is invalid: ${issue.message}`;

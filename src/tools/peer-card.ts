@@ -5,7 +5,6 @@ import { CARD_PATH } from '../wire.js';
 import { getJson, type HttpLimits } from './peer-http.js';
 import { CARD_CONNECT_TIMEOUT_MS, CARD_MAX_BYTES, CARD_TOTAL_TIMEOUT_MS } from '../limits.js';
 
-
 export interface CardOptions {
   connectTimeoutMs?: number;
   totalTimeoutMs?: number;

@@ -82,12 +82,7 @@ export function originOf(target: Target): string {
   return `${target.scheme}://${target.host}:${target.port}`;
 }
 
-const TIMEOUT_CODES = new Set([
-  'UND_ERR_CONNECT_TIMEOUT',
-  'UND_ERR_HEADERS_TIMEOUT',
-  'UND_ERR_BODY_TIMEOUT',
-  'ETIMEDOUT',
-]);
+const TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'ETIMEDOUT']);
 
 /** Any failure as a PeerHttpError, described by its code alone (never its message). */
 function classify(error: unknown, timedOut: boolean, limits: HttpLimits): PeerHttpError {

@@ -40,7 +40,10 @@ export const shareFileOutput = z.object({
 export const fetchPeerFileOutput = z.object({
   path: z.string().describe('where the bytes landed, relative to the workdir: peer-in/<handle_id>-<name>'),
   bytes: z.number().int().nonnegative().describe('the size of the landed file'),
-  sha256: z.string().regex(/^[0-9a-f]{64}$/).describe('the SHA-256 of the landed file, verified against the peer\'s etag'),
+  sha256: z
+    .string()
+    .regex(/^[0-9a-f]{64}$/)
+    .describe("the SHA-256 of the landed file, verified against the peer's etag"),
   peer: z.string().describe('the peer as given'),
   generation: z.number().int().nullable().describe("the peer's generation when it served the bytes, if it said"),
 });

@@ -46,7 +46,6 @@ export interface ShareFileOptions {
   ca?: string | Buffer | Array<string | Buffer>;
 }
 
-
 const ROOT = 'exports.peer_files.root';
 
 /** The agent's view of a resolver refusal: what went wrong, in terms of the declared root. */
@@ -147,8 +146,12 @@ export async function shareFile(session: Session, input: ShareFileInput, opts: S
   // the check happens before a socket exists, so a refused peer sees nothing.
   if (!destinationMatches(session.manifest.networkAllow, target)) {
     // Refused, not unreachable: nothing was tried, and the fix is in the manifest or the peer's name.
-    return refuse(new Refusal('peer_not_allowed',
-      `capabilities.network.allow does not include the peer ${notAllowedDetail(session.manifest.networkAllow, target, input.peer)}, so its agent card cannot be fetched`));
+    return refuse(
+      new Refusal(
+        'peer_not_allowed',
+        `capabilities.network.allow does not include the peer ${notAllowedDetail(session.manifest.networkAllow, target, input.peer)}, so its agent card cannot be fetched`,
+      ),
+    );
   }
   let card: unknown;
   try {

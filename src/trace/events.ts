@@ -41,7 +41,14 @@ function event<T extends EventType>(type: T, values: Partial<Record<(typeof EVEN
   return { type, fields };
 }
 
-export function sessionStart(f: { containment: string; resolver: string; toolsDeclared: unknown; capsule: string | null; confinement: unknown; effectiveGrants: unknown }): TraceEvent<'session_start'> {
+export function sessionStart(f: {
+  containment: string;
+  resolver: string;
+  toolsDeclared: unknown;
+  capsule: string | null;
+  confinement: unknown;
+  effectiveGrants: unknown;
+}): TraceEvent<'session_start'> {
   // effective_grants last on the line: explain-scope --json is this object byte for byte, read to the line's end.
   return event('session_start', {
     containment_achieved: f.containment,
@@ -54,7 +61,9 @@ export function sessionStart(f: { containment: string; resolver: string; toolsDe
   });
 }
 
-export function resourceList(f: Outcome & { root: string; entryCount: number | null; totalBytes: number | null; generation: number; containment: string }): TraceEvent<'resource_list'> {
+export function resourceList(
+  f: Outcome & { root: string; entryCount: number | null; totalBytes: number | null; generation: number; containment: string },
+): TraceEvent<'resource_list'> {
   return event('resource_list', {
     root: f.root,
     entry_count: f.entryCount,
@@ -66,7 +75,9 @@ export function resourceList(f: Outcome & { root: string; entryCount: number | n
   });
 }
 
-export function resourceRead(f: Outcome & { path: string; bytes: number | null; sha256: string | null; generation: number; containment: string }): TraceEvent<'resource_read'> {
+export function resourceRead(
+  f: Outcome & { path: string; bytes: number | null; sha256: string | null; generation: number; containment: string },
+): TraceEvent<'resource_read'> {
   return event('resource_read', {
     path: f.path,
     outcome: f.outcome,
@@ -94,7 +105,9 @@ export function peerHandleRedeem(
   });
 }
 
-export function peerHandleMint(f: Outcome & { handleId: string | null; path: string | null; audience: string; expiresAtMs: number | null }): TraceEvent<'peer_handle_mint'> {
+export function peerHandleMint(
+  f: Outcome & { handleId: string | null; path: string | null; audience: string; expiresAtMs: number | null },
+): TraceEvent<'peer_handle_mint'> {
   return event('peer_handle_mint', {
     handle_id: f.handleId,
     path: f.path,
@@ -128,7 +141,15 @@ export const UNDELIVERED_REASON = 'the connection closed before the whole body w
  * than restated; `bytes` is what was to be sent.
  */
 export function responseUndelivered(of: TraceEvent<BodyEventType>, bytes: number, reason: string = UNDELIVERED_REASON): TraceEvent<'response_undelivered'> {
-  return event('response_undelivered', { of: of.type, path: of.fields.path, handle_id: of.fields.handle_id, bytes, generation: of.fields.generation, outcome: 'undelivered', reason });
+  return event('response_undelivered', {
+    of: of.type,
+    path: of.fields.path,
+    handle_id: of.fields.handle_id,
+    bytes,
+    generation: of.fields.generation,
+    outcome: 'undelivered',
+    reason,
+  });
 }
 
 export function refusalsSuppressed(f: { client: string | null; suppressed: number; sinceMs: number; clients: number }): TraceEvent<'refusals_suppressed'> {

@@ -6,8 +6,15 @@
 // file bytes) but not traced one by one: `refusals_suppressed` summaries say how many were left
 // out, and they are bounded too (a few named clients per interval, the rest in one line). Every
 // byte that leaves still has its event first: only refusals are ever summarised.
-import { MAX_TRACKED_CLIENTS, NAMED_SUMMARIES, REFUSAL_BURST, REFUSALS_PER_SECOND, SERVER_REFUSAL_BURST, SERVER_REFUSALS_PER_SECOND, SUMMARY_INTERVAL_MS } from '../limits.js';
-
+import {
+  MAX_TRACKED_CLIENTS,
+  NAMED_SUMMARIES,
+  REFUSAL_BURST,
+  REFUSALS_PER_SECOND,
+  SERVER_REFUSAL_BURST,
+  SERVER_REFUSALS_PER_SECOND,
+  SUMMARY_INTERVAL_MS,
+} from '../limits.js';
 
 interface Bucket {
   tokens: number;

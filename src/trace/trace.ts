@@ -65,7 +65,8 @@ export function newEventId(): string {
   }
   const r = poolAt;
   poolAt += 10;
-  if (counter < 0) counter = ((pool[r]! << 8) | pool[r + 1]!) & 0x7ff; // half the range left to count up
+  if (counter < 0)
+    counter = ((pool[r]! << 8) | pool[r + 1]!) & 0x7ff; // half the range left to count up
   else if (++counter > 0xfff) {
     // The counter ran out within one millisecond: borrow the next one, as RFC 9562 allows.
     lastMs = ms = lastMs + 1;

@@ -40,13 +40,18 @@ describe("the addon's face", () => {
     const wrappers = srcFiles.filter((f) => f.startsWith('addon/') && f !== 'addon/load.ts' && f !== 'addon/for-tests.ts');
     expect(wrappers.sort()).toEqual(['addon/export.ts', 'addon/landing.ts', 'addon/landlock.ts', 'addon/sockets.ts']);
     for (const w of wrappers) {
-      const named = [...read(join('src', w)).split('\n', 3).join('\n').matchAll(/native\/(bind_\w+\.cc)/g)].map((m) => m[1]!);
+      const named = [
+        ...read(join('src', w))
+          .split('\n', 3)
+          .join('\n')
+          .matchAll(/native\/(bind_\w+\.cc)/g),
+      ].map((m) => m[1]!);
       expect(named.length, `${w} names the native/bind_*.cc it wraps in its opening comment`).toBeGreaterThan(0);
       for (const cc of named) expect(existsSync(join(ROOT, 'native', cc)), `${w}: native/${cc}`).toBe(true);
     }
   });
 
-  it("spells each code union exactly as the addon lists its codes", () => {
+  it('spells each code union exactly as the addon lists its codes', () => {
     expect(unionOf('src/addon/load.ts', 'NativeCode').sort()).toEqual([...NATIVE_CODES].sort());
     expect(unionOf('src/addon/landlock.ts', 'LandlockCode').sort()).toEqual([...LANDLOCK_CODES].sort());
     expect(unionOf('src/addon/sockets.ts', 'SocketCode').sort()).toEqual([...SOCKET_CODES].sort());

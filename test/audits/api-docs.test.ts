@@ -13,7 +13,14 @@ const INDEX = readFileSync(fileURLToPath(new URL('../../src/index.ts', import.me
 function exportedNames(source: string): string[] {
   return [...source.matchAll(/export\s+(?:type\s+)?\{([^}]*)\}/g)]
     .flatMap((m) => m[1]!.split(','))
-    .map((n) => n.trim().replace(/^type\s+/, '').split(/\s+as\s+/).pop()!.trim())
+    .map((n) =>
+      n
+        .trim()
+        .replace(/^type\s+/, '')
+        .split(/\s+as\s+/)
+        .pop()!
+        .trim(),
+    )
     .filter((n) => n !== '');
 }
 
@@ -31,13 +38,19 @@ describe('docs/api.md', () => {
 
   it('imports nothing the package does not export', () => {
     const names = new Set(exportedNames(INDEX));
-    const imported = EXAMPLES.flatMap((code) => [...code.matchAll(/import \{([^}]*)\} from 'capsule-resource-plane'/g)].flatMap((m) => m[1]!.split(',').map((n) => n.trim())));
+    const imported = EXAMPLES.flatMap((code) =>
+      [...code.matchAll(/import \{([^}]*)\} from 'capsule-resource-plane'/g)].flatMap((m) => m[1]!.split(',').map((n) => n.trim())),
+    );
     expect(imported.length).toBeGreaterThan(5);
     expect(imported.filter((n) => !names.has(n))).toEqual([]);
   });
 
-  it.each(EXAMPLES.map((code, i) => [i + 1, code]))('example %i runs as written', async (_i, code) => {
-    const out = await runReadmeExample(code as string);
-    expect(out.trim()).not.toBe('');
-  }, 60_000);
+  it.each(EXAMPLES.map((code, i) => [i + 1, code]))(
+    'example %i runs as written',
+    async (_i, code) => {
+      const out = await runReadmeExample(code as string);
+      expect(out.trim()).not.toBe('');
+    },
+    60_000,
+  );
 });

@@ -8,7 +8,11 @@ import { describe, expect, it } from 'vitest';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 type Chart = {
-  chartRows: (summary: unknown, servers: Array<{ id: string; label: string }>, cases: Array<{ id: string; name: string; size?: number }>) => Array<{ label: string; unit: string; values: Array<number | null> }>;
+  chartRows: (
+    summary: unknown,
+    servers: Array<{ id: string; label: string }>,
+    cases: Array<{ id: string; name: string; size?: number }>,
+  ) => Array<{ label: string; unit: string; values: Array<number | null> }>;
   renderChartSvg: (rows: unknown, servers: unknown, caption: string) => string;
   chartOfResults: (results: unknown, cases: unknown) => string;
   casesOfResults: (results: unknown) => unknown;
@@ -20,7 +24,10 @@ const stat = (median: number) => ({ median, min: median, max: median, n: 1 });
 describe('the bench chart', () => {
   it('draws a row per case, in order, with a bar per server, whatever the cases are', async () => {
     const { chartRows, renderChartSvg } = await load();
-    const servers = [{ id: 'nginx', label: 'nginx' }, { id: 'ours', label: 'ours' }];
+    const servers = [
+      { id: 'nginx', label: 'nginx' },
+      { id: 'ours', label: 'ours' },
+    ];
     const cases = [
       { id: '1k', name: '1 KiB', size: 1024 },
       { id: 'writer1m', name: '1 MiB under an in-place writer', size: 1024 * 1024 },

@@ -29,7 +29,6 @@ capabilities:
     allow: ["127.0.0.1"]
 `;
 
-
 /** A handle naming ISSUER, whose MAC is noise: the server here never verifies it. */
 function handle(): string {
   const payload = Buffer.from(JSON.stringify({ v: 1, iss: ISSUER, p: 'report.md', exp: Date.now() + 60_000, n: '0'.repeat(32) }));
@@ -126,7 +125,7 @@ describe('one etag format', () => {
     expect(r.fetch).toMatchObject({ code: 'etag_mismatch' });
   });
 
-  it('the planes\' own etag is accepted by both clients, and the bytes saved', async () => {
+  it("the planes' own etag is accepted by both clients, and the bytes saved", async () => {
     const r = await bothClients(ok([`etag: ${formatEtag(sha256Hex(BODY))}`], BODY));
     expect(r.get).toEqual({ saved: Buffer.from(BODY) });
     expect(r.fetch).toEqual({ saved: Buffer.from(BODY) });
@@ -141,25 +140,26 @@ describe('one cap on a refusal body', () => {
     expect(Buffer.byteLength(body)).toBe(size);
     return body;
   }
-  const framed = (body: string) => `HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
+  const framed = (body: string) =>
+    `HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
   const closeFramed = (body: string) => `HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${body}`;
 
-  it.each([['framed by its content-length', framed], ['framed by the connection closing', closeFramed]])(
-    'both clients read one of exactly the cap, and only the status of one a byte longer (%s)',
-    async (_label, frame) => {
-      const atCap = await bothClients(Buffer.from(frame(refusalBody(ERROR_BODY_MAX_BYTES))));
-      expect(atCap.get).toEqual({ error: expect.stringMatching(/^403 handle_not_valid: m+$/) });
-      expect(atCap.fetch).toMatchObject({ code: 'handle_not_valid' });
-      const over = await bothClients(Buffer.from(frame(refusalBody(ERROR_BODY_MAX_BYTES + 1))));
-      expect(over.get).toEqual({ error: 'the server answered 403' });
-      expect(over.fetch).toMatchObject({ code: 'http_403' });
-      // ls reads its refusals the same way.
-      const { url: atUrl } = await server(frame(refusalBody(ERROR_BODY_MAX_BYTES)));
-      await expect(list(atUrl)).rejects.toThrow(/^403 handle_not_valid: m+$/);
-      const { url: overUrl } = await server(frame(refusalBody(ERROR_BODY_MAX_BYTES + 1)));
-      await expect(list(overUrl)).rejects.toThrow(/^the server answered 403$/);
-    },
-  );
+  it.each([
+    ['framed by its content-length', framed],
+    ['framed by the connection closing', closeFramed],
+  ])('both clients read one of exactly the cap, and only the status of one a byte longer (%s)', async (_label, frame) => {
+    const atCap = await bothClients(Buffer.from(frame(refusalBody(ERROR_BODY_MAX_BYTES))));
+    expect(atCap.get).toEqual({ error: expect.stringMatching(/^403 handle_not_valid: m+$/) });
+    expect(atCap.fetch).toMatchObject({ code: 'handle_not_valid' });
+    const over = await bothClients(Buffer.from(frame(refusalBody(ERROR_BODY_MAX_BYTES + 1))));
+    expect(over.get).toEqual({ error: 'the server answered 403' });
+    expect(over.fetch).toMatchObject({ code: 'http_403' });
+    // ls reads its refusals the same way.
+    const { url: atUrl } = await server(frame(refusalBody(ERROR_BODY_MAX_BYTES)));
+    await expect(list(atUrl)).rejects.toThrow(/^403 handle_not_valid: m+$/);
+    const { url: overUrl } = await server(frame(refusalBody(ERROR_BODY_MAX_BYTES + 1)));
+    await expect(list(overUrl)).rejects.toThrow(/^the server answered 403$/);
+  });
 });
 
 describe('one verified-body reader', () => {
@@ -172,7 +172,9 @@ describe('one verified-body reader', () => {
 
   it('both clients refuse a body whose etag names other bytes, after reading it, and save nothing', async () => {
     const r = await bothClients(ok([`etag: ${formatEtag(sha256Hex('other bytes'))}`], BODY));
-    expect(r.get).toEqual({ error: `etag mismatch: the server said ${formatEtag(sha256Hex('other bytes'))} but the bytes hash to sha256:${sha256Hex(BODY)}; nothing was saved` });
+    expect(r.get).toEqual({
+      error: `etag mismatch: the server said ${formatEtag(sha256Hex('other bytes'))} but the bytes hash to sha256:${sha256Hex(BODY)}; nothing was saved`,
+    });
     expect(r.fetch).toEqual({ code: 'etag_mismatch', error: "the body's sha256 does not match the peer's etag; nothing was stored" });
   });
 
@@ -198,21 +200,33 @@ describe('one verified-body reader', () => {
     const written: Buffer[] = [];
     return { written, sink: async (c: Buffer) => void written.push(c) };
   };
-  const failure = (p: Promise<unknown>) => p.then(() => { throw new Error('expected a BodyFailure'); }, (e: unknown) => {
-    expect(e).toBeInstanceOf(BodyFailure);
-    return e as BodyFailure;
-  });
+  const failure = (p: Promise<unknown>) =>
+    p.then(
+      () => {
+        throw new Error('expected a BodyFailure');
+      },
+      (e: unknown) => {
+        expect(e).toBeInstanceOf(BodyFailure);
+        return e as BodyFailure;
+      },
+    );
 
   it('resolves with the bytes and their SHA-256 only when the etag names them', async () => {
     const { written, sink } = collect();
-    expect(await readVerifiedBody(chunks('ab', 'cd'), { sha256: sha256Hex('abcd'), maxBytes: 4, length: 4, sink })).toEqual({ bytes: 4, sha256: sha256Hex('abcd') });
+    expect(await readVerifiedBody(chunks('ab', 'cd'), { sha256: sha256Hex('abcd'), maxBytes: 4, length: 4, sink })).toEqual({
+      bytes: 4,
+      sha256: sha256Hex('abcd'),
+    });
     expect(Buffer.concat(written).toString()).toBe('abcd');
     const m = await failure(readVerifiedBody(chunks('ab', 'cd'), { sha256: sha256Hex('abce'), maxBytes: 4, sink: collect().sink }));
     expect([m.kind, m.bytes, m.sha256]).toEqual(['mismatch', 4, sha256Hex('abcd')]);
   });
 
   it('never hashes or writes the chunk that would pass the cap or the content-length', async () => {
-    for (const [opts, kind] of [[{ maxBytes: 3 }, 'too_large'], [{ maxBytes: 10, length: 3 }, 'over_length']] as const) {
+    for (const [opts, kind] of [
+      [{ maxBytes: 3 }, 'too_large'],
+      [{ maxBytes: 10, length: 3 }, 'over_length'],
+    ] as const) {
       const { written, sink } = collect();
       const f = await failure(readVerifiedBody(chunks('ab', 'cd'), { sha256: sha256Hex('abcd'), ...opts, sink }));
       expect([f.kind, f.bytes, Buffer.concat(written).toString()]).toEqual([kind, 2, 'ab']);
@@ -223,7 +237,15 @@ describe('one verified-body reader', () => {
 
   it('reports a failing sink or stream with what it threw', async () => {
     const disk = new Error('ENOSPC');
-    const s = await failure(readVerifiedBody(chunks('ab'), { sha256: sha256Hex('ab'), maxBytes: 10, sink: async () => { throw disk; } }));
+    const s = await failure(
+      readVerifiedBody(chunks('ab'), {
+        sha256: sha256Hex('ab'),
+        maxBytes: 10,
+        sink: async () => {
+          throw disk;
+        },
+      }),
+    );
     expect([s.kind, s.cause]).toEqual(['sink', disk]);
     const cut = new Error('other side closed');
     const broken = async function* () {

@@ -55,14 +55,28 @@ describe.each([OLDEST, LOCKED])('a strict TypeScript app on fastify@%s', (versio
     writeFileSync(
       join(project, 'tsconfig.json'),
       JSON.stringify({
-        compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, skipLibCheck: false, outDir: 'out', types: ['node'], typeRoots: [join(ROOT, 'node_modules/@types')] },
+        compilerOptions: {
+          target: 'ES2022',
+          module: 'NodeNext',
+          moduleResolution: 'NodeNext',
+          strict: true,
+          skipLibCheck: false,
+          outDir: 'out',
+          types: ['node'],
+          typeRoots: [join(ROOT, 'node_modules/@types')],
+        },
         files: ['consumer.ts'],
       }),
     );
     const tsc = spawnSync(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], { cwd: project, encoding: 'utf8' });
     expect(`${tsc.stdout}${tsc.stderr}`).toBe('');
     expect(tsc.status).toBe(0);
-    const out = JSON.parse(execFileSync(process.execPath, ['out/consumer.js'], { cwd: project, encoding: 'utf8' })) as { status: number; body: string; etag: string; same: boolean };
+    const out = JSON.parse(execFileSync(process.execPath, ['out/consumer.js'], { cwd: project, encoding: 'utf8' })) as {
+      status: number;
+      body: string;
+      etag: string;
+      same: boolean;
+    };
     expect(out).toMatchObject({ status: 200, body: 'consumer bytes', same: true });
     expect(out.etag).toMatch(/^"sha256:[0-9a-f]{64}"$/);
   });

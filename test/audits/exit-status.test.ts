@@ -20,8 +20,19 @@ function table(): Map<string, string> {
   const text = readFileSync(new URL('../../docs/cli.md', import.meta.url), 'utf8');
   const section = /\n### Exit status\n([\s\S]*?)\n## /.exec(text);
   if (!section) throw new Error('docs/cli.md has no Exit status section');
-  const rows = section[1]!.split('\n').filter((l) => l.startsWith('|')).slice(2);
-  return new Map(rows.map((l) => l.split(/(?<!\\)\|/).slice(1, -1).map((c) => c.trim()) as [string, string]));
+  const rows = section[1]!
+    .split('\n')
+    .filter((l) => l.startsWith('|'))
+    .slice(2);
+  return new Map(
+    rows.map(
+      (l) =>
+        l
+          .split(/(?<!\\)\|/)
+          .slice(1, -1)
+          .map((c) => c.trim()) as [string, string],
+    ),
+  );
 }
 
 describe("docs/cli.md's exit statuses", () => {

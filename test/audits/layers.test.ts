@@ -8,7 +8,14 @@ import { describe, expect, it } from 'vitest';
 import { importGraph } from '../helpers/imports.js';
 
 // addon/ (the addon's typed face) sits with the leaves: leaves such as codes.ts and limits.ts use it.
-const LAYERS: readonly string[][] = [['cli', 'index', 'testing'], ['launch'], ['http', 'tools'], ['session'], ['export', 'trace', 'handle', 'manifest'], ['leaf', 'addon']];
+const LAYERS: readonly string[][] = [
+  ['cli', 'index', 'testing'],
+  ['launch'],
+  ['http', 'tools'],
+  ['session'],
+  ['export', 'trace', 'handle', 'manifest'],
+  ['leaf', 'addon'],
+];
 
 const group = (file: string) => (file === 'index.ts' ? 'index' : file.includes('/') ? file.split('/')[0]! : 'leaf');
 const layer = (file: string) => LAYERS.findIndex((l) => l.includes(group(file)));

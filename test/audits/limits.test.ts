@@ -63,7 +63,12 @@ function limitsTable(): string[][] {
   if (!section) throw new Error('README has no Limits section');
   const lines = section[1]!.split('\n').filter((l) => l.startsWith('|'));
   // The header row and the separator, then one line per limit.
-  return lines.slice(2).map((l) => l.split(/(?<!\\)\|/).slice(1, -1).map((c) => c.trim()));
+  return lines.slice(2).map((l) =>
+    l
+      .split(/(?<!\\)\|/)
+      .slice(1, -1)
+      .map((c) => c.trim()),
+  );
 }
 
 describe("README's Limits table", () => {

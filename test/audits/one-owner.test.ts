@@ -24,7 +24,9 @@ function sources(): Array<{ file: string; text: string }> {
 }
 
 const filesMatching = (pattern: RegExp, within = (_file: string) => true) =>
-  sources().filter((s) => within(s.file) && pattern.test(s.text)).map((s) => s.file);
+  sources()
+    .filter((s) => within(s.file) && pattern.test(s.text))
+    .map((s) => s.file);
 
 describe('one owner per decision', () => {
   it('the etag format is written and parsed only in src/wire.ts', () => {
@@ -39,9 +41,16 @@ describe('one owner per decision', () => {
   });
 
   it('one reader hashes a downloaded body: neither client hashes one itself', () => {
-    expect(filesMatching(/readVerifiedBody\(/, (f) => f !== 'src/response-body.ts').sort()).toEqual(['src/cli/client.ts', 'src/cli/download.ts', 'src/cli/mirror.ts', 'src/tools/fetch-peer-file.ts']);
+    expect(filesMatching(/readVerifiedBody\(/, (f) => f !== 'src/response-body.ts').sort()).toEqual([
+      'src/cli/client.ts',
+      'src/cli/download.ts',
+      'src/cli/mirror.ts',
+      'src/tools/fetch-peer-file.ts',
+    ]);
     // (src/cli/local-tree.ts hashes the files mirror already holds, never a downloaded body.)
-    expect(filesMatching(/createHash\(/, (f) => f === 'src/cli/client.ts' || f === 'src/cli/download.ts' || f === 'src/cli/mirror.ts' || f.startsWith('src/tools/'))).toEqual([]);
+    expect(
+      filesMatching(/createHash\(/, (f) => f === 'src/cli/client.ts' || f === 'src/cli/download.ts' || f === 'src/cli/mirror.ts' || f.startsWith('src/tools/')),
+    ).toEqual([]);
   });
 
   it('every undici Client is made in src/outbound-client.ts, so every outbound socket is guarded', () => {

@@ -57,16 +57,40 @@ describe('the tarball', () => {
   });
 
   it('holds the build, its declarations, the prebuilds, the native sources for a source build, examples and docs', () => {
-    for (const f of ['README.md', 'LICENSE', 'package.json', 'binding.gyp', 'dist/index.js', 'dist/index.d.ts', 'dist/cli/main.js', 'native/addon.cc', 'native/resolve.h', 'examples/reporter/murmur.yaml', 'docs/security.md']) {
+    for (const f of [
+      'README.md',
+      'LICENSE',
+      'package.json',
+      'binding.gyp',
+      'dist/index.js',
+      'dist/index.d.ts',
+      'dist/cli/main.js',
+      'native/addon.cc',
+      'native/resolve.h',
+      'examples/reporter/murmur.yaml',
+      'docs/security.md',
+    ]) {
       expect(packed, f).toContain(f);
     }
     expect(packed.filter((f) => /^prebuilds\/linux-(x64|arm64)\/[^/]+\.node$/.test(f)).length).toBeGreaterThanOrEqual(2);
   });
 
   it('holds no tests, fuzz corpora, benchmarks, sources, CI or scratch', () => {
-    const stray = packed.filter((f) => /^(test|fuzz|bench|src|\.ci|build|build-asan|node_modules|\.vitest-tmp|\.compile-cache)\//.test(f) || /(^|\/)peer-in\//.test(f) || /\.(part|log|tgz)$/.test(f));
+    const stray = packed.filter(
+      (f) =>
+        /^(test|fuzz|bench|src|\.ci|build|build-asan|node_modules|\.vitest-tmp|\.compile-cache)\//.test(f) ||
+        /(^|\/)peer-in\//.test(f) ||
+        /\.(part|log|tgz)$/.test(f),
+    );
     expect(stray).toEqual([]);
-    expect(packed.every((f) => /^(dist|native|prebuilds|examples|docs)\//.test(f) || ['README.md', 'LICENSE', 'package.json', 'binding.gyp', 'scripts/warm-compile-cache.mjs'].includes(f)), packed.join('\n')).toBe(true);
+    expect(
+      packed.every(
+        (f) =>
+          /^(dist|native|prebuilds|examples|docs)\//.test(f) ||
+          ['README.md', 'LICENSE', 'package.json', 'binding.gyp', 'scripts/warm-compile-cache.mjs'].includes(f),
+      ),
+      packed.join('\n'),
+    ).toBe(true);
   });
 
   it('ships no compiled module that no source makes any more (a stale dist/ is pruned before packing)', () => {
@@ -98,20 +122,25 @@ describe('the installed package', () => {
     const pkg = join(project, 'node_modules', 'capsule-resource-plane');
     // The install script (node-gyp-build) compiles only when no prebuild loads: no build/ then.
     expect(existsSync(join(pkg, 'build')), 'build/ in the installed package').toBe(false);
-    const loaded = execFileSync(process.execPath, ['-e', 'const p = require("node-gyp-build").path(process.argv[1]); require(p); console.log(p)', pkg], { cwd: project });
+    const loaded = execFileSync(process.execPath, ['-e', 'const p = require("node-gyp-build").path(process.argv[1]); require(p); console.log(p)', pkg], {
+      cwd: project,
+    });
     expect(loaded.toString().trim()).toBe(join(pkg, 'prebuilds', `linux-${process.arch}`, 'capsule-resource-plane.glibc.node'));
   });
 
   // (A Node without a compile cache, 20 and older: there the install says so and goes on.)
-  it.skipIf(typeof (nodeModule as { enableCompileCache?: unknown }).enableCompileCache !== 'function')('fills its compile cache at install, beside its code and writable by no one else', (ctx) => {
-    if (unreachable) return skipFor(ctx, unreachable);
-    const cache = join(project, 'node_modules', 'capsule-resource-plane', '.compile-cache');
-    const versions = readdirSync(cache);
-    expect(versions.length, `${cache} holds no Node version's entries`).toBeGreaterThan(0);
-    // Every module a launch loads: the command, Fastify, pino, the MCP SDK, YAML.
-    expect(readdirSync(join(cache, versions[0]!)).length).toBeGreaterThan(300);
-    expect(compileCacheProblem(cache)).toBeNull();
-  });
+  it.skipIf(typeof (nodeModule as { enableCompileCache?: unknown }).enableCompileCache !== 'function')(
+    'fills its compile cache at install, beside its code and writable by no one else',
+    (ctx) => {
+      if (unreachable) return skipFor(ctx, unreachable);
+      const cache = join(project, 'node_modules', 'capsule-resource-plane', '.compile-cache');
+      const versions = readdirSync(cache);
+      expect(versions.length, `${cache} holds no Node version's entries`).toBeGreaterThan(0);
+      // Every module a launch loads: the command, Fastify, pino, the MCP SDK, YAML.
+      expect(readdirSync(join(cache, versions[0]!)).length).toBeGreaterThan(300);
+      expect(compileCacheProblem(cache)).toBeNull();
+    },
+  );
 
   it('holds no test probes: their variables only earn a warning, and nothing reads the named file', async (ctx) => {
     if (unreachable) return skipFor(ctx, unreachable);
@@ -153,7 +182,11 @@ describe('the installed package', () => {
 
   it('is imported by name', (ctx) => {
     if (unreachable) return skipFor(ctx, unreachable);
-    const out = execFileSync(process.execPath, ['--input-type=module', '-e', "import('capsule-resource-plane').then((m) => console.log(typeof m.launch, typeof m.resourcePlanes))"], { cwd: project });
+    const out = execFileSync(
+      process.execPath,
+      ['--input-type=module', '-e', "import('capsule-resource-plane').then((m) => console.log(typeof m.launch, typeof m.resourcePlanes))"],
+      { cwd: project },
+    );
     expect(out.toString().trim()).toBe('function function');
   });
 

@@ -14,9 +14,31 @@ describe('the public API', () => {
   it('is importable by the package name and exports what the README promises', async () => {
     const api = await import('capsule-resource-plane');
     for (const name of [
-      'launch', 'openSession', 'Session', 'serve', 'bind', 'buildApp', 'resourcePlanes', 'routeRawTargets', 'answerConnect',
-      'callTool', 'toolDefinitions', 'shareFile', 'fetchPeerFile', 'CATALOGUE', 'CODES', 'Refusal', 'renderHttp', 'renderTool',
-      'parseManifest', 'ManifestError', 'effectiveGrants', 'renderExplainScope', 'RUNTIME_WRITES', 'CONTAINMENT_CLASSES', 'LIMITS',
+      'launch',
+      'openSession',
+      'Session',
+      'serve',
+      'bind',
+      'buildApp',
+      'resourcePlanes',
+      'routeRawTargets',
+      'answerConnect',
+      'callTool',
+      'toolDefinitions',
+      'shareFile',
+      'fetchPeerFile',
+      'CATALOGUE',
+      'CODES',
+      'Refusal',
+      'renderHttp',
+      'renderTool',
+      'parseManifest',
+      'ManifestError',
+      'effectiveGrants',
+      'renderExplainScope',
+      'RUNTIME_WRITES',
+      'CONTAINMENT_CLASSES',
+      'LIMITS',
     ]) {
       expect(api, name).toHaveProperty(name);
     }
@@ -35,7 +57,16 @@ describe('the public API', () => {
     const dir = mkdtempSync(join(tmpdir(), 'rp-types-'));
     try {
       const config = {
-        compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noEmit: true, skipLibCheck: true, types: ['node'], typeRoots: [join(ROOT, 'node_modules/@types')] },
+        compilerOptions: {
+          target: 'ES2022',
+          module: 'NodeNext',
+          moduleResolution: 'NodeNext',
+          strict: true,
+          noEmit: true,
+          skipLibCheck: true,
+          types: ['node'],
+          typeRoots: [join(ROOT, 'node_modules/@types')],
+        },
         files: [join(ROOT, 'test/types/consumer.ts'), join(ROOT, 'test/types/internal.ts')],
       };
       writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify(config));
@@ -70,16 +101,31 @@ describe('the public API', () => {
         ].join('\n'),
       );
       const config = {
-        compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noEmit: true, skipLibCheck: true, types: ['node'], typeRoots: [join(ROOT, 'node_modules/@types')] },
+        compilerOptions: {
+          target: 'ES2022',
+          module: 'NodeNext',
+          moduleResolution: 'NodeNext',
+          strict: true,
+          noEmit: true,
+          skipLibCheck: true,
+          types: ['node'],
+          typeRoots: [join(ROOT, 'node_modules/@types')],
+        },
         files: ['misuse.ts'],
       };
       writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify(config));
-      const r = spawnSync(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', join(dir, 'tsconfig.json'), '--pretty', 'false'], { cwd: dir, encoding: 'utf8' });
+      const r = spawnSync(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', join(dir, 'tsconfig.json'), '--pretty', 'false'], {
+        cwd: dir,
+        encoding: 'utf8',
+      });
       expect(r.status).not.toBe(0);
-      const errors = r.stdout.trim().split('\n').map((line) => line.replace(/^misuse\.ts\(\d+,\d+\): /, ''));
+      const errors = r.stdout
+        .trim()
+        .split('\n')
+        .map((line) => line.replace(/^misuse\.ts\(\d+,\d+\): /, ''));
       expect(errors).toEqual([
         "error TS2353: Object literal may only specify known properties, and 'handle' does not exist in type 'ShareFileInput'.",
-        'error TS2345: Argument of type \'"rm-rf"\' is not assignable to parameter of type \'ToolName\'.',
+        "error TS2345: Argument of type '\"rm-rf\"' is not assignable to parameter of type 'ToolName'.",
         "error TS2322: Type 'string' is not assignable to type 'number'.",
       ]);
     } finally {

@@ -80,7 +80,12 @@ describe("the README's first two sections", () => {
     const r = await runBlock(sections[0]!.blocks[1]!);
     // The last line is `wait "$SERVER"`, whose status is the server's: 0, a clean stop on SIGTERM.
     expect(r.status, `${r.stdout}\n${r.stderr}`).toBe(0);
-    const ready = JSON.parse(readFileSync(join(clone, 'serve.out'), 'utf8').trim().split('\n')[0]!) as { event: string; advertised_url: string; operator_url: string; trace: string };
+    const ready = JSON.parse(readFileSync(join(clone, 'serve.out'), 'utf8').trim().split('\n')[0]!) as {
+      event: string;
+      advertised_url: string;
+      operator_url: string;
+      trace: string;
+    };
     expect(ready.event).toBe('listening');
     expect(ready.advertised_url).toMatch(/^http:\/\/localhost:\d+$/);
     expect(ready.operator_url).toBe(`unix:${join(clone, 'operator.sock')}`);
@@ -94,7 +99,10 @@ describe("the README's first two sections", () => {
     expect(r.stdout).not.toContain('request completed');
     expect(readFileSync(join(clone, 'serve.log'), 'utf8')).toContain('request completed');
     // `kill "$SERVER"; wait "$SERVER"`: the server stopped cleanly, its trace ends with session_end.
-    const trace = readFileSync(ready.trace, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { event_type: string });
+    const trace = readFileSync(ready.trace, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { event_type: string });
     expect(trace.at(-1)!.event_type).toBe('session_end');
     expect(existsSync(join(clone, 'operator.sock'))).toBe(false);
   }, 120_000);
@@ -124,6 +132,6 @@ describe("the README's first two sections", () => {
   it('the picture is what docs/planes.mjs draws', async () => {
     const { planesSvg } = (await import(pathToFileURL(join(ROOT, 'docs/planes.mjs')).href)) as { planesSvg: () => string };
     expect(readFileSync(join(ROOT, 'docs/planes.svg'), 'utf8')).toBe(planesSvg());
-    expect(README).toContain('![The operator plane and the peer plane of one session\'s server, and the trace they both write](docs/planes.svg)');
+    expect(README).toContain("![The operator plane and the peer plane of one session's server, and the trace they both write](docs/planes.svg)");
   });
 });

@@ -13,7 +13,10 @@ function readmeRows(): Map<string, Row> {
   const rows = new Map<string, Row>();
   const contexts = ['files', 'peer', 'server', 'tool'];
   for (const line of block[1]!.trim().split('\n').slice(2)) {
-    const cells = line.split(/(?<!\\)\|/).slice(1, -1).map((c) => c.trim().replaceAll('\\|', '|'));
+    const cells = line
+      .split(/(?<!\\)\|/)
+      .slice(1, -1)
+      .map((c) => c.trim().replaceAll('\\|', '|'));
     const [status, code, ...messages] = cells as [string, string, ...string[]];
     const row: Row = { status: status === '–' ? null : Number(status), messages: {} };
     messages.forEach((m, i) => {

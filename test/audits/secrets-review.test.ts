@@ -76,7 +76,12 @@ async function httpServer(
     if (opts.issuer !== undefined && req.url === '/.well-known/agent-card.json') {
       const port = (server.address() as { port: number }).port;
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ ...JSON.parse(card('peer', `http://127.0.0.1:${port}`)), capabilities: { extensions: [{ uri: 'urn:murmur:capsule:v1', params: { sessionId: opts.issuer } }] } }));
+      res.end(
+        JSON.stringify({
+          ...JSON.parse(card('peer', `http://127.0.0.1:${port}`)),
+          capabilities: { extensions: [{ uri: 'urn:murmur:capsule:v1', params: { sessionId: opts.issuer } }] },
+        }),
+      );
       return;
     }
     hits.push(`${req.method} ${req.url}`);
@@ -121,7 +126,7 @@ describe('1. a handle token stays out of every record', () => {
     return closing(reporter, reader);
   });
 
-  it('a full handoff plus every refusal kind leaves the token only in share-file\'s handle field', async () => {
+  it("a full handoff plus every refusal kind leaves the token only in share-file's handle field", async () => {
     // Minted through the tool: the handle field is the one sanctioned place.
     const minted = await callTool(reporter.session, 'share-file', { path: 'report.md', peer: reader.address, ttl: '30s' });
     const t = minted.handle as string;
@@ -197,7 +202,9 @@ describe('1. a handle token stays out of every record', () => {
     await host.register(resourcePlanes, { session: c.session });
     await host.listen({ host: '127.0.0.1', port: 0 });
     try {
-      const res = await rawGet(`http://127.0.0.1:${(host.server.address() as { port: number }).port}`, `/resources/peer/${t}`, [['x-murmur-audience', 'x@y:1']]);
+      const res = await rawGet(`http://127.0.0.1:${(host.server.address() as { port: number }).port}`, `/resources/peer/${t}`, [
+        ['x-murmur-audience', 'x@y:1'],
+      ]);
       expect(res.status).toBe(500);
       expect(res.json()).toEqual({ error: 'io_error', message: 'read failed: internal error' });
       expect(logText).toContain('unhandled error');
@@ -224,8 +231,8 @@ describe('1. a handle token stays out of every record', () => {
   // branch of src/tools/control.ts) so no future message can carry one.
   it.each([
     ['a bare token as the peer', (t: string) => t],
-    ['a token in the peer\'s path', (t: string) => `localhost:1/${t}`],
-    ['a token as the peer\'s port', (t: string) => `localhost:${t}`],
+    ["a token in the peer's path", (t: string) => `localhost:1/${t}`],
+    ["a token as the peer's port", (t: string) => `localhost:${t}`],
   ])('share-file refusals never echo a token: %s', async (_label, peerOf) => {
     const r = await refusal(callTool(reporter.session, 'share-file', { path: 'report.md', peer: peerOf(token) }));
     expect(r.code).toBe('peer_unreachable');
@@ -238,7 +245,10 @@ describe('1. a handle token stays out of every record', () => {
     const dir = scratch();
     mkdirSync(join(dir, 'w', 'out'), { recursive: true });
     writeFileSync(join(dir, 'w', 'out', 'a.txt'), 'a');
-    writeFileSync(join(dir, 'w', 'murmur.yaml'), 'name: cap\nversion: "1"\nexports:\n  peer_files:\n    root: out/\ncapabilities:\n  network:\n    allow: [localhost]\n');
+    writeFileSync(
+      join(dir, 'w', 'murmur.yaml'),
+      'name: cap\nversion: "1"\nexports:\n  peer_files:\n    root: out/\ncapabilities:\n  network:\n    allow: [localhost]\n',
+    );
     const stdout = await new Promise<string>((resolve) => {
       const child = spawn(process.execPath, [CLI, 'serve', '--workdir', join(dir, 'w'), '--trace', join(dir, 't.jsonl'), '--control', 'stdio']);
       let out = '';
@@ -248,7 +258,12 @@ describe('1. a handle token stays out of every record', () => {
       });
       child.stderr.on('data', () => undefined);
       const send = (m: unknown) => child.stdin.write(`${JSON.stringify(m)}\n`);
-      send({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'rt', version: '1' } } });
+      send({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'initialize',
+        params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'rt', version: '1' } },
+      });
       send({ jsonrpc: '2.0', method: 'notifications/initialized' });
       send({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'share-file', arguments: { path: 'a.txt', peer: `localhost:1/${token}` } } });
       const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
@@ -289,12 +304,13 @@ describe('1. a handle token stays out of every record', () => {
   it('a request the HTTP parser rejects does not put its token into the log', async () => {
     const c = await capsule('parser', SHARES);
     const t = token;
-    const ask = (bytes: string) => new Promise<void>((resolve) => {
-      const socket = connect(Number(new URL(c.url).port), '127.0.0.1', () => socket.write(bytes));
-      socket.on('data', () => undefined);
-      socket.on('error', () => resolve());
-      socket.on('close', () => resolve());
-    });
+    const ask = (bytes: string) =>
+      new Promise<void>((resolve) => {
+        const socket = connect(Number(new URL(c.url).port), '127.0.0.1', () => socket.write(bytes));
+        socket.on('data', () => undefined);
+        socket.on('error', () => resolve());
+        socket.on('close', () => resolve());
+      });
     await ask(`GET /resources/peer/${t} HTTP/1.1\r\nHost: x\r\nx-murmur-audience: a@b:1\r\nNot A Header\r\n\r\n`);
     await ask(`GET /resources/peer/${t} HTTP/1.1\r\nHost: x\r\nX-Pad: ${'a'.repeat(20_000)}\r\n\r\n`);
     await new Promise((resolve) => setTimeout(resolve, 50));
@@ -436,12 +452,14 @@ describe('2. the instance key lives in secure memory only, and only while it mus
     expect(closed).toEqual([0, 0, 0]);
   });
 
-  it('is zeroed and freed on SIGTERM, SIGINT and the control channel\'s stdin closing', async () => {
+  it("is zeroed and freed on SIGTERM, SIGINT and the control channel's stdin closing", async () => {
     // A preload wraps the shared sodium-native module object of the served process and reports,
     // synchronously on stderr, each call that touches the key's secure buffer (by its size).
     const dir = scratch();
     const preload = join(dir, 'preload.mjs');
-    writeFileSync(preload, `
+    writeFileSync(
+      preload,
+      `
       import { createRequire } from 'node:module';
       import { writeSync } from 'node:fs';
       const sodium = createRequire(${JSON.stringify(join(ROOT, 'dist/handle/key.js'))})('sodium-native');
@@ -454,29 +472,31 @@ describe('2. the instance key lives in secure memory only, and only while it mus
           return r;
         };
       }
-    `);
+    `,
+    );
     const workdir = join(dir, 'w');
     mkdirSync(join(workdir, 'out'), { recursive: true });
     writeFileSync(join(workdir, 'murmur.yaml'), 'name: cap\nversion: "1"\nexports:\n  peer_files:\n    root: out/\n');
-    const run = (how: 'SIGTERM' | 'SIGINT' | 'stdin') => new Promise<{ code: number | null; keyLines: string[] }>((resolve) => {
-      const args = ['--import', preload, CLI, 'serve', '--workdir', workdir, '--trace', join(dir, `${how}.jsonl`)];
-      if (how === 'stdin') args.push('--control', 'stdio');
-      const child = spawn(process.execPath, args);
-      let stderr = '';
-      child.stderr.on('data', (d: Buffer) => {
-        stderr += d;
-        if (stderr.includes('"msg":"serving"')) {
-          if (how === 'stdin') child.stdin.end();
-          else child.kill(how);
-        }
+    const run = (how: 'SIGTERM' | 'SIGINT' | 'stdin') =>
+      new Promise<{ code: number | null; keyLines: string[] }>((resolve) => {
+        const args = ['--import', preload, CLI, 'serve', '--workdir', workdir, '--trace', join(dir, `${how}.jsonl`)];
+        if (how === 'stdin') args.push('--control', 'stdio');
+        const child = spawn(process.execPath, args);
+        let stderr = '';
+        child.stderr.on('data', (d: Buffer) => {
+          stderr += d;
+          if (stderr.includes('"msg":"serving"')) {
+            if (how === 'stdin') child.stdin.end();
+            else child.kill(how);
+          }
+        });
+        child.stdout.on('data', () => undefined);
+        const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+        child.on('close', (code) => {
+          clearTimeout(timer);
+          resolve({ code, keyLines: stderr.split('\n').filter((l) => l.startsWith('KEY ')) });
+        });
       });
-      child.stdout.on('data', () => undefined);
-      const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
-      child.on('close', (code) => {
-        clearTimeout(timer);
-        resolve({ code, keyLines: stderr.split('\n').filter((l) => l.startsWith('KEY ')) });
-      });
-    });
     const results = await Promise.all([run('SIGTERM'), run('SIGINT'), run('stdin')]);
     for (const r of results) {
       expect(r.code).toBe(0);
@@ -555,10 +575,17 @@ describe('3. tampered payload, tampered MAC, another instance and the wrong audi
     for (const r of responses) expect(r.header('x-murmur-handle-id')).toMatch(/^[0-9a-f]{16}$/);
 
     // The trace records them alike too: no path, one outcome, one reason.
-    const redeems = readTrace(a.tracePath).filter((e) => e.event_type === 'peer_handle_redeem').slice(-responses.length);
+    const redeems = readTrace(a.tracePath)
+      .filter((e) => e.event_type === 'peer_handle_redeem')
+      .slice(-responses.length);
     for (const e of redeems) {
-      expect({ path: e.path, outcome: e.outcome, reason: e.reason, bytes: e.bytes, sha256: e.sha256 })
-        .toEqual({ path: null, outcome: 'handle_not_valid', reason: 'the handle is not valid for this capsule', bytes: null, sha256: null });
+      expect({ path: e.path, outcome: e.outcome, reason: e.reason, bytes: e.bytes, sha256: e.sha256 }).toEqual({
+        path: null,
+        outcome: 'handle_not_valid',
+        reason: 'the handle is not valid for this capsule',
+        bytes: null,
+        sha256: null,
+      });
     }
   });
 
@@ -567,14 +594,15 @@ describe('3. tampered payload, tampered MAC, another instance and the wrong audi
     const counts: Record<string, Record<string, number>> = {};
     for (const [label, t, aud] of variants()) {
       const tally: Record<string, number> = {};
-      const spies = ['crypto_hash_sha256_init', 'crypto_hash_sha256_update', 'crypto_hash_sha256_final', 'sodium_memcmp', 'sodium_mprotect_readwrite']
-        .map((name) => {
+      const spies = ['crypto_hash_sha256_init', 'crypto_hash_sha256_update', 'crypto_hash_sha256_final', 'sodium_memcmp', 'sodium_mprotect_readwrite'].map(
+        (name) => {
           const orig = sodium[name]!;
           return vi.spyOn(sodium, name).mockImplementation((...args: unknown[]) => {
             tally[name] = (tally[name] ?? 0) + 1;
             return orig(...args);
           });
-        });
+        },
+      );
       const memcmp = vi.spyOn(Buffer.prototype, 'equals');
       const result = verifyTokenForTests(a.session.key!, t, aud, a.session.sessionId, Date.now());
       expect(result.ok).toBe(false);
@@ -615,9 +643,18 @@ describe('4. fetch-peer-file', () => {
     const w = await witness();
     const p = w.port;
     const spellings = [
-      `localhost:${p}`, `http://localhost:${p}`, `https://localhost:${p}`, `[::ffff:127.0.0.1]:${p}`,
-      `127.0.0.1.:${p}`, `http://user@127.0.0.1:${p}`, `http://127.0.0.1:${p}/path`, `0x7f000001:${p}`,
-      `127.1:${p}`, ` 127.0.0.1:${p}`, `http://localhost:${p}#127.0.0.1`, `127.0.0.1%2e:${p}`,
+      `localhost:${p}`,
+      `http://localhost:${p}`,
+      `https://localhost:${p}`,
+      `[::ffff:127.0.0.1]:${p}`,
+      `127.0.0.1.:${p}`,
+      `http://user@127.0.0.1:${p}`,
+      `http://127.0.0.1:${p}/path`,
+      `0x7f000001:${p}`,
+      `127.1:${p}`,
+      ` 127.0.0.1:${p}`,
+      `http://localhost:${p}#127.0.0.1`,
+      `127.0.0.1%2e:${p}`,
     ];
     for (const peer of spellings) {
       const r = await refusal(fetchPeerFile(reader.session, { peer, handle: TOKEN_LIKE }));
@@ -627,11 +664,14 @@ describe('4. fetch-peer-file', () => {
   });
 
   it('bounds a peer that trickles its body forever by the total timeout, and stores nothing', async () => {
-    const peer = await httpServer((_req, res) => {
-      res.writeHead(200, { etag: `"sha256:${'0'.repeat(64)}"`, 'content-length': '100000' });
-      const timer = setInterval(() => res.write('x'), 50);
-      res.on('close', () => clearInterval(timer));
-    }, { issuer: 'x' });
+    const peer = await httpServer(
+      (_req, res) => {
+        res.writeHead(200, { etag: `"sha256:${'0'.repeat(64)}"`, 'content-length': '100000' });
+        const timer = setInterval(() => res.write('x'), 50);
+        res.on('close', () => clearInterval(timer));
+      },
+      { issuer: 'x' },
+    );
     const started = Date.now();
     const r = await refusal(fetchPeerFile(reader.session, { peer: `127.0.0.1:${peer.port}`, handle: TOKEN_LIKE }, { totalTimeoutMs: 1_000 }));
     expect(r.code).toBe('peer_unreachable');
@@ -639,12 +679,19 @@ describe('4. fetch-peer-file', () => {
     expect(readdirSync(join(reader.workdir, 'peer-in'))).toEqual([]);
   });
 
-  it('follows no redirect, keeps the peer\'s words out of its refusal, and lands only under peer-in/', async () => {
+  it("follows no redirect, keeps the peer's words out of its refusal, and lands only under peer-in/", async () => {
     const w = await witness();
-    const peer = await httpServer((_req, res) => {
-      res.writeHead(307, { location: `http://127.0.0.1:${w.port}/resources/peer/${TOKEN_LIKE}`, 'content-type': 'application/json', 'x-murmur-generation': '-1' });
-      res.end(JSON.stringify({ error: 'ok', message: `see ${reader.workdir} and ${TOKEN_LIKE}` }));
-    }, { issuer: 'x' });
+    const peer = await httpServer(
+      (_req, res) => {
+        res.writeHead(307, {
+          location: `http://127.0.0.1:${w.port}/resources/peer/${TOKEN_LIKE}`,
+          'content-type': 'application/json',
+          'x-murmur-generation': '-1',
+        });
+        res.end(JSON.stringify({ error: 'ok', message: `see ${reader.workdir} and ${TOKEN_LIKE}` }));
+      },
+      { issuer: 'x' },
+    );
     const r = await refusal(fetchPeerFile(reader.session, { peer: `127.0.0.1:${peer.port}`, handle: TOKEN_LIKE }));
     expect(r.code).toBe('http_307');
     expect(r.message).not.toContain(reader.workdir);
@@ -654,10 +701,13 @@ describe('4. fetch-peer-file', () => {
     // A good answer for a payload hint of `../../etc/passwd` lands as a plain name under peer-in/.
     const body = Buffer.from('landed');
     const { createHash } = await import('node:crypto');
-    const good = await httpServer((_req, res) => {
-      res.writeHead(200, { etag: `"sha256:${createHash('sha256').update(body).digest('hex')}"`, 'content-length': String(body.length) });
-      res.end(body);
-    }, { issuer: 'x' });
+    const good = await httpServer(
+      (_req, res) => {
+        res.writeHead(200, { etag: `"sha256:${createHash('sha256').update(body).digest('hex')}"`, 'content-length': String(body.length) });
+        res.end(body);
+      },
+      { issuer: 'x' },
+    );
     const ok = await callTool(reader.session, 'fetch-peer-file', { peer: `127.0.0.1:${good.port}`, handle: TOKEN_LIKE });
     expect(ok.path).toBe(`peer-in/${handleId(TOKEN_LIKE)}-passwd`);
     expect(lstatSync(join(reader.workdir, ok.path as string)).isFile()).toBe(true);
@@ -670,10 +720,13 @@ describe('4. fetch-peer-file', () => {
     symlinkSync(outside, join(c.workdir, 'peer-in'));
     const body = Buffer.from('x');
     const { createHash } = await import('node:crypto');
-    const good = await httpServer((_req, res) => {
-      res.writeHead(200, { etag: `"sha256:${createHash('sha256').update(body).digest('hex')}"`, 'content-length': '1' });
-      res.end(body);
-    }, { issuer: 'x' });
+    const good = await httpServer(
+      (_req, res) => {
+        res.writeHead(200, { etag: `"sha256:${createHash('sha256').update(body).digest('hex')}"`, 'content-length': '1' });
+        res.end(body);
+      },
+      { issuer: 'x' },
+    );
     const r = await refusal(fetchPeerFile(c.session, { peer: `127.0.0.1:${good.port}`, handle: TOKEN_LIKE }));
     expect(r.code).toBe('io_error');
     expect(r.message).not.toContain(outside);

@@ -21,7 +21,9 @@ describe('the test run', () => {
   });
 
   it('hands the same to a process it spawns with the default environment', () => {
-    const out = execFileSync(process.execPath, ['-e', 'process.stdout.write(JSON.stringify([process.env.HOME, process.env.RESOURCE_PLANE_RECORDS_DIR]))'], { encoding: 'utf8' });
+    const out = execFileSync(process.execPath, ['-e', 'process.stdout.write(JSON.stringify([process.env.HOME, process.env.RESOURCE_PLANE_RECORDS_DIR]))'], {
+      encoding: 'utf8',
+    });
     const home = process.env[TEST_HOME_ENV]!;
     expect(JSON.parse(out)).toEqual([home, join(home, '.murmur', 'records')]);
   });

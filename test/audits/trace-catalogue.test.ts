@@ -22,7 +22,10 @@ function documented(markdown: string): Map<string, string[]> {
     if (!m) continue;
     let cell = m[2]!;
     while (/\([^()]*\)/.test(cell)) cell = cell.replace(/\([^()]*\)/g, '');
-    rows.set(m[1]!, [...cell.matchAll(/`([a-z0-9_]+)`/g)].map((f) => f[1]!));
+    rows.set(
+      m[1]!,
+      [...cell.matchAll(/`([a-z0-9_]+)`/g)].map((f) => f[1]!),
+    );
   }
   return rows;
 }
@@ -46,16 +49,26 @@ describe('the trace catalogue against docs/trace.md', () => {
   it('builds each line with exactly its catalogued fields, explicit nulls for absent values', () => {
     const read = resourceRead({ path: 'a.txt', outcome: 'ok', reason: null, bytes: 3, sha256: 'f'.repeat(64), generation: 2, containment: 'sealed' });
     expect(Object.keys(read.fields)).toEqual([...EVENT_FIELDS.resource_read]);
-    const list = resourceList({ root: 'out', outcome: 'no_resource_plane', reason: 'x', entryCount: null, totalBytes: null, generation: 0, containment: 'advisory' });
+    const list = resourceList({
+      root: 'out',
+      outcome: 'no_resource_plane',
+      reason: 'x',
+      entryCount: null,
+      totalBytes: null,
+      generation: 0,
+      containment: 'advisory',
+    });
     expect(list.fields.entry_count).toBeNull();
   });
 
-  it('bounds a mint\'s audience like every caller-chosen field: a peer names it on its card', async () => {
+  it("bounds a mint's audience like every caller-chosen field: a peer names it on its card", async () => {
     const dir = mkdtempSync(join(tmpdir(), 'rp-trace-bound-'));
     try {
       const trace = Trace.open(join(dir, 'trace.jsonl'), 'ses_bound');
       trace.start(sessionStart({ containment: 'sealed', resolver: 'openat2', toolsDeclared: [], capsule: 'cap', confinement: null, effectiveGrants: {} }));
-      await trace.record(peerHandleMint({ handleId: null, path: 'a.txt', audience: `${'n'.repeat(65_536)}@localhost:1`, expiresAtMs: null, outcome: 'ok', reason: null }));
+      await trace.record(
+        peerHandleMint({ handleId: null, path: 'a.txt', audience: `${'n'.repeat(65_536)}@localhost:1`, expiresAtMs: null, outcome: 'ok', reason: null }),
+      );
       await trace.close();
       const line = JSON.parse(readFileSync(join(dir, 'trace.jsonl'), 'utf8').trim().split('\n')[1]!) as { audience: string };
       expect(line.audience.length).toBeLessThanOrEqual(TRACE_FIELD_MAX_CHARS + 64);
@@ -65,9 +78,26 @@ describe('the trace catalogue against docs/trace.md', () => {
     }
   });
 
-  it('takes an undelivered line\'s path and handle id from the event it follows, never restated', () => {
-    const redeem = peerHandleRedeem({ handleId: 'hid_1', path: 'p.bin', generation: 4, audienceAsserted: 'a', bytes: 9, sha256: null, outcome: 'ok', reason: null });
-    expect(responseUndelivered(redeem, 9).fields).toEqual({ of: 'peer_handle_redeem', path: 'p.bin', handle_id: 'hid_1', bytes: 9, generation: 4, outcome: 'undelivered', reason: 'the connection closed before the whole body was sent' });
+  it("takes an undelivered line's path and handle id from the event it follows, never restated", () => {
+    const redeem = peerHandleRedeem({
+      handleId: 'hid_1',
+      path: 'p.bin',
+      generation: 4,
+      audienceAsserted: 'a',
+      bytes: 9,
+      sha256: null,
+      outcome: 'ok',
+      reason: null,
+    });
+    expect(responseUndelivered(redeem, 9).fields).toEqual({
+      of: 'peer_handle_redeem',
+      path: 'p.bin',
+      handle_id: 'hid_1',
+      bytes: 9,
+      generation: 4,
+      outcome: 'undelivered',
+      reason: 'the connection closed before the whole body was sent',
+    });
     const read = resourceRead({ path: 'a.txt', outcome: 'ok', reason: null, bytes: 3, sha256: null, generation: 1, containment: 'sealed' });
     expect(responseUndelivered(read, 3, 'changed').fields).toMatchObject({ of: 'resource_read', path: 'a.txt', handle_id: null });
     const list = resourceList({ root: 'out', outcome: 'ok', reason: null, entryCount: 1, totalBytes: 1, generation: 1, containment: 'sealed' });
@@ -76,7 +106,7 @@ describe('the trace catalogue against docs/trace.md', () => {
   });
 });
 
-describe('a request\'s line, byte for byte', () => {
+describe("a request's line, byte for byte", () => {
   // Every request's line is exactly what JSON.stringify gives for the common fields then the
   // catalogue's, in that order, with caller-chosen fields bounded and tokens redacted, whatever the
   // path holds: a faster rendering of it must keep these bytes.
@@ -95,15 +125,27 @@ describe('a request\'s line, byte for byte', () => {
     const dir = mkdtempSync(join(tmpdir(), 'rp-trace-flat-'));
     try {
       const trace = Trace.open(join(dir, 'trace.jsonl'), 'ses_"flat"\\');
-      const parent = trace.start(sessionStart({ containment: 'sealed', resolver: 'openat2', toolsDeclared: [], capsule: 'cap', confinement: null, effectiveGrants: {} }));
+      const parent = trace.start(
+        sessionStart({ containment: 'sealed', resolver: 'openat2', toolsDeclared: [], capsule: 'cap', confinement: null, effectiveGrants: {} }),
+      );
       const fields = { path, outcome: 'ok', reason: null, bytes: 1e21, sha256: 'f'.repeat(64), generation: -0, containment: 'sealed' };
       await trace.record(resourceRead(fields));
       await trace.close();
       const raw = readFileSync(join(dir, 'trace.jsonl'), 'utf8').split('\n')[1]!;
       const parsed = JSON.parse(raw) as Record<string, unknown>;
       const expected = JSON.stringify({
-        event_type: 'resource_read', event_id: parsed.event_id, parent_id: parent, session_id: 'ses_"flat"\\', timestamp: parsed.timestamp,
-        path: boundedField(path), outcome: 'ok', bytes: 1e21, sha256: 'f'.repeat(64), generation: 0, containment_achieved: 'sealed', reason: null,
+        event_type: 'resource_read',
+        event_id: parsed.event_id,
+        parent_id: parent,
+        session_id: 'ses_"flat"\\',
+        timestamp: parsed.timestamp,
+        path: boundedField(path),
+        outcome: 'ok',
+        bytes: 1e21,
+        sha256: 'f'.repeat(64),
+        generation: 0,
+        containment_achieved: 'sealed',
+        reason: null,
       });
       expect(raw).toBe(expected);
       expect(raw).not.toContain(token);

@@ -27,7 +27,10 @@ describe('AccessLog.completed', () => {
     const fast = capture();
     const slow = capture();
     fast.log.completed('info', f);
-    slow.log.info({ reqId: f.reqId, req: { method: f.method, url: f.url }, res: { statusCode: f.statusCode }, responseTime: f.responseTime, bytes: f.bytes }, 'request completed');
+    slow.log.info(
+      { reqId: f.reqId, req: { method: f.method, url: f.url }, res: { statusCode: f.statusCode }, responseTime: f.responseTime, bytes: f.bytes },
+      'request completed',
+    );
     expect(fast.lines).toHaveLength(1);
     expect(withoutTime(fast.lines[0]!)).toBe(withoutTime(slow.lines[0]!));
     expect(JSON.parse(fast.lines[0]!)).toMatchObject({ level: 30, pid: 42, session_id: 's-1', msg: 'request completed' });
@@ -50,8 +53,22 @@ describe('logTarget', () => {
 
   it('gives what the generic path gives, for plain targets and every other kind', () => {
     const targets = [
-      '/resources/files/a.txt', '/', '', '/a b', '/~!$&\'()*+,;=:@', '/%2e%2e/x', '/a%', '/a%zz', '/%C3%A9',
-      '/é', '/\u00ff', '/\u0000', '/\t', '/\u007f', '/peer/handles/mh1.abc.def', '/peer/handles/mh1.%61bc.def',
+      '/resources/files/a.txt',
+      '/',
+      '',
+      '/a b',
+      "/~!$&'()*+,;=:@",
+      '/%2e%2e/x',
+      '/a%',
+      '/a%zz',
+      '/%C3%A9',
+      '/é',
+      '/\u00ff',
+      '/\u0000',
+      '/\t',
+      '/\u007f',
+      '/peer/handles/mh1.abc.def',
+      '/peer/handles/mh1.%61bc.def',
     ];
     // Every single character 0..255 in a plain target.
     for (let c = 0; c < 256; c++) targets.push(`/x${String.fromCharCode(c)}y`);

@@ -26,7 +26,12 @@ beforeAll(async () => {
   d = tempDir('rp-against-plugin-');
   mkdirSync(join(d, 'work', 'out'), { recursive: true });
   writeFileSync(join(d, 'work', 'out', 'a.txt'), 'behind the hook');
-  session = await openSession({ workdir: join(d, 'work'), manifest: parseManifest(filesManifest('out/')), tracePath: join(d, 'trace.jsonl'), containment: 'sealed' });
+  session = await openSession({
+    workdir: join(d, 'work'),
+    manifest: parseManifest(filesManifest('out/')),
+    tracePath: join(d, 'trace.jsonl'),
+    containment: 'sealed',
+  });
   app = Fastify({ rewriteUrl: routeRawTargets('/cap') });
   // The host's auth: a 401 with no body the planes' shape would give.
   app.addHook('onRequest', async (req, reply) => {

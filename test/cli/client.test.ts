@@ -48,7 +48,11 @@ describe('resource-plane ls', () => {
   it('prints a time outside the Date range as the raw number, and escapes control and format characters in names', async () => {
     // A hostile capsule chooses its names and mtimes; this server answers as such a capsule's listing would.
     const listing = {
-      root: 'out/', mode: 'read-only', max_bytes: 10, generation: 0, containment_achieved: 'sealed',
+      root: 'out/',
+      mode: 'read-only',
+      max_bytes: 10,
+      generation: 0,
+      containment_achieved: 'sealed',
       entries: [
         { path: 'invoice_\u202efdp.exe', size_bytes: 1, mtime_ms: 1e16, sha256: 'a'.repeat(64) },
         { path: 'zero\u200bwidth\ttab', size_bytes: 1, mtime_ms: 9007199254740991, sha256: 'b'.repeat(64) },

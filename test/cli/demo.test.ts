@@ -10,7 +10,6 @@ import { CLI, runCli } from '../helpers/cli.js';
 import { scratch } from '../helpers/tree.js';
 import { sha256Hex } from '../helpers/http.js';
 
-
 describe('resource-plane demo', () => {
   it('hands a file from the reporter to the reader, verifiably, then serves until SIGINT', async () => {
     const records = join(scratch(), 'records');
@@ -54,7 +53,9 @@ describe('resource-plane demo', () => {
           let body = '';
           res.on('data', (d: Buffer) => (body += d.toString()));
           res.on('end', () => resolve(JSON.parse(body)));
-        }).on('error', reject).end();
+        })
+          .on('error', reject)
+          .end();
       });
       expect(listing.entries.map((e) => e.path)).toEqual(['notes/findings.txt', 'report.md']);
       expect((await fetch(`${reporterUrl}/resources/files`)).status).toBe(404);
@@ -77,8 +78,14 @@ describe('resource-plane demo', () => {
         expect(readFileSync(t, 'utf8').trim().split('\n').at(-1)).toContain('"session_end"');
       }
       const listed = runCli(['records', '--json'], { RESOURCE_PLANE_RECORDS_DIR: records });
-      const rows = listed.stdout.trim().split('\n').map((l) => JSON.parse(l) as { capsule: string; live: boolean });
-      expect(rows.map((r) => [r.capsule, r.live]).sort()).toEqual([['reader', false], ['reporter', false]]);
+      const rows = listed.stdout
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { capsule: string; live: boolean });
+      expect(rows.map((r) => [r.capsule, r.live]).sort()).toEqual([
+        ['reader', false],
+        ['reporter', false],
+      ]);
     } finally {
       child.kill('SIGKILL');
     }

@@ -104,7 +104,7 @@ describe('ls --json', () => {
     expect((sent as { entries: Array<{ path: string }> }).entries.map((e) => e.path).sort()).toEqual(['report.md', 'sub/b.txt']);
   });
 
-  it('states a refusal in the server\'s words', async () => {
+  it("states a refusal in the server's words", async () => {
     handler = (_req, res) => {
       res.writeHead(404, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ error: 'no_resource_plane', message: 'this capsule declares no exports.files block, so it has no resource plane' }));
@@ -262,13 +262,15 @@ describe('get', () => {
 });
 
 describe('get -o DIR', () => {
-  it('-o DIR/ saves into DIR under the file\'s name, refuses to replace it without --force, and replaces it with', async () => {
+  it("-o DIR/ saves into DIR under the file's name, refuses to replace it without --force, and replaces it with", async () => {
     const d = outDir();
     const into = join(d, 'downloads');
     mkdirSync(into);
     const r = await runCli(['get', launched.server.url, 'sub/b.txt', '-o', `${into}/`]);
     expect(r.status).toBe(0);
-    expect(r.stderr).toMatch(new RegExp(`^saved 1 bytes to ${join(into, 'b.txt').replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\(sha256 [0-9a-f]{64}, etag verified\\)\n$`));
+    expect(r.stderr).toMatch(
+      new RegExp(`^saved 1 bytes to ${join(into, 'b.txt').replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\(sha256 [0-9a-f]{64}, etag verified\\)\n$`),
+    );
     expect(readFileSync(join(into, 'b.txt'), 'utf8')).toBe('b');
     const again = await runCli(['get', launched.server.url, 'sub/b.txt', '-o', `${into}/`]);
     expect(again.status).toBe(7);
@@ -336,7 +338,10 @@ describe('a URL with a path', () => {
     [['ls', '/resources/files/x'], "ls does not use: give the capsule's base URL (ORIGIN, or ORIGIN/PREFIX where a host app mounted the planes)"],
     [['ls', '/resources/files'], "ls does not use: give the capsule's base URL (ORIGIN, or ORIGIN/PREFIX where a host app mounted the planes)"],
     [['ls', '/cap/resources'], "ls does not use: give the capsule's base URL (ORIGIN, or ORIGIN/PREFIX where a host app mounted the planes)"],
-    [['get', '/resources/files/report.md', 'report.md'], "get does not use: give the capsule's base URL (ORIGIN, or ORIGIN/PREFIX where a host app mounted the planes) and the file as the PATH argument"],
+    [
+      ['get', '/resources/files/report.md', 'report.md'],
+      "get does not use: give the capsule's base URL (ORIGIN, or ORIGIN/PREFIX where a host app mounted the planes) and the file as the PATH argument",
+    ],
   ])('%j is refused with the base URL to use, before any request', async ([verb, path, ...rest], tail) => {
     const d = outDir();
     const before = requests;
@@ -352,7 +357,9 @@ describe('a URL with a path', () => {
   it('a query is refused too; a bare trailing slash is the base URL', async () => {
     const q = await runCli(['ls', `${launched.server.url}/?x=1`]);
     expect(q.status).toBe(2);
-    expect(q.stderr).toBe(`error: '${launched.server.url}/?x=1' has a query, which ls does not use: give the capsule's base URL (${launched.server.url}, or ${launched.server.url}/PREFIX where a host app mounted the planes) (see resource-plane ls --help)\n`);
+    expect(q.stderr).toBe(
+      `error: '${launched.server.url}/?x=1' has a query, which ls does not use: give the capsule's base URL (${launched.server.url}, or ${launched.server.url}/PREFIX where a host app mounted the planes) (see resource-plane ls --help)\n`,
+    );
     const ok = await runCli(['ls', `${launched.server.url}/`, '--json']);
     expect(ok.status).toBe(0);
   });

@@ -20,7 +20,10 @@ describe('manifest diagnostics name the file that was read', () => {
     const d = scratch();
     const readme = join(d, 'README.md');
     copyFileSync(CLI_DOC, readme);
-    for (const args of [['explain-scope', '--manifest', readme], ['serve', '--workdir', join(d, 'w'), '--manifest', readme, '--trace', join(d, 't.jsonl')]]) {
+    for (const args of [
+      ['explain-scope', '--manifest', readme],
+      ['serve', '--workdir', join(d, 'w'), '--manifest', readme, '--trace', join(d, 't.jsonl')],
+    ]) {
       const r = runCli(args);
       expect(r.status).toBe(2);
       expect(r.stderr).toMatch(new RegExp(`^error\\[E-MAN-003\\]: the manifest '${readme.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}' is not valid YAML: `));
@@ -41,7 +44,9 @@ describe('manifest diagnostics name the file that was read', () => {
   it('a missing --manifest is not told to pass --manifest', () => {
     const r = runCli(['explain-scope', '--manifest', '/nonexistent.yaml']);
     expect(r.status).toBe(2);
-    expect(r.stderr).toBe("error[E-MAN-003]: cannot read the manifest '/nonexistent.yaml': ENOENT\n  hint: check the path given to --manifest: it must name a readable regular file\n");
+    expect(r.stderr).toBe(
+      "error[E-MAN-003]: cannot read the manifest '/nonexistent.yaml': ENOENT\n  hint: check the path given to --manifest: it must name a readable regular file\n",
+    );
   });
 
   it('parsing text with no source keeps naming murmur.yaml', () => {
@@ -62,7 +67,10 @@ describe('--version', () => {
 describe('usage errors are one line that points to --help', () => {
   it.each([
     [['serve'], "error: required option '--workdir <dir>' not specified (see resource-plane serve --help)"],
-    [['serve', '--workdir', '/nonexistent-rp', '--containment', 'airtight'], /^error: option '--containment <class>' argument 'airtight' is invalid\. Allowed choices are advisory, scoped, sealed\. \(see resource-plane serve --help\)$/],
+    [
+      ['serve', '--workdir', '/nonexistent-rp', '--containment', 'airtight'],
+      /^error: option '--containment <class>' argument 'airtight' is invalid\. Allowed choices are advisory, scoped, sealed\. \(see resource-plane serve --help\)$/,
+    ],
     [['serve', '--workdir', '/nonexistent-rp', '--frob'], "error: unknown option '--frob' (see resource-plane serve --help)"],
     // The mistyped option is named, not only the required one it left missing.
     [['serve', '--workdri', '/nonexistent-rp'], "error: unknown option '--workdri' (did you mean --workdir?) (see resource-plane serve --help)"],
@@ -131,7 +139,9 @@ describe('a bad RESOURCE_PLANE_LOG_LEVEL', () => {
     const r = runCli(['serve', '--workdir', join(d, 'w'), '--trace', join(d, 't.jsonl')], { RESOURCE_PLANE_LOG_LEVEL: level });
     expect(r.status).toBe(2);
     expect(r.stdout).toBe('');
-    expect(r.stderr).toBe(`error: RESOURCE_PLANE_LOG_LEVEL must be one of trace, debug, info, warn, error, fatal, silent (got '${level}') (see resource-plane serve --help)\n`);
+    expect(r.stderr).toBe(
+      `error: RESOURCE_PLANE_LOG_LEVEL must be one of trace, debug, info, warn, error, fatal, silent (got '${level}') (see resource-plane serve --help)\n`,
+    );
     expect(existsSync(join(d, 't.jsonl'))).toBe(false);
   });
 
@@ -187,7 +197,9 @@ describe('explain-scope defaults like serve', () => {
     const d = scratch();
     const r = runCli(['explain-scope', '--workdir', join(d, 'absent')]);
     expect(r.status).toBe(2);
-    expect(r.stderr).toBe(`error[E-MAN-003]: cannot read the manifest '${join(d, 'absent', 'murmur.yaml')}': ENOENT\n  hint: pass --manifest FILE, or put murmur.yaml at the workdir root\n`);
+    expect(r.stderr).toBe(
+      `error[E-MAN-003]: cannot read the manifest '${join(d, 'absent', 'murmur.yaml')}': ENOENT\n  hint: pass --manifest FILE, or put murmur.yaml at the workdir root\n`,
+    );
     expect(existsSync(join(d, 'absent'))).toBe(false);
   });
 

@@ -1,11 +1,9 @@
-
-import {writeFileSync,
-} from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { describe, expect, it, } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { list as clientList } from '../../src/cli/client.js';
-import { scratch, } from '../helpers/tree.js';
-import { up, } from '../helpers/adversary.js';
+import { scratch } from '../helpers/tree.js';
+import { up } from '../helpers/adversary.js';
 
 // ── 12. The operator's own view of a hostile listing ──────────────────────────────────────────────
 

@@ -35,7 +35,6 @@ function respond(status: string, headers: Record<string, string>, body: Buffer |
   };
 }
 
-
 /** Bytes a terminal acts on: C0 controls but newline, DEL, C1 controls, and bidi/format characters. */
 const TERMINAL_CONTROL = /[\x00-\x09\x0b-\x1f\x7f\u0080-\u009f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]/u;
 
@@ -45,7 +44,11 @@ const FORGED = '\u001b]0;pwned\u0007\u001b[2K\r\u001b[32msaved 6 bytes to ./repo
 
 function listingOf(overrides: Record<string, unknown> = {}, entry: Record<string, unknown> = {}): Record<string, unknown> {
   return {
-    root: 'out/', mode: 'read-only', max_bytes: 1024, generation: 0, containment_achieved: 'sealed',
+    root: 'out/',
+    mode: 'read-only',
+    max_bytes: 1024,
+    generation: 0,
+    containment_achieved: 'sealed',
     entries: [{ path: 'report.md', size_bytes: 6, mtime_ms: 1787577327015, sha256: 'a'.repeat(64), ...entry }],
     ...overrides,
   };
@@ -54,12 +57,16 @@ const json = (value: unknown) => respond('200 OK', { 'content-type': 'applicatio
 
 describe('server text reaches the terminal only through the printable filter', () => {
   it.each(['ls', 'get'])('a refusal of %s with escapes in its code and message is shown escaped', async (verb) => {
-    const url = await hostile(respond('404 Not Found', { 'content-type': 'application/json' }, JSON.stringify({ error: 'not_found\u001b[1A', message: FORGED })));
+    const url = await hostile(
+      respond('404 Not Found', { 'content-type': 'application/json' }, JSON.stringify({ error: 'not_found\u001b[1A', message: FORGED })),
+    );
     const dir = scratch();
     const r = await runCli(verb === 'ls' ? ['ls', url] : ['get', url, 'report.md', '-o', join(dir, 'report.md')]);
     expect(r.status).toBe(4);
     expect(r.stderr).not.toMatch(TERMINAL_CONTROL);
-    expect(r.stderr).toBe(`error: 404 not_found\\x1b[1A: \\x1b]0;pwned\\x07\\x1b[2K\\x0d\\x1b[32msaved 6 bytes to ./report.md (sha256 ok, etag verified)\\x1b[0m\n`);
+    expect(r.stderr).toBe(
+      `error: 404 not_found\\x1b[1A: \\x1b]0;pwned\\x07\\x1b[2K\\x0d\\x1b[32msaved 6 bytes to ./report.md (sha256 ok, etag verified)\\x1b[0m\n`,
+    );
     expect(readdirSync(dir)).toEqual([]);
   });
 
@@ -84,7 +91,10 @@ describe('server text reaches the terminal only through the printable filter', (
     ['entries', { entries: FORGED }, {}],
   ])('a listing whose %s is not what the listing says is refused as malformed, with or without --json', async (field, top, entry) => {
     const url = await hostile(json(listingOf(top, entry)));
-    for (const args of [['ls', url], ['ls', url, '--json']]) {
+    for (const args of [
+      ['ls', url],
+      ['ls', url, '--json'],
+    ]) {
       const r = await runCli(args);
       expect(r.status, args.join(' ')).toBe(5);
       expect(r.stdout).toBe('');
@@ -199,14 +209,19 @@ describe('the client caps what it reads', () => {
     const url = await hostile((socket) => socket.end(`HTTP/1.1 200 OK\r\netag: ${etagFor('x')}\r\ncontent-length: 2147483648\r\n\r\nxxxx`));
     const dir = scratch();
     const r = await runCli(['get', url, 'huge.bin', '-o', `${dir}/`]);
-    expect([r.status, r.stderr]).toEqual([6, 'error: the file is 2147483648 bytes, more than the 1073741824 get saves; pass --max-bytes to raise it; nothing was saved\n']);
+    expect([r.status, r.stderr]).toEqual([
+      6,
+      'error: the file is 2147483648 bytes, more than the 1073741824 get saves; pass --max-bytes to raise it; nothing was saved\n',
+    ]);
     expect(readdirSync(dir)).toEqual([]);
   });
 
   it('get refuses a body with no content-length that runs past --max-bytes, leaving no partial file', async () => {
     const body = Buffer.alloc(256 * 1024, 9);
     // Framed by the connection's close, with an etag that truthfully names all of it.
-    const url = await hostile((socket) => socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\netag: ${etagFor(body)}\r\nconnection: close\r\n\r\n`), body])));
+    const url = await hostile((socket) =>
+      socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\netag: ${etagFor(body)}\r\nconnection: close\r\n\r\n`), body])),
+    );
     const dir = scratch();
     const r = await runCli(['get', url, 'stream.bin', '-o', join(dir, 'stream.bin'), '--max-bytes', '64Ki']);
     expect([r.status, r.stderr]).toEqual([6, 'error: the file is larger than the 65536 bytes get saves; pass --max-bytes to raise it; nothing was saved\n']);
@@ -218,12 +233,16 @@ describe('the client caps what it reads', () => {
     const whole = Buffer.concat([framed, Buffer.alloc(1 << 20, 0x41)]);
     const dir = scratch();
     // The etag names everything sent: only the framed bytes are read, so it does not match them.
-    const lying = await hostile((socket) => socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\netag: ${etagFor(whole)}\r\ncontent-length: 6\r\n\r\n`), whole])));
+    const lying = await hostile((socket) =>
+      socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\netag: ${etagFor(whole)}\r\ncontent-length: 6\r\n\r\n`), whole])),
+    );
     const r = await runCli(['get', lying, 'a.txt', '-o', join(dir, 'a.txt')]);
     expect(r.status).toBe(5);
     expect(r.stderr).toMatch(/^error: etag mismatch: .*; nothing was saved\n$/);
     expect(readdirSync(dir)).toEqual([]);
-    const framedEtag = await hostile((socket) => socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\netag: ${etagFor(framed)}\r\ncontent-length: 6\r\n\r\n`), whole])));
+    const framedEtag = await hostile((socket) =>
+      socket.end(Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\netag: ${etagFor(framed)}\r\ncontent-length: 6\r\n\r\n`), whole])),
+    );
     const ok = await runCli(['get', framedEtag, 'a.txt', '-o', join(dir, 'a.txt')]);
     expect(ok.status).toBe(0);
     expect(readFileSync(join(dir, 'a.txt'))).toEqual(framed);

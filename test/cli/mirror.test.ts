@@ -44,7 +44,11 @@ describe('mirror against the operator plane', () => {
     expect(parts(dst)).toEqual([]);
     expect(r.stdout).toBe('mirror: 4 listed, 0 up to date, 4 fetched (20 bytes), 0 deleted, 0 failed\n');
     expect(r.stderr).toBe('');
-    expect(reads(c).map((e) => e.path).sort()).toEqual(Object.keys(EXPECTED).sort());
+    expect(
+      reads(c)
+        .map((e) => e.path)
+        .sort(),
+    ).toEqual(Object.keys(EXPECTED).sort());
   });
 
   it('an up-to-date directory costs one listing and zero GETs', async () => {
@@ -72,7 +76,11 @@ describe('mirror against the operator plane', () => {
     closeSync(fd);
     const r = await runCliAsync(['mirror', c.url, dst, '--json']);
     expect(r.status, r.stderr).toBe(0);
-    expect(reads(c).slice(before).map((e) => e.path)).toEqual(['big.bin']);
+    expect(
+      reads(c)
+        .slice(before)
+        .map((e) => e.path),
+    ).toEqual(['big.bin']);
     expect(readFileSync(join(dst, 'big.bin')).equals(Buffer.alloc(300 * 1024))).toBe(true);
   });
 
@@ -89,9 +97,23 @@ describe('mirror against the operator plane', () => {
     const before = reads(c).length;
     const kept = await runCliAsync(['mirror', c.url, dst]);
     expect(kept.status, kept.stderr).toBe(0);
-    expect(reads(c).slice(before).map((e) => e.path).sort()).toEqual(['a.txt', 'new.txt', 'sub/b.txt']);
-    expect(tree(dst)).toEqual({ 'a.txt': 'alpha, rewritten', 'new.txt': 'added', 'sub/b.txt': 'bravo', 'sub/deeper/c.txt': 'charlie', '.hidden': 'dot', 'mine.txt': 'local only' });
-    expect(kept.stdout).toBe('mirror: 4 listed, 1 up to date, 3 fetched (26 bytes), 0 deleted, 0 failed; 2 local file(s) the export does not have kept (--delete removes them)\n');
+    expect(
+      reads(c)
+        .slice(before)
+        .map((e) => e.path)
+        .sort(),
+    ).toEqual(['a.txt', 'new.txt', 'sub/b.txt']);
+    expect(tree(dst)).toEqual({
+      'a.txt': 'alpha, rewritten',
+      'new.txt': 'added',
+      'sub/b.txt': 'bravo',
+      'sub/deeper/c.txt': 'charlie',
+      '.hidden': 'dot',
+      'mine.txt': 'local only',
+    });
+    expect(kept.stdout).toBe(
+      'mirror: 4 listed, 1 up to date, 3 fetched (26 bytes), 0 deleted, 0 failed; 2 local file(s) the export does not have kept (--delete removes them)\n',
+    );
 
     const mid = reads(c).length;
     const deleted = await runCliAsync(['mirror', c.url, dst, '--delete', '--json']);
@@ -109,12 +131,13 @@ describe('mirror against the operator plane', () => {
     const c = await capsule({ tree: lines, yaml: filesManifest('out/') });
     const dst = scratch();
     const quote = (x: string) => `'${x.replace(/'/g, "'\\''")}'`;
-    const run = () => new Promise<{ status: number | null; stderr: string }>((resolve) => {
-      const child = spawn('sh', ['-c', `ulimit -n 128 && exec ${[process.execPath, CLI, 'mirror', c.url, dst, '--delete'].map(quote).join(' ')}`]);
-      let stderr = '';
-      child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-      child.on('close', (status) => resolve({ status, stderr }));
-    });
+    const run = () =>
+      new Promise<{ status: number | null; stderr: string }>((resolve) => {
+        const child = spawn('sh', ['-c', `ulimit -n 128 && exec ${[process.execPath, CLI, 'mirror', c.url, dst, '--delete'].map(quote).join(' ')}`]);
+        let stderr = '';
+        child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+        child.on('close', (status) => resolve({ status, stderr }));
+      });
     const first = await run();
     expect(first.status, first.stderr).toBe(0);
     expect(Object.keys(tree(dst))).toHaveLength(300);
@@ -129,7 +152,10 @@ describe('mirror against the operator plane', () => {
   it('refuses a bad --jobs and a URL that names a resource as usage mistakes (exit 2), writing nothing', async () => {
     const c = await capsule({ tree: EXPORT, yaml: filesManifest('out/') });
     const dst = join(scratch(), 'never');
-    for (const args of [['--jobs', '0'], ['--jobs', 'many']]) {
+    for (const args of [
+      ['--jobs', '0'],
+      ['--jobs', 'many'],
+    ]) {
       const r = await runCliAsync(['mirror', c.url, dst, ...args]);
       expect(r.status, args.join(' ')).toBe(2);
       expect(r.stderr).toMatch(/^error: --jobs must be a whole number from 1 to 64 .*\(see resource-plane mirror --help\)\n$/);
@@ -153,9 +179,21 @@ type Files = Record<string, { body: Buffer | string; etag?: string }>;
  * A server whose listing is `entries` verbatim (any names, any digests) and whose file GETs answer
  * from `files(path, attempt)`: the body, and an etag (default: the body's true digest).
  */
-async function fake(entries: Array<{ path: string; sha256: string; size_bytes: number }>, files: (path: string, attempt: number) => Files[string] | ((res: ServerResponse) => void) | undefined): Promise<Fake> {
+async function fake(
+  entries: Array<{ path: string; sha256: string; size_bytes: number }>,
+  files: (path: string, attempt: number) => Files[string] | ((res: ServerResponse) => void) | undefined,
+): Promise<Fake> {
   const gets: string[] = [];
-  const body = Buffer.from(JSON.stringify({ root: 'out/', mode: 'read-only', max_bytes: 10485760, generation: 0, containment_achieved: 'sealed', entries: entries.map((e) => ({ path: e.path, size_bytes: e.size_bytes, mtime_ms: 1, sha256: e.sha256 })) }));
+  const body = Buffer.from(
+    JSON.stringify({
+      root: 'out/',
+      mode: 'read-only',
+      max_bytes: 10485760,
+      generation: 0,
+      containment_achieved: 'sealed',
+      entries: entries.map((e) => ({ path: e.path, size_bytes: e.size_bytes, mtime_ms: 1, sha256: e.sha256 })),
+    }),
+  );
   const srv = createServer((req: IncomingMessage, res: ServerResponse) => {
     const url = req.url ?? '';
     if (url === '/resources/files') {
@@ -220,8 +258,23 @@ describe('a hostile server', () => {
     symlinkSync(join(base, 'outside'), join(dst, 'sub'));
     symlinkSync(join(base, 'outside', 'target'), join(dst, 'link.txt'));
     const evil = 'pwned';
-    const names = ['../escape.txt', '/abs.txt', `${base}/outside/abs2.txt`, 'x/../../escape2.txt', 'x/./y.txt', 'x//y.txt', '', 'sub/target', 'sub/new.txt', 'link.txt', 'ok.txt'];
-    const srv = await fake(names.map((n) => entry(n, evil)), () => ({ body: evil }));
+    const names = [
+      '../escape.txt',
+      '/abs.txt',
+      `${base}/outside/abs2.txt`,
+      'x/../../escape2.txt',
+      'x/./y.txt',
+      'x//y.txt',
+      '',
+      'sub/target',
+      'sub/new.txt',
+      'link.txt',
+      'ok.txt',
+    ];
+    const srv = await fake(
+      names.map((n) => entry(n, evil)),
+      () => ({ body: evil }),
+    );
     const r = await runCliAsync(['mirror', srv.url, dst]);
     expect(r.status).toBe(5); // the first failure in listing order: a name that is no place inside
     // The one escape that goes by a relative name out of dst, and every one into `outside`.
@@ -257,13 +310,15 @@ describe('a hostile server', () => {
     const r = await runCliAsync(['mirror', srv.url, dst, '--max-bytes', '1Ki']);
     expect(r.status).toBe(6);
     expect(srv.gets.sort()).toEqual(['lies.txt', 'ok.txt']);
-    expect(r.stderr).toContain('error: big.txt: the file is listed at 2048 bytes, more than the 1024 mirror saves; pass --max-bytes to raise it; nothing was saved');
+    expect(r.stderr).toContain(
+      'error: big.txt: the file is listed at 2048 bytes, more than the 1024 mirror saves; pass --max-bytes to raise it; nothing was saved',
+    );
     expect(r.stderr).toContain('error: lies.txt: the file is 4096 bytes, more than the 1024 mirror saves');
     expect(tree(dst)).toEqual({ 'ok.txt': 'ok' });
     expect(parts(dst)).toEqual([]);
   });
 
-  it('reports a file that vanished between the listing and its GET in the server\'s words (exit 4)', async () => {
+  it("reports a file that vanished between the listing and its GET in the server's words (exit 4)", async () => {
     const srv = await fake([entry('gone.txt', 'was here'), entry('kept.txt', 'still here')], (p) => (p === 'kept.txt' ? { body: 'still here' } : undefined));
     const dst = scratch();
     const r = await runCliAsync(['mirror', srv.url, dst]);
@@ -288,7 +343,14 @@ describe('a hostile server', () => {
 
   it('refuses a listing whose etag does not name its bytes, writing nothing', async () => {
     const srv = createServer((_req, res) => {
-      const body = JSON.stringify({ root: 'out/', mode: 'read-only', max_bytes: 1, generation: 0, containment_achieved: 'sealed', entries: [entry('a.txt', 'x')].map((e) => ({ ...e, mtime_ms: 1 })) });
+      const body = JSON.stringify({
+        root: 'out/',
+        mode: 'read-only',
+        max_bytes: 1,
+        generation: 0,
+        containment_achieved: 'sealed',
+        entries: [entry('a.txt', 'x')].map((e) => ({ ...e, mtime_ms: 1 })),
+      });
       res.writeHead(200, { 'content-type': 'application/json', etag: `"sha256:${'0'.repeat(64)}"` });
       res.end(body);
     });
@@ -304,10 +366,14 @@ describe('a hostile server', () => {
   it('shows no server text raw: names, digests and refusals reach the terminal escaped', async () => {
     const name = 'bell\u0007\u001b]0;pwned\u0007\u009b2J\u202efdp.exe';
     const srv = await fake([entry(name, 'x'), { path: `bad\u001b[2J`, sha256: 'NOT-A-DIGEST\u001b[31m', size_bytes: 1 }, entry('gone.txt', 'y')], (p) =>
-      p === name ? { body: 'x' } : p === 'gone.txt' ? (res: ServerResponse) => {
-        res.writeHead(403, { 'content-type': 'application/json' });
-        res.end('{"error":"outside_root\\u001b[2J","message":"evil \\u001b]0;title\\u0007"}');
-      } : undefined,
+      p === name
+        ? { body: 'x' }
+        : p === 'gone.txt'
+          ? (res: ServerResponse) => {
+              res.writeHead(403, { 'content-type': 'application/json' });
+              res.end('{"error":"outside_root\\u001b[2J","message":"evil \\u001b]0;title\\u0007"}');
+            }
+          : undefined,
     );
     const dst = scratch();
     for (const args of [[], ['--json']]) {
@@ -379,10 +445,11 @@ describe('where mirror reads from and how it shows progress', () => {
     defer(release);
     const srv = await fake([entry('a.txt', 'first'), entry('b.txt', 'second'), entry('c.txt', 'third')], (p) => {
       if (p !== 'c.txt') return { body: p === 'a.txt' ? 'first' : 'second' };
-      return (res: ServerResponse) => void released.then(() => {
-        res.writeHead(200, { etag: `"sha256:${sha('third')}"`, 'content-length': 5 });
-        res.end('third');
-      });
+      return (res: ServerResponse) =>
+        void released.then(() => {
+          res.writeHead(200, { etag: `"sha256:${sha('third')}"`, 'content-length': 5 });
+          res.end('third');
+        });
     });
     const dst = scratch();
     const quote = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;

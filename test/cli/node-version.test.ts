@@ -37,6 +37,8 @@ describe('the Node.js floor', () => {
     const r = spawnSync(old, [CLI, '--version'], { encoding: 'utf8' });
     expect(r.status).toBe(1);
     expect(r.stdout).toBe('');
-    expect(r.stderr).toMatch(/^error: resource-plane needs Node\.js 22 or newer, and this is Node\.js v\d+\.\d+\.\d+ \(Node 20 reached end of life in April 2026\): run it with a newer node\n$/);
+    expect(r.stderr).toMatch(
+      /^error: resource-plane needs Node\.js 22 or newer, and this is Node\.js v\d+\.\d+\.\d+ \(Node 20 reached end of life in April 2026\): run it with a newer node\n$/,
+    );
   });
 });

@@ -34,11 +34,17 @@ describe('records', () => {
       // And one that died without session_end (as after kill -KILL), its trace closed.
       const dead = join(records, '0123456789abcdef', 'ses_dead');
       mkdirSync(dead, { recursive: true });
-      writeFileSync(join(dead, 'trace.jsonl'), `${JSON.stringify({ event_type: 'session_start', timestamp: Date.now() - 86_400_000, session_id: 'ses_dead' })}\n`);
+      writeFileSync(
+        join(dead, 'trace.jsonl'),
+        `${JSON.stringify({ event_type: 'session_start', timestamp: Date.now() - 86_400_000, session_id: 'ses_dead' })}\n`,
+      );
 
       const listed = runCli(['records', '--json'], env);
       expect(listed.status, listed.stderr).toBe(0);
-      const rows = listed.stdout.trim().split('\n').map((l) => JSON.parse(l));
+      const rows = listed.stdout
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l));
       const byId = Object.fromEntries(rows.map((r) => [r.session_id, r]));
       expect(Object.keys(byId).sort()).toEqual(['ses_dead', 'ses_ended', 'ses_live']);
       expect(byId.ses_ended).toMatchObject({ live: false, end_reason: 'SIGTERM' });
@@ -112,7 +118,15 @@ describe('records and a session that is still being written', () => {
     const dir = join(root, '0123456789abcdef', 'ses_reused');
     mkdirSync(dir, { recursive: true });
     const t = Date.now() - 86_400_000;
-    writeFileSync(join(dir, 'trace.jsonl'), `${[{ event_type: 'session_start', timestamp: t }, { event_type: 'session_end', timestamp: t + 1, reason: 'stopped' }].map((l) => JSON.stringify(l)).join('\n')}\n`);
+    writeFileSync(
+      join(dir, 'trace.jsonl'),
+      `${[
+        { event_type: 'session_start', timestamp: t },
+        { event_type: 'session_end', timestamp: t + 1, reason: 'stopped' },
+      ]
+        .map((l) => JSON.stringify(l))
+        .join('\n')}\n`,
+    );
     let held: number | null = null;
     // A new launch reusing the id opens the trace just after prune judged it ended and unheld.
     const result = pruneSessions(3_600_000, { root, beforeRemove: (s) => (held = openSync(join(s.dir, 'trace.jsonl'), 'a')) });
@@ -168,7 +182,10 @@ describe('records and a session that is still being written', () => {
     while (!out.includes('\n') && child.exitCode === null) await new Promise((r) => setTimeout(r, 10));
     expect(JSON.parse(out.split('\n')[0]!)).toMatchObject({ session_id: 'ses_again', trace });
     // The record holds both sessions: the first one's end, then the second one's start.
-    const kinds = readFileSync(trace, 'utf8').trim().split('\n').map((l) => JSON.parse(l).event_type);
+    const kinds = readFileSync(trace, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l).event_type);
     expect(kinds.filter((k) => k === 'session_start')).toHaveLength(2);
     expect(kinds.indexOf('session_end')).toBeLessThan(kinds.lastIndexOf('session_start'));
   });
@@ -182,7 +199,10 @@ describe("the trace's growth under refusals", () => {
     for (let i = 0; i < 30; i++) expect((await fetch(`${s.ready.url}/resources/files/missing-${i}.txt`)).status).toBe(404);
     s.child.kill('SIGTERM');
     await s.exited;
-    const events = readFileSync(trace, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { event_type: string; suppressed?: number });
+    const events = readFileSync(trace, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { event_type: string; suppressed?: number });
     // Rate 0: not one refusal line, and every one of them counted in the summaries.
     expect(events.filter((e) => e.event_type === 'resource_read')).toEqual([]);
     expect(events.filter((e) => e.event_type === 'refusals_suppressed').reduce((n, e) => n + (e.suppressed ?? 0), 0)).toBe(30);

@@ -38,7 +38,10 @@ describe('serve', () => {
     // Exactly one stdout line, ever; logs went to stderr as JSON.
     expect(s.stdout().trim().split('\n')).toHaveLength(1);
     expect(s.stderr()).toContain('"msg":"shutting down"');
-    const events = readFileSync(s.ready.trace, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const events = readFileSync(s.ready.trace, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(events.map((e) => e.event_type)).toEqual(['session_start', 'resource_read', 'session_end']);
     // A session that stopped cleanly says why, and what it recorded.
     expect(events[2]).toMatchObject({ reason: signal, counts: { resource_read: 1 } });
@@ -59,7 +62,10 @@ describe('serve', () => {
           s.child.kill(signal);
           // Give the server time to start shutting down while the body is still queued.
           setTimeout(async () => {
-            const refused = await fetch(`${s.ready.url}/resources/files/big.bin`).then((r) => r.status, () => 'closed');
+            const refused = await fetch(`${s.ready.url}/resources/files/big.bin`).then(
+              (r) => r.status,
+              () => 'closed',
+            );
             expect([503, 'closed']).toContain(refused);
             let n = 0;
             res.on('data', (d: Buffer) => (n += d.length));
@@ -146,9 +152,10 @@ describe('an export root reached through an absolute symlink', () => {
     const base = scratch();
     const workdir = join(base, 'workdir');
     makeTree(workdir, ['real/f.txt: f', `out -> ${join(workdir, 'real')}`]);
-    const manifest = block === 'files'
-      ? 'name: x\nversion: "1"\nexports:\n  files:\n    root: out\n    mode: read-only\n'
-      : 'name: x\nversion: "1"\nexports:\n  peer_files:\n    root: out\n';
+    const manifest =
+      block === 'files'
+        ? 'name: x\nversion: "1"\nexports:\n  files:\n    root: out\n    mode: read-only\n'
+        : 'name: x\nversion: "1"\nexports:\n  peer_files:\n    root: out\n';
     writeFileSync(join(workdir, 'murmur.yaml'), manifest);
     const field = block === 'files' ? 'exports.files.root' : 'exports.peer_files.root';
     const expected = `error[E-CAP-007]: ${field} 'out' resolves to '${join(workdir, 'real')}', which is outside the capsule workdir '${workdir}'\n  hint: point ${field} at a directory inside the workdir; a symlinked root needs a relative target`;
@@ -170,12 +177,37 @@ describe('launch diagnostics create nothing', () => {
   const outside = tempDir();
   afterAll(() => removeTree(outside));
   const cases: Array<[string, string, string, string[]]> = [
-    ['E-MAN-003', 'name: x\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n    max_bytes: 10MB\n', 'exports.files.max_bytes must be a byte count, optionally suffixed Ki/Mi/Gi', []],
-    ['E-MAN-003', 'name: x\nversion: "1"\nexports:\n  files:\n    root: ../out\n    mode: read-only\n', 'exports.files.root must be a relative path inside the workdir', []],
-    ['E-MAN-003', 'name: x\nversion: "1"\nexports:\n  peer_files:\n    root: out/\n    max_ttl: 5 minutes\n', 'exports.peer_files.max_ttl must be a duration: an integer, optionally suffixed s/m/h/d', []],
-    ['E-MAN-003', 'name: x\nversion: "1"\ncapabilities:\n  peer_fetch:\n    allow: []\n', 'capabilities.peer_fetch.allow must be a non-empty list of network destinations', []],
+    [
+      'E-MAN-003',
+      'name: x\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n    max_bytes: 10MB\n',
+      'exports.files.max_bytes must be a byte count, optionally suffixed Ki/Mi/Gi',
+      [],
+    ],
+    [
+      'E-MAN-003',
+      'name: x\nversion: "1"\nexports:\n  files:\n    root: ../out\n    mode: read-only\n',
+      'exports.files.root must be a relative path inside the workdir',
+      [],
+    ],
+    [
+      'E-MAN-003',
+      'name: x\nversion: "1"\nexports:\n  peer_files:\n    root: out/\n    max_ttl: 5 minutes\n',
+      'exports.peer_files.max_ttl must be a duration: an integer, optionally suffixed s/m/h/d',
+      [],
+    ],
+    [
+      'E-MAN-003',
+      'name: x\nversion: "1"\ncapabilities:\n  peer_fetch:\n    allow: []\n',
+      'capabilities.peer_fetch.allow must be a non-empty list of network destinations',
+      [],
+    ],
     ['E-CAP-001', 'name: x\nversion: "1"\ncapabilities:\n  network:\n    allow: ["http://h/path"]\n', "invalid network allow entry 'http://h/path'", []],
-    ['E-CAP-007', 'name: x\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n', "exports.files.root 'out/' resolves to", [`out -> ${outside}`]],
+    [
+      'E-CAP-007',
+      'name: x\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n',
+      "exports.files.root 'out/' resolves to",
+      [`out -> ${outside}`],
+    ],
     ['E-CAP-007', 'name: x\nversion: "1"\nexports:\n  peer_files:\n    root: share\n', "exports.peer_files.root 'share' resolves to", [`share -> ${outside}`]],
     ['E-CAP-008', 'name: x\nversion: "1"\nexports:\n  peer_files:\n    root: out/\nlifecycle:\n  after_task: sleep\n', 'exports.peer_files.max_ttl', []],
     ['E-CAP-008', 'name: x\nversion: "1"\nexports:\n  peer_files:\n    root: out/\n    max_ttl: 1h\nlifecycle:\n  after_task: sleep\n', '1h', []],
@@ -265,7 +297,9 @@ describe('the trace is kept out of the capsule workdir', () => {
     const before = tree(base);
     const r = runCli(['serve', '--workdir', workdir], { RESOURCE_PLANE_RECORDS_DIR: dir(base) });
     expect(r.status).toBe(2);
-    expect(r.stderr).toMatch(/^error: the records directory \(RESOURCE_PLANE_RECORDS_DIR\) '[^\n]*' resolves to '[^\n]*', inside the capsule workdir '[^\n]*'[^\n]*\n$/);
+    expect(r.stderr).toMatch(
+      /^error: the records directory \(RESOURCE_PLANE_RECORDS_DIR\) '[^\n]*' resolves to '[^\n]*', inside the capsule workdir '[^\n]*'[^\n]*\n$/,
+    );
     expect(tree(base)).toEqual(before);
   });
 

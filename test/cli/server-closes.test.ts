@@ -25,7 +25,14 @@ const RESET_AFTER_MS = [1, 5];
 
 /** A listing of exactly `size` bytes (one entry, its path padded). */
 function listingOf(size: number): Buffer {
-  const listing = { root: 'out/', mode: 'read-only', max_bytes: 1024, generation: 0, containment_achieved: 'sealed', entries: [{ path: '', size_bytes: 6, mtime_ms: 1, sha256: 'a'.repeat(64) }] };
+  const listing = {
+    root: 'out/',
+    mode: 'read-only',
+    max_bytes: 1024,
+    generation: 0,
+    containment_achieved: 'sealed',
+    entries: [{ path: '', size_bytes: 6, mtime_ms: 1, sha256: 'a'.repeat(64) }],
+  };
   listing.entries[0]!.path = 'p'.repeat(size - Buffer.byteLength(JSON.stringify(listing)));
   return Buffer.from(JSON.stringify(listing));
 }
@@ -63,7 +70,11 @@ describe.each(['get', 'ls'] as const)('%s against a server that closes its answe
       const { dir, r, where } = await run(size, ending, delay);
       expect(r.status, where).toBe(3);
       expect(r.stdout, where).toBe('');
-      expect(r.stderr, where).toMatch(verb === 'get' ? /^error: the download from http:\/\/127\.0\.0\.1:\d+ broke off: .*; nothing was saved\n$/ : /^error: cannot reach http:\/\/127\.0\.0\.1:\d+: /);
+      expect(r.stderr, where).toMatch(
+        verb === 'get'
+          ? /^error: the download from http:\/\/127\.0\.0\.1:\d+ broke off: .*; nothing was saved\n$/
+          : /^error: cannot reach http:\/\/127\.0\.0\.1:\d+: /,
+      );
       expect(readdirSync(dir), where).toEqual([]);
     }
   });

@@ -2,14 +2,12 @@
 // sections 3-4, on real trees and real sockets (127.0.0.1 only). Comments marked "Was a WEAKNESS" say
 // what an earlier version got wrong, so a regression reads as the attack it re-opens. Every loop is
 // bounded by a count or a deadline. (Shared plumbing: test/helpers/adversary.ts.)
-import { execFileSync, } from 'node:child_process';
-import {existsSync, linkSync, readFileSync, readdirSync, renameSync,
-  symlinkSync, writeFileSync,
-} from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, linkSync, readFileSync, readdirSync, renameSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
 import type { Containment } from '../../src/manifest/model.js';
-import { rawGet, rawRequest, sha256Hex, } from '../helpers/http.js';
+import { rawGet, rawRequest, sha256Hex } from '../helpers/http.js';
 import { raceSwaps, racesTimeout, sawAll, skipRace, until } from '../helpers/race.js';
 import { bothResolvers, RESOLVERS } from '../helpers/resolvers.js';
 import { fdCount, makeTree, removeTree, scratch, tempDir } from '../helpers/tree.js';
@@ -235,15 +233,18 @@ describe.each(RESOLVERS)('hard links (%s)', (resolver) => {
 
 // ── 5. Special files: FIFOs, sockets and device nodes inside the root ─────────────────────────────
 
-
-
 /**
  * A writer parked in open(fifo, O_WRONLY) that drops `marker` once its open returns. Waits (bounded)
  * until the kernel shows it asleep waiting for a reader; if it never parks, the attack could not
  * release it and the test is skipped loudly instead of passing.
  */
 async function parkedWriter(ctx: TestContext, fifo: string, marker: string): Promise<void> {
-  const w = child('python3', ['-c', 'import sys\nprint("parking", flush=True)\nf = open(sys.argv[1], "w")\nopen(sys.argv[2], "w").write("released")', fifo, marker]);
+  const w = child('python3', [
+    '-c',
+    'import sys\nprint("parking", flush=True)\nf = open(sys.argv[1], "w")\nopen(sys.argv[2], "w").write("released")',
+    fifo,
+    marker,
+  ]);
   let out = '';
   w.stdout!.on('data', (d: Buffer) => (out += d.toString()));
   const proc = (f: string) => {
@@ -322,7 +323,10 @@ describe.each(RESOLVERS)('special files (%s)', (resolver) => {
     const res = await rawGet(srv.url, '/resources/files');
     expect(res.json().entries.map((e: { path: string }) => e.path)).toEqual(['x']);
     await sleep(400);
-    expect({ writerReleased: existsSync(marker), deviceOpens: await opensBefore(opens, join(work, 'out/null')) }).toEqual({ writerReleased: false, deviceOpens: 0 });
+    expect({ writerReleased: existsSync(marker), deviceOpens: await opensBefore(opens, join(work, 'out/null')) }).toEqual({
+      writerReleased: false,
+      deviceOpens: 0,
+    });
   });
 
   it('a FIFO, a socket and a device swapped in for the file between resolution and open never block or serve', racesTimeout(3), async (ctx) => {
@@ -347,14 +351,18 @@ describe.each(RESOLVERS)('a file under a write lease (%s)', (resolver) => {
   // still gets its SIGIO (that is the lease contract, not a leak).
   it('a read neither blocks nor serves; the listing leaves the file out', async () => {
     const work = scratch(['out/leased: leased bytes', 'out/x: x']);
-    const holder = child('python3', ['-c', `
+    const holder = child('python3', [
+      '-c',
+      `
 import fcntl, os, signal, sys, time
 signal.signal(signal.SIGIO, lambda *a: None)  # keep the lease while the break is pending
 fd = os.open(sys.argv[1], os.O_RDWR)
 fcntl.fcntl(fd, 1024, fcntl.F_WRLCK)
 print('leased', flush=True)
 time.sleep(5)
-`, join(work, 'out/leased')]);
+`,
+      join(work, 'out/leased'),
+    ]);
     let out = '';
     holder.stdout!.on('data', (d: Buffer) => (out += d.toString()));
     const deadline = Date.now() + 5000;
@@ -375,13 +383,20 @@ time.sleep(5)
 
 /** Builds `depth` nested directories named `name` under `dir` (python: no PATH_MAX on the way). */
 function deepTree(dir: string, depth: number, name: string, leaf: string): string {
-  execFileSync('python3', ['-c', `
+  execFileSync('python3', [
+    '-c',
+    `
 import os, sys
 os.chdir(sys.argv[1])
 for _ in range(int(sys.argv[2])):
     os.mkdir(sys.argv[3]); os.chdir(sys.argv[3])
 open('f', 'w').write(sys.argv[4])
-`, dir, String(depth), name, leaf]);
+`,
+    dir,
+    String(depth),
+    name,
+    leaf,
+  ]);
   return `${Array(depth).fill(name).join('/')}/f`;
 }
 
@@ -467,7 +482,6 @@ describe('paths longer than PATH_MAX', () => {
     expect(peak - base).toBeLessThan(64);
   });
 });
-
 
 // ── 13. The root redirected inside the workdir (by decision) ────────────────────────────────────
 

@@ -129,7 +129,9 @@ describe('the read ceiling', () => {
       expect.unreachable();
     } catch (error) {
       expect((error as Refusal).code).toBe('too_large');
-      expect(renderHttp('files', error as Refusal, { maxBytes: MAX_BYTES }).message).toBe(`file exceeds the declared exports.files.max_bytes of ${MAX_BYTES} bytes`);
+      expect(renderHttp('files', error as Refusal, { maxBytes: MAX_BYTES }).message).toBe(
+        `file exceeds the declared exports.files.max_bytes of ${MAX_BYTES} bytes`,
+      );
     }
   });
 });

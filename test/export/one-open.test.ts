@@ -37,7 +37,7 @@ describe('a read resolves its path once', () => {
 });
 
 describe('a path exchanged with another file while it is read', () => {
-  it('serves one inode whole: every body is one file, under that file\'s etag', racesTimeout(1), async (ctx) => {
+  it("serves one inode whole: every body is one file, under that file's etag", racesTimeout(1), async (ctx) => {
     const workdir = scratch(['out/']);
     // Different sizes on different tiers: a second walk would decide the tier on one and read another.
     const a = Buffer.alloc(2 * MiB, 'a');

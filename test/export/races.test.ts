@@ -25,41 +25,48 @@ async function openView(dir: string, containment: Containment, resolver: native.
 }
 
 describe.each(RESOLVERS)('symlink-swap race (%s)', (resolver) => {
-  it.for(['sealed', 'scoped'] as Containment[])('never reads outside while mid/ and an escaping link trade places (%s)', racesTimeout(2), async (containment, ctx) => {
-    const dir = scratch();
-    const outside = scratch([`f.txt: ${SECRET}`, `deep/f.txt: ${SECRET}`]);
-    makeTree(dir, [
-      'out/mid/f.txt: inside bytes',
-      'out/mid/deep/f.txt: inside bytes',
-      `out/swap -> ${outside}`,
-      'out/swap-rel -> ../outside',
-      `outside/f.txt: ${SECRET}`,
-      `outside/deep/f.txt: ${SECRET}`,
-    ]);
-    const v = await openView(dir, containment, resolver);
-    for (const [a, b] of [['out/mid', 'out/swap'], ['out/mid', 'out/swap-rel']] as const) {
-      let turn = 0;
-      const seen = await raceSwaps(ctx, `${dir}/${a}`, `${dir}/${b}`, {
-        step: async () => {
-          const rel = turn++ % 2 ? 'mid/deep/f.txt' : 'mid/f.txt';
-          try {
-            const r = await v.read(rel);
-            expect(r.bytes.toString()).toBe('inside bytes');
-            expect(r.sha256).toBe(sha256Hex(r.bytes));
-            return 'ok';
-          } catch (error) {
-            if (!(error instanceof Refusal)) throw error;
-            expect(['outside_root', 'not_found', 'symlink_refused']).toContain(error.code);
-            return error.code;
-          }
-        },
-        // Both states observed, so the reads really did interleave with the swaps.
-        enough: (m) => sawAll(500, 'ok')(m) && m.size > 1,
-      });
-      expect(seen.get('ok') ?? 0).toBeGreaterThan(0);
-      expect(seen.size).toBeGreaterThan(1);
-    }
-  });
+  it.for(['sealed', 'scoped'] as Containment[])(
+    'never reads outside while mid/ and an escaping link trade places (%s)',
+    racesTimeout(2),
+    async (containment, ctx) => {
+      const dir = scratch();
+      const outside = scratch([`f.txt: ${SECRET}`, `deep/f.txt: ${SECRET}`]);
+      makeTree(dir, [
+        'out/mid/f.txt: inside bytes',
+        'out/mid/deep/f.txt: inside bytes',
+        `out/swap -> ${outside}`,
+        'out/swap-rel -> ../outside',
+        `outside/f.txt: ${SECRET}`,
+        `outside/deep/f.txt: ${SECRET}`,
+      ]);
+      const v = await openView(dir, containment, resolver);
+      for (const [a, b] of [
+        ['out/mid', 'out/swap'],
+        ['out/mid', 'out/swap-rel'],
+      ] as const) {
+        let turn = 0;
+        const seen = await raceSwaps(ctx, `${dir}/${a}`, `${dir}/${b}`, {
+          step: async () => {
+            const rel = turn++ % 2 ? 'mid/deep/f.txt' : 'mid/f.txt';
+            try {
+              const r = await v.read(rel);
+              expect(r.bytes.toString()).toBe('inside bytes');
+              expect(r.sha256).toBe(sha256Hex(r.bytes));
+              return 'ok';
+            } catch (error) {
+              if (!(error instanceof Refusal)) throw error;
+              expect(['outside_root', 'not_found', 'symlink_refused']).toContain(error.code);
+              return error.code;
+            }
+          },
+          // Both states observed, so the reads really did interleave with the swaps.
+          enough: (m) => sawAll(500, 'ok')(m) && m.size > 1,
+        });
+        expect(seen.get('ok') ?? 0).toBeGreaterThan(0);
+        expect(seen.size).toBeGreaterThan(1);
+      }
+    },
+  );
 });
 
 function churn(script: string, dir: string): ChildProcess {
@@ -137,14 +144,30 @@ describe.each(RESOLVERS)('content churn (%s)', (resolver) => {
 
 describe('descriptor accounting', () => {
   it.each(RESOLVERS)('10,000 operations leave no descriptor behind (%s)', async (resolver) => {
-    const dir = scratch(['out/a.txt: a', 'out/sub/b.txt: b', 'out/link -> a.txt', 'out/esc -> ../x', 'out/fifo |', 'out/big @ 4k', 'out/sub/l2 -> ../sub/b.txt']);
+    const dir = scratch([
+      'out/a.txt: a',
+      'out/sub/b.txt: b',
+      'out/link -> a.txt',
+      'out/esc -> ../x',
+      'out/fifo |',
+      'out/big @ 4k',
+      'out/sub/l2 -> ../sub/b.txt',
+    ]);
     const before = fdCount();
     const workdirs = [await heldDirectory(dir), await heldDirectory(dir)];
     const v = viewOf(workdirs[0]!.fd, 'sealed', resolver, 1024);
     const scoped = viewOf(workdirs[1]!.fd, 'scoped', resolver, 1024);
     const ops = [
-      () => v.read('a.txt'), () => v.read('link'), () => v.read('esc'), () => v.read('fifo'), () => v.read('big'),
-      () => v.read('missing'), () => v.read('sub/l2'), () => v.stat('sub/b.txt'), () => listEntries(v), () => scoped.read('link'),
+      () => v.read('a.txt'),
+      () => v.read('link'),
+      () => v.read('esc'),
+      () => v.read('fifo'),
+      () => v.read('big'),
+      () => v.read('missing'),
+      () => v.read('sub/l2'),
+      () => v.stat('sub/b.txt'),
+      () => listEntries(v),
+      () => scoped.read('link'),
     ];
     for (let i = 0; i < 10_000; i += ops.length) {
       await Promise.all(ops.map((op) => op().catch(() => undefined)));

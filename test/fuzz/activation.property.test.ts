@@ -105,7 +105,8 @@ function model(c: Case, listenFds: string | undefined): Verdict {
     if (given.length > 1 || (given.length === 1 && !['peer', 'unknown', ''].includes(given[0]!))) return { kind: 'refused', why: 'LISTEN_FDNAMES' };
     roles = ['peer'];
   } else {
-    const ok = given.length === n && given.every((g) => g === 'peer' || g === 'operator' || g === 'metrics') && new Set(given).size === n && given.includes('peer');
+    const ok =
+      given.length === n && given.every((g) => g === 'peer' || g === 'operator' || g === 'metrics') && new Set(given).size === n && given.includes('peer');
     if (!ok) return { kind: 'refused', why: 'LISTEN_FDNAMES' };
     roles = given as Role[];
   }
@@ -163,7 +164,7 @@ async function runCase(c: Case): Promise<void> {
     stdio: ['ignore', 'pipe', 'pipe', ...opened.map((o) => o.fd)],
   });
   // This process keeps no copy: only the child holds the sockets now.
-  for (const o of opened) (o.slot === 'file' ? closeSync(o.fd) : native.closeFd(o.fd));
+  for (const o of opened) o.slot === 'file' ? closeSync(o.fd) : native.closeFd(o.fd);
   let stdout = '';
   let stderr = '';
   child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -189,10 +190,14 @@ async function runCase(c: Case): Promise<void> {
   const ready = JSON.parse(stdout.split('\n')[0]!) as { url: string; operator_url?: string; metrics_url?: string };
   if (want.kind === 'ignored') {
     // Its own listener (both planes on it), and not one of the sockets it was handed.
-    expect(opened.map((o) => o.url), `${label}: serve bound its own listener`).not.toContain(ready.url);
+    expect(
+      opened.map((o) => o.url),
+      `${label}: serve bound its own listener`,
+    ).not.toContain(ready.url);
     const own = ready.url.startsWith('unix:') ? { path: ready.url.slice(5) } : { port: Number(new URL(ready.url).port) };
     expect(await ask(own, '/resources/files/a.txt', 5_000), `${label}: its own listener serves the operator plane`).toBe(200);
-    for (const o of sockets) expect(await ask(o.target!, '/resources/files/a.txt', 150), `${label}: a hand-over meant for another process is never served (${o.url})`).toBeNull();
+    for (const o of sockets)
+      expect(await ask(o.target!, '/resources/files/a.txt', 150), `${label}: a hand-over meant for another process is never served (${o.url})`).toBeNull();
   } else {
     const at = (role: Role) => want.roles.indexOf(role);
     const peer = opened[at('peer')]!;

@@ -17,7 +17,7 @@
 // (The regression this catches: a listing counted but never waiting was answered 200 at once under
 // a full budget, which only `npm run stress` saw.)
 import { createHash } from 'node:crypto';
-import { mkdirSync, } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import fc from 'fast-check';
@@ -47,7 +47,14 @@ interface Case {
 
 const opArb: fc.Arbitrary<Op> = fc.oneof(
   { weight: 3, arbitrary: fc.constant({ op: 'req' as const, kind: 'hold' as const, rescue: true }) },
-  { weight: 4, arbitrary: fc.record({ op: fc.constant('req' as const), kind: fc.constantFrom<Kind>('w100', 'w500', 'small', 'list', 'hold'), rescue: fc.nat(3).map((n) => n !== 0) }) },
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      op: fc.constant('req' as const),
+      kind: fc.constantFrom<Kind>('w100', 'w500', 'small', 'list', 'hold'),
+      rescue: fc.nat(3).map((n) => n !== 0),
+    }),
+  },
   { weight: 1, arbitrary: fc.constant({ op: 'reset' as const }) },
 );
 /** At most one request left to wait out its 2 s per case (the others are rescued). */
@@ -219,8 +226,29 @@ describe('the memory budget', () => {
     // Fixed: a listing under a full budget, rescued (answered only after the reset) and left to
     // wait (503); a whole read the same; small reads that always fit.
     examples: (): Array<[Case]> => [
-      [{ ops: [{ op: 'req', kind: 'hold', rescue: true }, { op: 'req', kind: 'hold', rescue: true }, { op: 'req', kind: 'list', rescue: true }, { op: 'req', kind: 'small', rescue: true }, { op: 'req', kind: 'w500', rescue: true }] }],
-      [{ ops: [{ op: 'req', kind: 'hold', rescue: true }, { op: 'req', kind: 'hold', rescue: true }, { op: 'req', kind: 'small', rescue: true }, { op: 'req', kind: 'list', rescue: false }, { op: 'reset' }, { op: 'req', kind: 'w100', rescue: true }] }],
+      [
+        {
+          ops: [
+            { op: 'req', kind: 'hold', rescue: true },
+            { op: 'req', kind: 'hold', rescue: true },
+            { op: 'req', kind: 'list', rescue: true },
+            { op: 'req', kind: 'small', rescue: true },
+            { op: 'req', kind: 'w500', rescue: true },
+          ],
+        },
+      ],
+      [
+        {
+          ops: [
+            { op: 'req', kind: 'hold', rescue: true },
+            { op: 'req', kind: 'hold', rescue: true },
+            { op: 'req', kind: 'small', rescue: true },
+            { op: 'req', kind: 'list', rescue: false },
+            { op: 'reset' },
+            { op: 'req', kind: 'w100', rescue: true },
+          ],
+        },
+      ],
     ],
     // Invariant: a request is answered 200 only when its share fits the budget (at once) or after a share was given back; otherwise 503 over_capacity with retry-after after the budget's wait; the gauge always equals the held shares and returns to 0.
     property: () => fc.asyncProperty(caseArb, guard(runCase)),

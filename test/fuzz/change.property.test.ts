@@ -21,8 +21,6 @@ import { FUZZ_SCALE, fuzzIt, guard } from './runner.js';
 import { BIG_MAX_BYTES, EDGE_SIZES, settledSince } from './thresholds.js';
 import { LIMITS } from '../../src/addon/export.js';
 
-
-
 interface Place {
   name: 'disk' | 'tmpfs';
   base: string;
@@ -110,8 +108,11 @@ function checkRead(res: RawResponse, expected: Buffer, label: string): void {
 function checkList(res: RawResponse, files: Map<string, Buffer>, label: string): void {
   expect(res.status, label).toBe(200);
   const entries = (res.json() as { entries: Array<{ path: string; size_bytes: number; sha256: string }> }).entries;
-  const names = [...files.keys()].sort((a, b) => (Buffer.compare(Buffer.from(a), Buffer.from(b))));
-  expect(entries.map((e) => e.path), label).toEqual(names);
+  const names = [...files.keys()].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+  expect(
+    entries.map((e) => e.path),
+    label,
+  ).toEqual(names);
   for (const e of entries) {
     const bytes = files.get(e.path)!;
     expect(e.size_bytes, `${label}: size of ${e.path}`).toBe(bytes.length);
@@ -135,10 +136,24 @@ const CACHED_SIZE = LIMITS.listingCachedMinBytes;
  * max_bytes (refused) cut to max_bytes (served), in every run.
  */
 const coverage = (): Array<[Case]> => [
-  ...COVERED.map((m): [Case] => [{ size: CACHED_SIZE, steps: [{
-    mu: m === 'write' || m === 'mmap-write' || m === 'write-keep-mtime' ? { m, at: 7, len: 9, salt: 5 } : m === 'rename-keep-mtime' ? { m, salt: 3 } : m === 'truncate' ? { m, size: 1 } : { m, size: 4096, salt: 9 },
-    then: 'both',
-  } as Step] }]),
+  ...COVERED.map((m): [Case] => [
+    {
+      size: CACHED_SIZE,
+      steps: [
+        {
+          mu:
+            m === 'write' || m === 'mmap-write' || m === 'write-keep-mtime'
+              ? { m, at: 7, len: 9, salt: 5 }
+              : m === 'rename-keep-mtime'
+                ? { m, salt: 3 }
+                : m === 'truncate'
+                  ? { m, size: 1 }
+                  : { m, size: 4096, salt: 9 },
+          then: 'both',
+        } as Step,
+      ],
+    },
+  ]),
   [{ size: BIG_MAX_BYTES + 1, steps: [{ mu: { m: 'truncate', size: BIG_MAX_BYTES }, then: 'both' }] }],
 ];
 
@@ -178,9 +193,12 @@ describe('the etag, the listing and the body follow the bytes across changes', (
       examples: coverage,
       // Invariant: after any change, a read's body and etag and a listing's size and sha256 are those of the file's current bytes.
       property: () =>
-        fc.asyncProperty(fc.record({ steps: fc.array(stepArb, { minLength: 1, maxLength: 4 }), size: fc.constantFrom(...EDGE_SIZES) }), guard(async (c) => {
-          await runCase(places.find((p) => p.name === which)!, c);
-        })),
+        fc.asyncProperty(
+          fc.record({ steps: fc.array(stepArb, { minLength: 1, maxLength: 4 }), size: fc.constantFrom(...EDGE_SIZES) }),
+          guard(async (c) => {
+            await runCase(places.find((p) => p.name === which)!, c);
+          }),
+        ),
     });
   }
 });

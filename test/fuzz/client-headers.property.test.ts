@@ -30,8 +30,21 @@ const BAD_NAMES = ['X Token', 'X-É', 'X/Y', '', 'X\u0000Y'];
 /** Marks every value, so that a value printed anywhere is seen. */
 const MARK = 'v7q';
 const VALUES = [
-  `${MARK}plain`, '', `${MARK}a\tb`, `${MARK}a\r\n b`, `${MARK}a\nb`, `${MARK}a\rb`, `${MARK}a\u0000b`, `${MARK}\u0001`, `${MARK}\u007f`,
-  `${MARK}é ü ÿ`, `${MARK}\u0085`, `${MARK}€`, `${MARK}\u{1f600}`, `${MARK}"q" ;=`, `${MARK} inner  spaces `,
+  `${MARK}plain`,
+  '',
+  `${MARK}a\tb`,
+  `${MARK}a\r\n b`,
+  `${MARK}a\nb`,
+  `${MARK}a\rb`,
+  `${MARK}a\u0000b`,
+  `${MARK}\u0001`,
+  `${MARK}\u007f`,
+  `${MARK}é ü ÿ`,
+  `${MARK}\u0085`,
+  `${MARK}€`,
+  `${MARK}\u{1f600}`,
+  `${MARK}"q" ;=`,
+  `${MARK} inner  spaces `,
 ];
 const SPACES = ['', ' ', '\t', '  \t'];
 
@@ -51,8 +64,9 @@ interface Case {
 }
 
 function nameOf(n: HLine['name']): string {
-  const base = n.k === 'plain' ? PLAIN_NAMES[n.i % PLAIN_NAMES.length]! : n.k === 'reserved' ? RESERVED[n.i % RESERVED.length]! : BAD_NAMES[n.i % BAD_NAMES.length]!;
-  return [...base].map((ch, j) => ((n.caseMask >> j % 16) & 1 ? ch.toUpperCase() : ch.toLowerCase())).join('');
+  const base =
+    n.k === 'plain' ? PLAIN_NAMES[n.i % PLAIN_NAMES.length]! : n.k === 'reserved' ? RESERVED[n.i % RESERVED.length]! : BAD_NAMES[n.i % BAD_NAMES.length]!;
+  return [...base].map((ch, j) => ((n.caseMask >> (j % 16)) & 1 ? ch.toUpperCase() : ch.toLowerCase())).join('');
 }
 
 function text(l: HLine): string {
@@ -116,7 +130,9 @@ beforeAll(async () => {
       const end = buf.indexOf('\r\n\r\n');
       if (end < 0) return;
       seen.heads.push(buf.subarray(0, end).toString('latin1'));
-      socket.end('HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: 47\r\nconnection: close\r\n\r\n{"code":"not_found","message":"no such file!!"}');
+      socket.end(
+        'HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: 47\r\nconnection: close\r\n\r\n{"code":"not_found","message":"no such file!!"}',
+      );
     });
     socket.on('error', () => undefined);
   });
@@ -166,7 +182,10 @@ async function runCase(c: Case): Promise<void> {
   const expected = [...want.sent.map(([k, v]) => [k, Buffer.from(v, 'latin1').toString('latin1')] as [string, string])];
   const own = got.filter(([k]) => k === 'host' || k === 'connection');
   expect(own.map(([k]) => k).sort(), `${label}: the client's own host and connection, once each`).toEqual(['connection', 'host']);
-  expect(got.filter(([k]) => k !== 'host' && k !== 'connection'), `${label}: exactly the -H headers, lower-cased, joined, in order, on the wire`).toEqual(expected);
+  expect(
+    got.filter(([k]) => k !== 'host' && k !== 'connection'),
+    `${label}: exactly the -H headers, lower-cased, joined, in order, on the wire`,
+  ).toEqual(expected);
 }
 
 describe("the client's -H rules", () => {
@@ -177,7 +196,16 @@ describe("the client's -H rules", () => {
     timeoutMs: 90_000,
     // Fixed: each reserved name in an odd case, with spaces before the colon; an obs-fold; a value past Latin-1; Latin-1 sent as bytes; a repeated name.
     examples: () => [
-      ...RESERVED.map((_, i) => [{ lines: [{ name: { k: 'reserved' as const, i, caseMask: 0x5555 }, value: 0, before: 1, beforeColon: 2, afterColon: 1, after: 0 }], repeat: false, cli: i === 6 }] as [Case]),
+      ...RESERVED.map(
+        (_, i) =>
+          [
+            {
+              lines: [{ name: { k: 'reserved' as const, i, caseMask: 0x5555 }, value: 0, before: 1, beforeColon: 2, afterColon: 1, after: 0 }],
+              repeat: false,
+              cli: i === 6,
+            },
+          ] as [Case],
+      ),
       [{ lines: [{ name: { k: 'plain', i: 0, caseMask: 1 }, value: 3, before: 0, beforeColon: 0, afterColon: 1, after: 0 }], repeat: false, cli: false }],
       [{ lines: [{ name: { k: 'plain', i: 1, caseMask: 1 }, value: 11, before: 0, beforeColon: 0, afterColon: 1, after: 0 }], repeat: false, cli: true }],
       [{ lines: [{ name: { k: 'plain', i: 0, caseMask: 3 }, value: 9, before: 0, beforeColon: 0, afterColon: 1, after: 2 }], repeat: true, cli: false }],

@@ -26,7 +26,32 @@ import { getExpectation, lsExpectation, printableModel, TERMINAL_CONTROL, type C
 import { fuzzIt, guard } from './runner.js';
 
 /** Characters a hostile server puts in its texts. */
-const HOSTILE = ['\u001b[2J', '\u001b]0;t\u0007', '\r', '\n', '\t', '\u0000', '\u007f', '\u0085', '\u009b', '\u202e', '\u2066', '\u200b', '\ufeff', '\u{e0041}', '\ud800', '\\x1b', '\\', '"', ' ', '\u00a0', '\u2028', 'é', 'ok', 'saved 6 bytes'];
+const HOSTILE = [
+  '\u001b[2J',
+  '\u001b]0;t\u0007',
+  '\r',
+  '\n',
+  '\t',
+  '\u0000',
+  '\u007f',
+  '\u0085',
+  '\u009b',
+  '\u202e',
+  '\u2066',
+  '\u200b',
+  '\ufeff',
+  '\u{e0041}',
+  '\ud800',
+  '\\x1b',
+  '\\',
+  '"',
+  ' ',
+  '\u00a0',
+  '\u2028',
+  'é',
+  'ok',
+  'saved 6 bytes',
+];
 const hostileText = fc.array(fc.constantFrom(...HOSTILE), { maxLength: 6 }).map((parts) => parts.join(''));
 /** Characters of a hostile header value (latin1). */
 const HEADER_CHARS = ['\u001b[31m', '\u0007', '\u007f', '\t', '\u0085', '\u009b', '\u00ad', '\u00a0', 'é', '\\', '"', ' ', 'a1'];
@@ -61,8 +86,19 @@ afterAll(() => removeTree(base));
 function answer(c: Case): Scripted {
   if (c.status !== 200) {
     const r = c.refusal;
-    const text = r.kind === 'not-json' ? 'refused, as plain text\u001b[2J' : r.kind === 'long' ? JSON.stringify({ error: 'not_found', message: 'm'.repeat(17 * 1024) }) : JSON.stringify({ error: r.error, message: r.message });
-    return { status: c.status, headers: [['content-type', 'application/json']], body: Buffer.from(text), framing: { kind: 'exact' }, ending: c.ending === 'reset' ? 'close' : c.ending };
+    const text =
+      r.kind === 'not-json'
+        ? 'refused, as plain text\u001b[2J'
+        : r.kind === 'long'
+          ? JSON.stringify({ error: 'not_found', message: 'm'.repeat(17 * 1024) })
+          : JSON.stringify({ error: r.error, message: r.message });
+    return {
+      status: c.status,
+      headers: [['content-type', 'application/json']],
+      body: Buffer.from(text),
+      framing: { kind: 'exact' },
+      ending: c.ending === 'reset' ? 'close' : c.ending,
+    };
   }
   if (c.verb === 'ls' || c.verb === 'ls-json') {
     const body = Buffer.from(typeof c.listing === 'string' ? c.listing : JSON.stringify(c.listing));
@@ -95,7 +131,12 @@ async function inProcess(c: Case, url: string, dir: string): Promise<Observed> {
       const text = await list(url, { json: c.verb === 'ls-json' });
       return { status: 0, stdout: Buffer.from(text), errorLine: null, stderr: '' };
     }
-    const r = await get(url, 'blob.bin', { output: c.verb === 'get-stdout' ? '-' : join(dir, 'blob.bin'), stdout, progress: null, ...(c.maxBytes !== null ? { maxBytes: c.maxBytes } : {}) });
+    const r = await get(url, 'blob.bin', {
+      output: c.verb === 'get-stdout' ? '-' : join(dir, 'blob.bin'),
+      stdout,
+      progress: null,
+      ...(c.maxBytes !== null ? { maxBytes: c.maxBytes } : {}),
+    });
     const saved = r.savedTo ? `saved ${r.bytes} bytes to ${r.savedTo} (sha256 ${r.sha256}, etag verified)\n` : '';
     return { status: 0, stdout: Buffer.concat(chunks), errorLine: null, stderr: saved };
   } catch (error) {
@@ -172,19 +213,29 @@ const entryArb = fc.record({
   sha256: fc.oneof(fc.constant('a'.repeat(64)), hostileText, wrongValue),
 });
 const listingArb: fc.Arbitrary<unknown> = fc.oneof(
-  { weight: 6, arbitrary: fc.record({
-    root: fc.oneof({ weight: 3, arbitrary: hostileText }, { weight: 1, arbitrary: wrongValue }),
-    mode: fc.oneof({ weight: 3, arbitrary: fc.constantFrom('read-only', 'read-only\u001b[5m') }, { weight: 1, arbitrary: wrongValue }),
-    max_bytes: fc.oneof({ weight: 3, arbitrary: fc.nat(1 << 30) }, { weight: 1, arbitrary: wrongValue }),
-    generation: fc.oneof({ weight: 3, arbitrary: fc.nat(100) }, { weight: 1, arbitrary: wrongValue }),
-    containment_achieved: fc.oneof({ weight: 3, arbitrary: hostileText }, { weight: 1, arbitrary: wrongValue }),
-    entries: fc.oneof({ weight: 6, arbitrary: fc.array(entryArb, { maxLength: 3 }) }, { weight: 1, arbitrary: wrongValue }),
-  }) },
+  {
+    weight: 6,
+    arbitrary: fc.record({
+      root: fc.oneof({ weight: 3, arbitrary: hostileText }, { weight: 1, arbitrary: wrongValue }),
+      mode: fc.oneof({ weight: 3, arbitrary: fc.constantFrom('read-only', 'read-only\u001b[5m') }, { weight: 1, arbitrary: wrongValue }),
+      max_bytes: fc.oneof({ weight: 3, arbitrary: fc.nat(1 << 30) }, { weight: 1, arbitrary: wrongValue }),
+      generation: fc.oneof({ weight: 3, arbitrary: fc.nat(100) }, { weight: 1, arbitrary: wrongValue }),
+      containment_achieved: fc.oneof({ weight: 3, arbitrary: hostileText }, { weight: 1, arbitrary: wrongValue }),
+      entries: fc.oneof({ weight: 6, arbitrary: fc.array(entryArb, { maxLength: 3 }) }, { weight: 1, arbitrary: wrongValue }),
+    }),
+  },
   { weight: 1, arbitrary: fc.constantFrom<unknown>('not json \u001b[2J', '[1, 2]', 'null', '"a string"', '{"root": "x"') },
 );
 
 const refusalArb: fc.Arbitrary<RefusalBody> = fc.oneof(
-  { weight: 5, arbitrary: fc.record({ kind: fc.constant('json' as const), error: fc.oneof({ weight: 4, arbitrary: hostileText }, { weight: 1, arbitrary: wrongValue }), message: fc.oneof({ weight: 4, arbitrary: hostileText }, { weight: 1, arbitrary: wrongValue }) }) },
+  {
+    weight: 5,
+    arbitrary: fc.record({
+      kind: fc.constant('json' as const),
+      error: fc.oneof({ weight: 4, arbitrary: hostileText }, { weight: 1, arbitrary: wrongValue }),
+      message: fc.oneof({ weight: 4, arbitrary: hostileText }, { weight: 1, arbitrary: wrongValue }),
+    }),
+  },
   { weight: 1, arbitrary: fc.constant<RefusalBody>({ kind: 'not-json' }) },
   { weight: 1, arbitrary: fc.constant<RefusalBody>({ kind: 'long' }) },
 );
@@ -204,7 +255,10 @@ const caseArb: fc.Arbitrary<Case> = fc
       { weight: 1, arbitrary: fc.constant({ kind: 'absent' as const, text: '' }) },
       // Sent as latin1: controls the parser refuses, and C1 controls, a soft hyphen (Cf) and
       // obs-text it takes. CR and LF would end the header itself.
-      { weight: 1, arbitrary: fc.array(fc.constantFrom(...HEADER_CHARS), { maxLength: 5 }).map((t) => ({ kind: 'hostile' as const, text: `"sha256:${t.join('')}"` })) },
+      {
+        weight: 1,
+        arbitrary: fc.array(fc.constantFrom(...HEADER_CHARS), { maxLength: 5 }).map((t) => ({ kind: 'hostile' as const, text: `"sha256:${t.join('')}"` })),
+      },
     ),
     maxBytes: fc.constantFrom<number | null>(null, null, 1_000, 65_536),
   })
@@ -214,27 +268,45 @@ const caseArb: fc.Arbitrary<Case> = fc
 
 function examples(): Array<[Case]> {
   const base: Case = {
-    verb: 'get', viaCli: true, status: 200, refusal: { kind: 'not-json' }, listing: null, size: 1_000, seed: 3,
-    etag: { kind: 'delivered', text: '' }, maxBytes: null, framing: { kind: 'exact' }, ending: 'close',
+    verb: 'get',
+    viaCli: true,
+    status: 200,
+    refusal: { kind: 'not-json' },
+    listing: null,
+    size: 1_000,
+    seed: 3,
+    etag: { kind: 'delivered', text: '' },
+    maxBytes: null,
+    framing: { kind: 'exact' },
+    ending: 'close',
   };
-  const listing = { root: 'out/\u009b2J', mode: 'read-only', max_bytes: 10, generation: 1, containment_achieved: 'sealed\u202e', entries: [{ path: 'invoice_\u202efdp.exe\u001b[2K', size_bytes: 5, mtime_ms: 1, sha256: 'a'.repeat(64) }] };
-  return ([
-    base,
-    { ...base, status: 404, refusal: { kind: 'json', error: 'not_found\u001b[1A', message: '\u001b]0;pwned\u0007\rsaved 6 bytes' } },
-    { ...base, verb: 'ls', status: 403, refusal: { kind: 'json', error: 'x\u0085\u202e', message: 7 } },
-    { ...base, verb: 'ls', status: 403, refusal: { kind: 'long' } },
-    { ...base, verb: 'ls', listing },
-    { ...base, verb: 'ls-json', listing },
-    { ...base, verb: 'ls', listing: { ...listing, entries: [{ ...listing.entries[0], size_bytes: '5' }] } },
-    { ...base, verb: 'ls', listing: { ...listing, generation: -1 } },
-    { ...base, etag: { kind: 'hostile', text: '"sha256:\u001b[31m"' } },
-    { ...base, etag: { kind: 'hostile', text: '"sha256:\u009b\u00ad\t1"' } },
-    { ...base, etag: { kind: 'other', text: '' }, viaCli: false },
-    { ...base, framing: { kind: 'long', by: 10 }, ending: 'reset', viaCli: false },
-    { ...base, size: 65_536, framing: { kind: 'none' }, maxBytes: 65_536, viaCli: false },
-    { ...base, size: 70_000, framing: { kind: 'chunked' }, maxBytes: 65_536, viaCli: false },
-    { ...base, verb: 'get-stdout', size: 70_000, framing: { kind: 'short', by: 5 }, viaCli: false },
-  ] as Case[]).map((c) => [c]);
+  const listing = {
+    root: 'out/\u009b2J',
+    mode: 'read-only',
+    max_bytes: 10,
+    generation: 1,
+    containment_achieved: 'sealed\u202e',
+    entries: [{ path: 'invoice_\u202efdp.exe\u001b[2K', size_bytes: 5, mtime_ms: 1, sha256: 'a'.repeat(64) }],
+  };
+  return (
+    [
+      base,
+      { ...base, status: 404, refusal: { kind: 'json', error: 'not_found\u001b[1A', message: '\u001b]0;pwned\u0007\rsaved 6 bytes' } },
+      { ...base, verb: 'ls', status: 403, refusal: { kind: 'json', error: 'x\u0085\u202e', message: 7 } },
+      { ...base, verb: 'ls', status: 403, refusal: { kind: 'long' } },
+      { ...base, verb: 'ls', listing },
+      { ...base, verb: 'ls-json', listing },
+      { ...base, verb: 'ls', listing: { ...listing, entries: [{ ...listing.entries[0], size_bytes: '5' }] } },
+      { ...base, verb: 'ls', listing: { ...listing, generation: -1 } },
+      { ...base, etag: { kind: 'hostile', text: '"sha256:\u001b[31m"' } },
+      { ...base, etag: { kind: 'hostile', text: '"sha256:\u009b\u00ad\t1"' } },
+      { ...base, etag: { kind: 'other', text: '' }, viaCli: false },
+      { ...base, framing: { kind: 'long', by: 10 }, ending: 'reset', viaCli: false },
+      { ...base, size: 65_536, framing: { kind: 'none' }, maxBytes: 65_536, viaCli: false },
+      { ...base, size: 70_000, framing: { kind: 'chunked' }, maxBytes: 65_536, viaCli: false },
+      { ...base, verb: 'get-stdout', size: 70_000, framing: { kind: 'short', by: 5 }, viaCli: false },
+    ] as Case[]
+  ).map((c) => [c]);
 }
 
 describe('ls and get against a hostile server', () => {

@@ -17,7 +17,6 @@ import { fuzzIt, guard } from './runner.js';
 import { BIG_MAX_BYTES, settledSince, THRESHOLDS } from './thresholds.js';
 import { sha256Hex } from '../helpers/http.js';
 
-
 /**
  * Larger than what the kernel's socket buffers take in for a client that does not read (about
  * 1.3 MB on loopback here): the rest of such a body waits in the server, in the buffer it was read
@@ -132,8 +131,9 @@ function runConn(c: Conn, port: number, previous: Promise<void>, begun: () => vo
     const start = () => {
       socket = connect({ host: '127.0.0.1', port });
       socket.on('connect', () => {
-        const text = picks.map((f, i) =>
-          `GET /resources/files/${files[f]!.name} HTTP/1.1\r\nHost: x\r\n${i === picks.length - 1 ? 'Connection: close\r\n' : ''}\r\n`).join('');
+        const text = picks
+          .map((f, i) => `GET /resources/files/${files[f]!.name} HTTP/1.1\r\nHost: x\r\n${i === picks.length - 1 ? 'Connection: close\r\n' : ''}\r\n`)
+          .join('');
         socket.write(text);
       });
       socket.on('data', onData);
@@ -212,56 +212,76 @@ describe('concurrent, pipelined and reset clients against same-length files', ()
       const group = (g: number) => [g * PER_LENGTH, g * PER_LENGTH + 1, g * PER_LENGTH + 2];
       return [
         // Every length but the huge one, every reader, a reset inside a body.
-        [LENGTHS.slice(0, -1).flatMap((_, g) => [
-          { requests: group(g), delay: 0, follow: false, reader: (['fast', 'slow', 'stall'] as const)[g % 3], stallMs: 60, reset: null },
-          { requests: [g * PER_LENGTH + 1, g * PER_LENGTH], delay: 0, follow: g % 2 === 1, reader: 'slow' as const, stallMs: 60, reset: { at: 0, after: 1 } },
-        ])],
+        [
+          LENGTHS.slice(0, -1).flatMap((_, g) => [
+            { requests: group(g), delay: 0, follow: false, reader: (['fast', 'slow', 'stall'] as const)[g % 3], stallMs: 60, reset: null },
+            { requests: [g * PER_LENGTH + 1, g * PER_LENGTH], delay: 0, follow: g % 2 === 1, reader: 'slow' as const, stallMs: 60, reset: { at: 0, after: 1 } },
+          ]),
+        ],
         // Stalled readers of the largest files while others keep reading files of that same length.
         // Each connection asks for two of them, never the same two as the one before it. A stall of
         // 300 ms leaves a stalled body's write waiting in the server (what the kernel's buffers do
         // not take) while the fast readers take pooled buffers: a buffer pooled before its write
         // completed would carry another file's bytes.
-        [[0, 1, 2, 3].map((k) => ({ requests: [group(last)[(2 * k) % 3]!, group(last)[(2 * k + 1) % 3]!], delay: 0, follow: k > 0, reader: k % 2 === 0 ? 'stall' as const : 'fast' as const, stallMs: 300, reset: null }))],
+        [
+          [0, 1, 2, 3].map((k) => ({
+            requests: [group(last)[(2 * k) % 3]!, group(last)[(2 * k + 1) % 3]!],
+            delay: 0,
+            follow: k > 0,
+            reader: k % 2 === 0 ? ('stall' as const) : ('fast' as const),
+            stallMs: 300,
+            reset: null,
+          })),
+        ],
       ];
     },
     // Invariant: every complete body is exactly its own file's bytes with their etag, every cut body a prefix of its own file, and the budget returns to zero.
     property: () =>
-      fc.asyncProperty(fc.array(connArb, { minLength: 1, maxLength: 8 }), guard(async (conns) => {
-        const t0 = Date.now();
-        // Each connection's first bytes, for the one after it to wait on.
-        const firsts = conns.map(() => {
-          let resolve!: () => void;
-          const promise = new Promise<void>((r) => (resolve = r));
-          return { promise, resolve };
-        });
-        const results = await Promise.all(conns.map((c, i) => runConn(c, served.port, i === 0 ? Promise.resolve() : firsts[i - 1]!.promise, firsts[i]!.resolve)));
-        if (process.env.FUZZ_DEBUG) {
-          const tally = new Map<string, number>();
-          for (const g of results.flat()) tally.set(`${g.status}${g.complete ? '' : ' cut'}`, (tally.get(`${g.status}${g.complete ? '' : ' cut'}`) ?? 0) + 1);
-          console.error(`${Date.now() - t0} ms, answers: ${[...tally].map(([k, n]) => `${n}x ${k}`).join(', ')}`);
-        }
-        results.forEach((got, ci) => {
-          got.forEach((g, ri) => {
-            const file = files[g.file];
-            const label = `connection ${ci} response ${ri} (${file?.name})`;
-            expect(file, `${label}: more answers than requests`).toBeDefined();
-            if (g.status === 503) {
-              if (g.complete) expect(JSON.parse(g.body.toString('utf8')).error, label).toBe('over_capacity');
-              return;
-            }
-            expect(g.status, label).toBe(200);
-            if (g.complete) {
-              expect(g.body.length, label).toBe(file!.bytes.length);
-              expect(g.body.equals(file!.bytes), `${label}: the body is exactly its file's bytes`).toBe(true);
-              expect(g.headers.get('etag'), label).toBe(`"sha256:${sha256Hex(file!.bytes)}"`);
-            } else {
-              expect(g.body.equals(file!.bytes.subarray(0, g.body.length)), `${label}: a cut body is a prefix of its own file`).toBe(true);
-            }
+      fc.asyncProperty(
+        fc.array(connArb, { minLength: 1, maxLength: 8 }),
+        guard(async (conns) => {
+          const t0 = Date.now();
+          // Each connection's first bytes, for the one after it to wait on.
+          const firsts = conns.map(() => {
+            let resolve!: () => void;
+            const promise = new Promise<void>((r) => (resolve = r));
+            return { promise, resolve };
           });
-          const c = conns[ci]!;
-          if (c.reset === null) expect(got.every((g) => g.complete), `connection ${ci}: every response arrived whole`).toBe(true);
-        });
-        expect(await budgetDrained(), 'bytes still held by the memory budget after every connection closed').toBe(0);
-      })),
+          const results = await Promise.all(
+            conns.map((c, i) => runConn(c, served.port, i === 0 ? Promise.resolve() : firsts[i - 1]!.promise, firsts[i]!.resolve)),
+          );
+          if (process.env.FUZZ_DEBUG) {
+            const tally = new Map<string, number>();
+            for (const g of results.flat()) tally.set(`${g.status}${g.complete ? '' : ' cut'}`, (tally.get(`${g.status}${g.complete ? '' : ' cut'}`) ?? 0) + 1);
+            console.error(`${Date.now() - t0} ms, answers: ${[...tally].map(([k, n]) => `${n}x ${k}`).join(', ')}`);
+          }
+          results.forEach((got, ci) => {
+            got.forEach((g, ri) => {
+              const file = files[g.file];
+              const label = `connection ${ci} response ${ri} (${file?.name})`;
+              expect(file, `${label}: more answers than requests`).toBeDefined();
+              if (g.status === 503) {
+                if (g.complete) expect(JSON.parse(g.body.toString('utf8')).error, label).toBe('over_capacity');
+                return;
+              }
+              expect(g.status, label).toBe(200);
+              if (g.complete) {
+                expect(g.body.length, label).toBe(file!.bytes.length);
+                expect(g.body.equals(file!.bytes), `${label}: the body is exactly its file's bytes`).toBe(true);
+                expect(g.headers.get('etag'), label).toBe(`"sha256:${sha256Hex(file!.bytes)}"`);
+              } else {
+                expect(g.body.equals(file!.bytes.subarray(0, g.body.length)), `${label}: a cut body is a prefix of its own file`).toBe(true);
+              }
+            });
+            const c = conns[ci]!;
+            if (c.reset === null)
+              expect(
+                got.every((g) => g.complete),
+                `connection ${ci}: every response arrived whole`,
+              ).toBe(true);
+          });
+          expect(await budgetDrained(), 'bytes still held by the memory budget after every connection closed').toBe(0);
+        }),
+      ),
   });
 });

@@ -22,12 +22,24 @@ export function describeTree(tree: CompiledTree): string {
         // A directory the next line goes on inside is implied by it (deep chains stay short).
         if (!(next && next.path.length > op.path.length && next.path.slice(0, op.path.length).join('/') === op.path.join('/'))) lines.push(`${p}/`);
         break;
-      case 'file': lines.push(`${p}: (${op.content.length} bytes)`); break;
-      case 'symlink': lines.push(`${p} -> ${show(op.target)}`); break;
-      case 'hardlink': lines.push(`${p} == ${show(op.to.join('/'))}`); break;
-      case 'hardlink-outside': lines.push(`${p} == <workdir>/public.txt`); break;
-      case 'fifo': lines.push(`${p} |`); break;
-      case 'socket': lines.push(`${p} =`); break;
+      case 'file':
+        lines.push(`${p}: (${op.content.length} bytes)`);
+        break;
+      case 'symlink':
+        lines.push(`${p} -> ${show(op.target)}`);
+        break;
+      case 'hardlink':
+        lines.push(`${p} == ${show(op.to.join('/'))}`);
+        break;
+      case 'hardlink-outside':
+        lines.push(`${p} == <workdir>/public.txt`);
+        break;
+      case 'fifo':
+        lines.push(`${p} |`);
+        break;
+      case 'socket':
+        lines.push(`${p} =`);
+        break;
     }
   });
   return lines.length > 80 ? [...lines.slice(0, 80), `… ${lines.length - 80} more`].join('\n') : lines.join('\n');

@@ -20,13 +20,38 @@ import * as model from './model.js';
 import { wireSafe } from './requests.js';
 import { fuzzIt, guard, guardSync } from './runner.js';
 import {
-  audienceMutationArb, differentAudience, modelHandleId, modelVerify, mutate, mutateAudience, mutationArb, payloadBytes,
-  payloadRecipeArb, shapeOf, type Sealed,
+  audienceMutationArb,
+  differentAudience,
+  modelHandleId,
+  modelVerify,
+  mutate,
+  mutateAudience,
+  mutationArb,
+  payloadBytes,
+  payloadRecipeArb,
+  shapeOf,
+  type Sealed,
 } from './tokens.js';
 
 const SID = 'ses_fuzz_handles';
 const AUDIENCES = ['reader@localhost:41235', 'peer-b@127.0.0.1:8080', 'x@h:1'];
-const PATHS = ['report.md', 'sub/a.txt', 'link', 'escape', 'missing', 'fifo', 'big.bin', 'sub', '../secret.txt', 'sub/../report.md', '', '/etc/passwd', 'report.md/', './report.md', 'sub//a.txt'];
+const PATHS = [
+  'report.md',
+  'sub/a.txt',
+  'link',
+  'escape',
+  'missing',
+  'fifo',
+  'big.bin',
+  'sub',
+  '../secret.txt',
+  'sub/../report.md',
+  '',
+  '/etc/passwd',
+  'report.md/',
+  './report.md',
+  'sub//a.txt',
+];
 
 describe('peer handles in process', () => {
   let key: InstanceKey;
@@ -74,7 +99,10 @@ describe('peer handles in process', () => {
               if (got.ok) {
                 // The one thing that must hold whatever the model says: only a sealed token, for
                 // the audience it was sealed for, verifies.
-                expect(sealed.some((s) => s.token === token && s.audience === aud), label).toBe(true);
+                expect(
+                  sealed.some((s) => s.token === token && s.audience === aud),
+                  label,
+                ).toBe(true);
                 expect(got.payload.p, label).toBe(expected.payload!.p);
               }
             }
@@ -118,12 +146,29 @@ function canonical(p: string): string[] | null {
 }
 
 const PEER_STATUS: Record<string, number> = {
-  ok: 200, not_found: 404, malformed_handle: 400, missing_audience: 400, handle_not_valid: 403, handle_expired: 410,
-  outside_root: 403, symlink_refused: 403, not_a_regular_file: 403, too_large: 413, no_peer_plane: 404, bad_request: 431,
+  ok: 200,
+  not_found: 404,
+  malformed_handle: 400,
+  missing_audience: 400,
+  handle_not_valid: 403,
+  handle_expired: 410,
+  outside_root: 403,
+  symlink_refused: 403,
+  not_a_regular_file: 403,
+  too_large: 413,
+  no_peer_plane: 404,
+  bad_request: 431,
 };
 
 /** The model's answer to `GET <target>` with `x-murmur-audience: <audience>` (absent when null). */
-function expectedRedeem(target: string, audience: string | null, sealed: readonly Sealed[], sessionId: string, containment: model.Containment, declared: boolean): { code: string; verified: boolean; bytes?: Buffer } {
+function expectedRedeem(
+  target: string,
+  audience: string | null,
+  sealed: readonly Sealed[],
+  sessionId: string,
+  containment: model.Containment,
+  declared: boolean,
+): { code: string; verified: boolean; bytes?: Buffer } {
   // Node's parser refuses a header block (request line included) past 16 KiB with 431; within a
   // few hundred bytes of that the other headers decide, so the model keeps clear of the edge.
   if (target.length > 16_500) return { code: 'bad_request', verified: false };
@@ -151,7 +196,10 @@ class OpenWatch {
   private events: string[] = [];
   private buffer = '';
   private waiters: Array<() => void> = [];
-  private constructor(private readonly child: ChildProcessWithoutNullStreams, private readonly marker: string) {
+  private constructor(
+    private readonly child: ChildProcessWithoutNullStreams,
+    private readonly marker: string,
+  ) {
     child.stdout.on('data', (d: Buffer) => {
       this.buffer += d.toString('latin1');
       let nl: number;
@@ -324,9 +372,16 @@ describe('peer handles over real HTTP', () => {
           // The trace: a handle whose MAC did not verify never has its path recorded (in the trace
           // of the session that refused it; the same token may verify in its issuer's).
           for (const s of sessions) {
-            const unverified = new Set(cases.filter((c) => c.s === s && !c.expected.verified).map((c) => modelHandleId(model.targetPath(c.target).slice('/resources/peer/'.length))));
-            const verified = new Set(cases.filter((c) => c.s === s && c.expected.verified).map((c) => modelHandleId(model.targetPath(c.target).slice('/resources/peer/'.length))));
-            const lines = readFileSync(s.launched.tracePath, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+            const unverified = new Set(
+              cases.filter((c) => c.s === s && !c.expected.verified).map((c) => modelHandleId(model.targetPath(c.target).slice('/resources/peer/'.length))),
+            );
+            const verified = new Set(
+              cases.filter((c) => c.s === s && c.expected.verified).map((c) => modelHandleId(model.targetPath(c.target).slice('/resources/peer/'.length))),
+            );
+            const lines = readFileSync(s.launched.tracePath, 'utf8')
+              .trim()
+              .split('\n')
+              .map((l) => JSON.parse(l) as Record<string, unknown>);
             for (const line of lines) {
               if (line.event_type !== 'peer_handle_redeem') continue;
               const id = String(line.handle_id);
@@ -344,13 +399,16 @@ describe('peer handles over real HTTP', () => {
     runs: 3,
     // The watch is not blind: redeeming a verified handle for a file is seen as an open of it.
     property: () =>
-      fc.asyncProperty(fc.constantFrom('report.md', 'sub/a.txt', 'link'), guard(async (p) => {
-        const s = sessions[0]!;
-        const token = mintToken(s.launched.session.key!, { v: 1, iss: s.launched.session.sessionId, p, exp: Date.now() + 60_000, n: 'ab' }, AUDIENCES[0]!);
-        await watch.drain();
-        const res = await rawGet(s.launched.url, `/resources/peer/${token}`, [['x-murmur-audience', AUDIENCES[0]!]]);
-        expect(res.status).toBe(200);
-        expect((await watch.drain()).length).toBeGreaterThan(0);
-      })),
+      fc.asyncProperty(
+        fc.constantFrom('report.md', 'sub/a.txt', 'link'),
+        guard(async (p) => {
+          const s = sessions[0]!;
+          const token = mintToken(s.launched.session.key!, { v: 1, iss: s.launched.session.sessionId, p, exp: Date.now() + 60_000, n: 'ab' }, AUDIENCES[0]!);
+          await watch.drain();
+          const res = await rawGet(s.launched.url, `/resources/peer/${token}`, [['x-murmur-audience', AUDIENCES[0]!]]);
+          expect(res.status).toBe(200);
+          expect((await watch.drain()).length).toBeGreaterThan(0);
+        }),
+      ),
   });
 });

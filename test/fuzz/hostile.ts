@@ -140,7 +140,13 @@ export function framingAndEnding(size: number, max: number, maxBy: number): fc.A
     fc.record({ framing: fc.constant<Framing>({ kind: 'chunked' }), ending: fc.constantFrom<Ending>('close', 'keep-alive') }),
     fc.record({ framing: by.map((n): Framing => ({ kind: 'short', by: n })), ending: fc.constant<Ending>('close') }),
     fc.record({ framing: fc.constant<Framing>({ kind: 'none' }), ending: fc.constant<Ending>('close') }),
-    fc.record({ framing: by.map((n): Framing => ({ kind: 'long', by: n })), ending: fc.constantFrom<Ending>(...(size + maxBy <= max ? (['close', 'reset'] as const) : (['close'] as const))) }),
-    fc.record({ framing: fc.constant<Framing>({ kind: 'chunked-cut' }), ending: fc.constantFrom<Ending>(...(size <= max ? (['close', 'reset'] as const) : (['close'] as const))) }),
+    fc.record({
+      framing: by.map((n): Framing => ({ kind: 'long', by: n })),
+      ending: fc.constantFrom<Ending>(...(size + maxBy <= max ? (['close', 'reset'] as const) : (['close'] as const))),
+    }),
+    fc.record({
+      framing: fc.constant<Framing>({ kind: 'chunked-cut' }),
+      ending: fc.constantFrom<Ending>(...(size <= max ? (['close', 'reset'] as const) : (['close'] as const))),
+    }),
   );
 }

@@ -54,7 +54,6 @@ afterAll(async () => {
   removeWorkdir(wd);
 }, 600_000);
 
-
 /** How a generated relpath travels: the target bytes, and the variations of the request line. */
 interface Wire {
   query: string | null;
@@ -121,7 +120,10 @@ function checkList(res: RawResponse, tree: ReturnType<typeof compileTree>, s: Se
   const body = res.json() as { root: string; containment_achieved: string; entries: Array<{ path: string; size_bytes: number; sha256: string }> };
   expect(body.root, label).toBe('out/');
   expect(body.containment_achieved, label).toBe(s.containment);
-  expect(body.entries.map((e) => e.path), label).toEqual(expected.map((e) => e.path));
+  expect(
+    body.entries.map((e) => e.path),
+    label,
+  ).toEqual(expected.map((e) => e.path));
   body.entries.forEach((e, i) => {
     expect(e.size_bytes, `${label}: size of ${e.path}`).toBe(expected[i]!.content.length);
     expect(e.sha256, `${label}: sha256 of ${e.path}`).toBe(sha256Hex(expected[i]!.content));
@@ -148,7 +150,20 @@ describe('operator plane over real HTTP, against the reference model', () => {
     // Every kind of entry and every size threshold, in every run.
     examples: () => {
       const { spec, nodes } = coverageTree();
-      return [[spec, Array.from({ length: nodes }, (_, node) => [{ base: { node }, transforms: [] }, { query: null, absoluteForm: false }] as [RequestSpec, Wire]), FILES]];
+      return [
+        [
+          spec,
+          Array.from(
+            { length: nodes },
+            (_, node) =>
+              [
+                { base: { node }, transforms: [] },
+                { query: null, absoluteForm: false },
+              ] as [RequestSpec, Wire],
+          ),
+          FILES,
+        ],
+      ];
     },
     // Invariant: every answer's status, code, bytes and etag, and every listing, equal the model's; nothing outside the root is served.
     property: () =>
@@ -161,7 +176,16 @@ describe('operator plane over real HTTP, against the reference model', () => {
           materialise(tree, wd);
           // A few entries of the tree asked for plainly as well: a share of requests that pass lowering.
           const step = Math.max(1, Math.ceil(tree.paths.length / 6));
-          const plain = tree.paths.flatMap((_, node) => (node % step === 0 ? [[{ base: { node }, transforms: [] }, { query: null, absoluteForm: false }] as [RequestSpec, Wire]] : []));
+          const plain = tree.paths.flatMap((_, node) =>
+            node % step === 0
+              ? [
+                  [
+                    { base: { node }, transforms: [] },
+                    { query: null, absoluteForm: false },
+                  ] as [RequestSpec, Wire],
+                ]
+              : [],
+          );
           const requests = [...generated, ...plain];
           const treeText = describeTree(tree); // once per tree: a deep tree renders slowly
           for (const s of served) {
@@ -213,19 +237,24 @@ describe('operator plane over real HTTP, against the reference model', () => {
     // Bytes Node's parser refuses in a request target (controls, space, DEL, anything above 0x7e)
     // sent raw: a catalogued 400 bad_request, never a read, never a crash.
     property: () =>
-      fc.asyncProperty(requestArb, fc.nat(), fc.integer({ min: 0, max: 255 }), guard(async (recipe, at, byte) => {
-        fc.pre(byte <= 0x20 || byte >= 0x7f);
-        const raw = rawRequest(recipe, [['a'], ['sub'], ['sub', 'a']]);
-        const k = at % (raw.length + 1);
-        // A space last only widens the gap before the version, which the parser allows.
-        fc.pre(!(byte === 0x20 && k === raw.length));
-        const t = `${FILES}/${raw.slice(0, k)}${String.fromCharCode(byte)}${raw.slice(k)}`;
-        const s = served[at % served.length]!;
-        const res = await rawGet(s.launched.url, Buffer.from(t, 'latin1'));
-        const label = `GET ${show(t)} under ${s.containment}/${s.resolver}`;
-        expect(res.status, label).toBe(400);
-        expect(res.json().error, label).toBe('bad_request');
-        noSecret(res, label);
-      })),
+      fc.asyncProperty(
+        requestArb,
+        fc.nat(),
+        fc.integer({ min: 0, max: 255 }),
+        guard(async (recipe, at, byte) => {
+          fc.pre(byte <= 0x20 || byte >= 0x7f);
+          const raw = rawRequest(recipe, [['a'], ['sub'], ['sub', 'a']]);
+          const k = at % (raw.length + 1);
+          // A space last only widens the gap before the version, which the parser allows.
+          fc.pre(!(byte === 0x20 && k === raw.length));
+          const t = `${FILES}/${raw.slice(0, k)}${String.fromCharCode(byte)}${raw.slice(k)}`;
+          const s = served[at % served.length]!;
+          const res = await rawGet(s.launched.url, Buffer.from(t, 'latin1'));
+          const label = `GET ${show(t)} under ${s.containment}/${s.resolver}`;
+          expect(res.status, label).toBe(400);
+          expect(res.json().error, label).toBe('bad_request');
+          noSecret(res, label);
+        }),
+      ),
   });
 });

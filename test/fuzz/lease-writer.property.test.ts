@@ -156,7 +156,10 @@ async function runCase(c: Case): Promise<void> {
   const t2 = Date.now();
   const m = measured as { waitedMs: number | null; wallMs: number } | null;
   expect(m, label).not.toBeNull();
-  expect(m!.waitedMs, `${label}: the writer waited ${m!.waitedMs === null ? `more than ${GIVE_UP_MS} ms (given up)` : `${m!.waitedMs} ms`} for the lease`).not.toBeNull();
+  expect(
+    m!.waitedMs,
+    `${label}: the writer waited ${m!.waitedMs === null ? `more than ${GIVE_UP_MS} ms (given up)` : `${m!.waitedMs} ms`} for the lease`,
+  ).not.toBeNull();
   expect(m!.waitedMs!, `${label}: a writer waits at most ~50 ms for a leased stream (bound ${BOUND_MS} ms)`).toBeLessThan(BOUND_MS);
   if (answer === null) {
     let lines = parsedTrace(server.trace).slice(before);
@@ -164,7 +167,10 @@ async function runCase(c: Case): Promise<void> {
       await new Promise((r) => setTimeout(r, 10));
       lines = parsedTrace(server.trace).slice(before);
     }
-    expect(lines.some((l) => l.event_type === 'response_undelivered'), `${label}: an answer cut before its head is traced as undelivered`).toBe(true);
+    expect(
+      lines.some((l) => l.event_type === 'response_undelivered'),
+      `${label}: an answer cut before its head is traced as undelivered`,
+    ).toBe(true);
     expect(server.alive(), label).toBe(true);
     const salt = salts++;
     writeFileSync(path, pattern(SIZE, salt));
@@ -192,7 +198,8 @@ async function runCase(c: Case): Promise<void> {
   const salt = salts++;
   writeFileSync(path, pattern(SIZE, salt));
   pool.push({ name, salt, written: Date.now() });
-  if (process.env.FUZZ_DEBUG) console.error(`lease-writer ${label}: wait+warm ${t1 - t0} ms, case ${t2 - t1} ms, after ${Date.now() - t2} ms, writer ${JSON.stringify(m)}`);
+  if (process.env.FUZZ_DEBUG)
+    console.error(`lease-writer ${label}: wait+warm ${t1 - t0} ms, case ${t2 - t1} ms, after ${Date.now() - t2} ms, writer ${JSON.stringify(m)}`);
 }
 
 describe("the lease's promise to writers", () => {

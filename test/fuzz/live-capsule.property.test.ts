@@ -18,7 +18,20 @@ import { closeSync, mkdirSync, openSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { describe, expect } from 'vitest';
-import { etagOf, liveWorkdir, mountTmpfs, parsedTrace, pattern, renamedVersion, serveLive, stalledGet, startWriter, unmount, WRITERS, type Answer } from '../helpers/live.js';
+import {
+  etagOf,
+  liveWorkdir,
+  mountTmpfs,
+  parsedTrace,
+  pattern,
+  renamedVersion,
+  serveLive,
+  stalledGet,
+  startWriter,
+  unmount,
+  WRITERS,
+  type Answer,
+} from '../helpers/live.js';
 import { scratch } from '../helpers/tree.js';
 import { fuzzIt, guard } from './runner.js';
 import { SETTLED_AFTER_MS } from './thresholds.js';
@@ -59,7 +72,15 @@ const caseArb: fc.Arbitrary<Case> = fc
     smallDisk: fc.boolean(),
     steps: fc.array(
       fc.oneof(
-        { weight: 6, arbitrary: fc.record({ op: fc.constant('read' as const), file: fc.nat(), pauseAt: fc.option(fc.integer({ min: 1, max: 2 * MiB }), { nil: null }), touch: fc.boolean() }) },
+        {
+          weight: 6,
+          arbitrary: fc.record({
+            op: fc.constant('read' as const),
+            file: fc.nat(),
+            pauseAt: fc.option(fc.integer({ min: 1, max: 2 * MiB }), { nil: null }),
+            touch: fc.boolean(),
+          }),
+        },
         { weight: 2, arbitrary: fc.record({ op: fc.constant('list' as const) }) },
         { weight: 1, arbitrary: fc.record({ op: fc.constantFrom('fill' as const, 'free' as const) }) },
       ),
@@ -93,7 +114,9 @@ function heldBytes(spec: FileSpec, initial: Buffer, body: Buffer): string | null
 let mountRefused: string | null | undefined;
 
 async function runCase(c: Case): Promise<void> {
-  const initial = c.files.map((f, i) => (f.writer === 'renameOver' ? Buffer.concat([Buffer.from('v99999999\n'), Buffer.alloc(f.size - 10, 99999999 % 251)]) : pattern(f.size, i + 1)));
+  const initial = c.files.map((f, i) =>
+    f.writer === 'renameOver' ? Buffer.concat([Buffer.from('v99999999\n'), Buffer.alloc(f.size - 10, 99999999 % 251)]) : pattern(f.size, i + 1),
+  );
   /** What each still file holds now (a touch changes it). */
   const current = [...initial];
   let touches = 0;
@@ -180,7 +203,8 @@ async function runCase(c: Case): Promise<void> {
           reads200++;
           if (spec.writer === 'still') {
             // One version whole (the one before a touch, or after it), or a cut start of the one before.
-            if (a.complete) expect(a.body.equals(before) || a.body.equals(current[op.file]!), `f${op.file}: a still file was served bytes it never held`).toBe(true);
+            if (a.complete)
+              expect(a.body.equals(before) || a.body.equals(current[op.file]!), `f${op.file}: a still file was served bytes it never held`).toBe(true);
             else expect(a.body.equals(before.subarray(0, a.body.length)), `f${op.file}: a cut body is not the start of the file`).toBe(true);
           } else {
             expect(heldBytes(spec, initial[op.file]!, a.body), `f${op.file}`).toBeNull();

@@ -59,8 +59,35 @@ const space = fc.constantFrom('', '', '', ' ', '  ', '\t', '\u00a0', '\n');
 
 function scalarArb(suffixes: string[]): fc.Arbitrary<string> {
   return fc.oneof(
-    { weight: 6, arbitrary: fc.tuple(space, digits, fc.constantFrom('', '', ' '), fc.constantFrom(...suffixes), space).map(([a, d, mid, s, b]) => `${a}${d}${s === '' ? '' : mid}${s}${b}`) },
-    { weight: 1, arbitrary: fc.constantFrom('1e3', '0x10', '-1', '+10', '1.5', '1_000', '', ' ', '10Mi10', '\uff11\uff10', '\u0663', 'Mi', '1 0', '1,000', 'NaN', 'Infinity', '0o10', '.5') },
+    {
+      weight: 6,
+      arbitrary: fc
+        .tuple(space, digits, fc.constantFrom('', '', ' '), fc.constantFrom(...suffixes), space)
+        .map(([a, d, mid, s, b]) => `${a}${d}${s === '' ? '' : mid}${s}${b}`),
+    },
+    {
+      weight: 1,
+      arbitrary: fc.constantFrom(
+        '1e3',
+        '0x10',
+        '-1',
+        '+10',
+        '1.5',
+        '1_000',
+        '',
+        ' ',
+        '10Mi10',
+        '\uff11\uff10',
+        '\u0663',
+        'Mi',
+        '1 0',
+        '1,000',
+        'NaN',
+        'Infinity',
+        '0o10',
+        '.5',
+      ),
+    },
   );
 }
 
@@ -71,7 +98,10 @@ const durationSuffixes = ['', 's', 'm', 'h', 'd', 'S', 'M', 'ms', 'min', 'w', 'y
 type Field = { text: string; quoted: boolean } | null;
 
 const fieldArb = (suffixes: string[]): fc.Arbitrary<Field> =>
-  fc.option(fc.record({ text: scalarArb(suffixes), quoted: fc.boolean() }).map((f) => ({ ...f, quoted: f.quoted || !/^[0-9]+([KMG]i|[smhd])?$/.test(f.text) })), { freq: 5 });
+  fc.option(
+    fc.record({ text: scalarArb(suffixes), quoted: fc.boolean() }).map((f) => ({ ...f, quoted: f.quoted || !/^[0-9]+([KMG]i|[smhd])?$/.test(f.text) })),
+    { freq: 5 },
+  );
 
 function emit(key: string, f: Field, indent: string): string {
   if (f === null) return '';
@@ -132,7 +162,11 @@ describe('the manifest loader', () => {
     // Invariant: any YAML gives a manifest or a catalogued ManifestError that renders, never a crash.
     file: import.meta.filename,
     runs: 250,
-    property: () => fc.property(chaosArb, guardSync((text: string) => void outcome(text))),
+    property: () =>
+      fc.property(
+        chaosArb,
+        guardSync((text: string) => void outcome(text)),
+      ),
   });
 });
 
@@ -146,10 +180,73 @@ const TEMPLATES = [
 ];
 
 const YAML_TOKENS = [
-  ':', ': ', '-', '- ', '[', ']', '{', '}', ',', '&a ', '*a', '*b', '!', '!!str ', '!!int ', '!!binary ', '!!set ', '!!omap ', '!!timestamp ',
-  '!foo ', '|', '>', '|-', '#', "'", '"', '%', '@', '`', '\t', '\n', '\n  ', '\n---\n', '\n...\n', '<<: ', '? ', '\0', '\ufeff', '\r', '\u2028',
-  'null', '~', 'true', 'NaN', '.inf', '0x10', '1e999', '__proto__', 'constructor', 'max_bytes', 'root', 'allow', '..', '/', '\\', '\x85',
-  'é', '\ud83d\ude00', '"\\u0000"', '"\\x00"', '%YAML 1.1\n', '%TAG ! tag:x,2000:\n', '\n  - ', '\n    ', ': |\n  ', 'exports:', 'files:',
+  ':',
+  ': ',
+  '-',
+  '- ',
+  '[',
+  ']',
+  '{',
+  '}',
+  ',',
+  '&a ',
+  '*a',
+  '*b',
+  '!',
+  '!!str ',
+  '!!int ',
+  '!!binary ',
+  '!!set ',
+  '!!omap ',
+  '!!timestamp ',
+  '!foo ',
+  '|',
+  '>',
+  '|-',
+  '#',
+  "'",
+  '"',
+  '%',
+  '@',
+  '`',
+  '\t',
+  '\n',
+  '\n  ',
+  '\n---\n',
+  '\n...\n',
+  '<<: ',
+  '? ',
+  '\0',
+  '\ufeff',
+  '\r',
+  '\u2028',
+  'null',
+  '~',
+  'true',
+  'NaN',
+  '.inf',
+  '0x10',
+  '1e999',
+  '__proto__',
+  'constructor',
+  'max_bytes',
+  'root',
+  'allow',
+  '..',
+  '/',
+  '\\',
+  '\x85',
+  'é',
+  '\ud83d\ude00',
+  '"\\u0000"',
+  '"\\x00"',
+  '%YAML 1.1\n',
+  '%TAG ! tag:x,2000:\n',
+  '\n  - ',
+  '\n    ',
+  ': |\n  ',
+  'exports:',
+  'files:',
 ];
 
 type Edit = { at: number; del: number; insert: string };
@@ -171,7 +268,12 @@ function applyEdits(text: string, edits: Edit[]): string {
 
 function billionLaughs(levels: number, width: number): string {
   const lines = ['name: x', 'version: "1"', 'a0: &a0 "lol"'];
-  for (let i = 1; i <= levels; i++) lines.push(`a${i}: &a${i} [${Array(width).fill(`*a${i - 1}`).join(', ')}]`);
+  for (let i = 1; i <= levels; i++)
+    lines.push(
+      `a${i}: &a${i} [${Array(width)
+        .fill(`*a${i - 1}`)
+        .join(', ')}]`,
+    );
   lines.push(`exports: {files: {root: *a${levels}, mode: read-only}}`);
   return `${lines.join('\n')}\n`;
 }
@@ -181,17 +283,39 @@ const chaosArb: fc.Arbitrary<string> = fc.oneof(
   {
     weight: 3,
     // Every manifest key given an arbitrary JSON value (JSON is YAML).
-    arbitrary: fc.record({
-      name: fc.jsonValue({ maxDepth: 2 }),
-      version: fc.jsonValue({ maxDepth: 1 }),
-      exports: fc.oneof(fc.jsonValue({ maxDepth: 3 }), fc.record({ files: fc.record({ root: fc.jsonValue({ maxDepth: 1 }), mode: fc.constantFrom('read-only', 'rw', 1), max_bytes: fc.jsonValue({ maxDepth: 1 }) }), peer_files: fc.jsonValue({ maxDepth: 2 }) })),
-      capabilities: fc.oneof(fc.jsonValue({ maxDepth: 3 }), fc.record({ network: fc.record({ allow: fc.array(fc.oneof(fc.string(), fc.webUrl(), fc.domain())) }), peer_fetch: fc.record({ allow: fc.jsonValue({ maxDepth: 2 }) }) })),
-      lifecycle: fc.jsonValue({ maxDepth: 2 }),
-    }, { requiredKeys: [] }).map((o) => JSON.stringify(o)),
+    arbitrary: fc
+      .record(
+        {
+          name: fc.jsonValue({ maxDepth: 2 }),
+          version: fc.jsonValue({ maxDepth: 1 }),
+          exports: fc.oneof(
+            fc.jsonValue({ maxDepth: 3 }),
+            fc.record({
+              files: fc.record({ root: fc.jsonValue({ maxDepth: 1 }), mode: fc.constantFrom('read-only', 'rw', 1), max_bytes: fc.jsonValue({ maxDepth: 1 }) }),
+              peer_files: fc.jsonValue({ maxDepth: 2 }),
+            }),
+          ),
+          capabilities: fc.oneof(
+            fc.jsonValue({ maxDepth: 3 }),
+            fc.record({
+              network: fc.record({ allow: fc.array(fc.oneof(fc.string(), fc.webUrl(), fc.domain())) }),
+              peer_fetch: fc.record({ allow: fc.jsonValue({ maxDepth: 2 }) }),
+            }),
+          ),
+          lifecycle: fc.jsonValue({ maxDepth: 2 }),
+        },
+        { requiredKeys: [] },
+      )
+      .map((o) => JSON.stringify(o)),
   },
   { weight: 1, arbitrary: fc.tuple(fc.integer({ min: 1, max: 12 }), fc.integer({ min: 1, max: 12 })).map(([l, w]) => billionLaughs(l, w)) },
   { weight: 1, arbitrary: fc.integer({ min: 1, max: 5_000 }).map((d) => `name: x\nversion: "1"\nexports: ${'['.repeat(d)}${']'.repeat(d)}\n`) },
-  { weight: 1, arbitrary: fc.integer({ min: 1, max: 1_000 }).map((d) => `name: x\nversion: "1"\nlifecycle:\n${Array.from({ length: d }, (_, i) => `${' '.repeat(i + 1)}k${i}:`).join('\n')} v\n`) },
+  {
+    weight: 1,
+    arbitrary: fc
+      .integer({ min: 1, max: 1_000 })
+      .map((d) => `name: x\nversion: "1"\nlifecycle:\n${Array.from({ length: d }, (_, i) => `${' '.repeat(i + 1)}k${i}:`).join('\n')} v\n`),
+  },
   { weight: 1, arbitrary: fc.uint8Array({ maxLength: 300 }).map((b) => Buffer.from(b).toString('utf8')) },
   { weight: 1, arbitrary: fc.constantFrom(`name: x\nversion: "1"\nnote: ${'x'.repeat(1 << 20)}\n`, `${'# c\n'.repeat(20_000)}name: x\nversion: "1"\n`) },
 );
@@ -215,40 +339,43 @@ describe('refused manifests through the real CLI', () => {
     runs: 3,
     timeoutMs: 120_000,
     property: () =>
-      fc.asyncProperty(chaosArb.filter((t) => !outcome(t).ok && t.length < 200_000 && !t.includes('\0')), guard(async (text) => {
-        const expected = outcome(text);
-        if (expected.ok) return;
-        const dir = join(base, `case-${n++}`);
-        mkdirSync(dir);
-        const manifest = join(dir, 'manifest.yaml');
-        writeFileSync(manifest, text);
-        const records = join(dir, 'records');
-        mkdirSync(records);
-        const env = { RESOURCE_PLANE_RECORDS_DIR: records };
-        const diagnostic = `error[${expected.error.code}]: `;
+      fc.asyncProperty(
+        chaosArb.filter((t) => !outcome(t).ok && t.length < 200_000 && !t.includes('\0')),
+        guard(async (text) => {
+          const expected = outcome(text);
+          if (expected.ok) return;
+          const dir = join(base, `case-${n++}`);
+          mkdirSync(dir);
+          const manifest = join(dir, 'manifest.yaml');
+          writeFileSync(manifest, text);
+          const records = join(dir, 'records');
+          mkdirSync(records);
+          const env = { RESOURCE_PLANE_RECORDS_DIR: records };
+          const diagnostic = `error[${expected.error.code}]: `;
 
-        const explain = await runCliAsync(['explain-scope', '--manifest', manifest], env);
-        expect(explain.status, explain.stderr).toBe(2);
-        expect(explain.stderr.startsWith(diagnostic), explain.stderr).toBe(true);
+          const explain = await runCliAsync(['explain-scope', '--manifest', manifest], env);
+          expect(explain.status, explain.stderr).toBe(2);
+          expect(explain.stderr.startsWith(diagnostic), explain.stderr).toBe(true);
 
-        const workdir = join(dir, 'never-created');
-        const trace = join(dir, 'trace.jsonl');
-        const serve = await runCliAsync(['serve', '--workdir', workdir, '--manifest', manifest, '--trace', trace], env);
-        expect(serve.status, serve.stderr).toBe(2);
-        expect(serve.stderr.startsWith(diagnostic), serve.stderr).toBe(true);
-        expect(existsSync(workdir)).toBe(false);
-        expect(existsSync(trace)).toBe(false);
-        expect(readdirSync(records)).toEqual([]);
+          const workdir = join(dir, 'never-created');
+          const trace = join(dir, 'trace.jsonl');
+          const serve = await runCliAsync(['serve', '--workdir', workdir, '--manifest', manifest, '--trace', trace], env);
+          expect(serve.status, serve.stderr).toBe(2);
+          expect(serve.stderr.startsWith(diagnostic), serve.stderr).toBe(true);
+          expect(existsSync(workdir)).toBe(false);
+          expect(existsSync(trace)).toBe(false);
+          expect(readdirSync(records)).toEqual([]);
 
-        // The default manifest inside an existing workdir: refused the same way, nothing added.
-        const existing = join(dir, 'workdir');
-        mkdirSync(existing);
-        writeFileSync(join(existing, 'murmur.yaml'), text);
-        const inside = await runCliAsync(['serve', '--workdir', existing], env);
-        expect(inside.status, inside.stderr).toBe(2);
-        expect(inside.stderr.startsWith(diagnostic), inside.stderr).toBe(true);
-        expect(readdirSync(existing)).toEqual(['murmur.yaml']);
-        expect(readdirSync(records)).toEqual([]);
-      })),
+          // The default manifest inside an existing workdir: refused the same way, nothing added.
+          const existing = join(dir, 'workdir');
+          mkdirSync(existing);
+          writeFileSync(join(existing, 'murmur.yaml'), text);
+          const inside = await runCliAsync(['serve', '--workdir', existing], env);
+          expect(inside.status, inside.stderr).toBe(2);
+          expect(inside.stderr.startsWith(diagnostic), inside.stderr).toBe(true);
+          expect(readdirSync(existing)).toEqual(['murmur.yaml']);
+          expect(readdirSync(records)).toEqual([]);
+        }),
+      ),
   });
 });

@@ -23,12 +23,26 @@ export type Mutation =
   | { m: 'rename-keep-mtime'; salt: number };
 
 export const mutationArb: fc.Arbitrary<Mutation> = fc.oneof(
-  { weight: 3, arbitrary: fc.record({ m: fc.constant('write' as const), at: fc.nat(), len: fc.integer({ min: 1, max: 64 }), salt: fc.integer({ min: 1, max: 255 }) }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({ m: fc.constant('write' as const), at: fc.nat(), len: fc.integer({ min: 1, max: 64 }), salt: fc.integer({ min: 1, max: 255 }) }),
+  },
   { weight: 2, arbitrary: fc.record({ m: fc.constant('truncate' as const), size: sizeArb }) },
   { weight: 2, arbitrary: fc.record({ m: fc.constant('rename-over' as const), size: sizeArb, salt: fc.integer({ min: 1, max: 255 }) }) },
   { weight: 2, arbitrary: fc.record({ m: fc.constant('replace' as const), size: sizeArb, salt: fc.integer({ min: 1, max: 255 }) }) },
-  { weight: 3, arbitrary: fc.record({ m: fc.constant('mmap-write' as const), at: fc.nat(), len: fc.integer({ min: 1, max: 64 }), salt: fc.integer({ min: 1, max: 255 }) }) },
-  { weight: 3, arbitrary: fc.record({ m: fc.constant('write-keep-mtime' as const), at: fc.nat(), len: fc.integer({ min: 1, max: 64 }), salt: fc.integer({ min: 1, max: 255 }) }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({ m: fc.constant('mmap-write' as const), at: fc.nat(), len: fc.integer({ min: 1, max: 64 }), salt: fc.integer({ min: 1, max: 255 }) }),
+  },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      m: fc.constant('write-keep-mtime' as const),
+      at: fc.nat(),
+      len: fc.integer({ min: 1, max: 64 }),
+      salt: fc.integer({ min: 1, max: 255 }),
+    }),
+  },
   { weight: 2, arbitrary: fc.record({ m: fc.constant('rename-keep-mtime' as const), salt: fc.integer({ min: 1, max: 255 }) }) },
 );
 

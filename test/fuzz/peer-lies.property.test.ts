@@ -105,9 +105,18 @@ function cardBody(lie: CardLie, port: number): Buffer {
 }
 
 function tokenFor(c: Case): string {
-  const payload = c.issuer === 'no-payload'
-    ? Buffer.from(JSON.stringify({ v: 1, iss: ISSUER, p: c.name }))
-    : Buffer.from(JSON.stringify({ v: 1, iss: c.issuer === 'card' ? ISSUER : 'ses_someone_else', p: c.name, exp: 4_102_444_800_000, n: sha256Hex(String(c.seed)).slice(0, 32) }));
+  const payload =
+    c.issuer === 'no-payload'
+      ? Buffer.from(JSON.stringify({ v: 1, iss: ISSUER, p: c.name }))
+      : Buffer.from(
+          JSON.stringify({
+            v: 1,
+            iss: c.issuer === 'card' ? ISSUER : 'ses_someone_else',
+            p: c.name,
+            exp: 4_102_444_800_000,
+            n: sha256Hex(String(c.seed)).slice(0, 32),
+          }),
+        );
   return `mh1.${payload.toString('base64url')}.${bytesFrom(c.seed, 32).toString('base64url')}`;
 }
 
@@ -153,7 +162,13 @@ async function runCase(c: Case): Promise<void> {
   const peer = await hostileServer((r) => {
     if (r.target === '/.well-known/agent-card.json') {
       const body = cardBody(c.card, peer.port);
-      return { status: c.card === 'status-404' ? 404 : 200, headers: [['content-type', 'application/json']], body, framing: { kind: 'exact' }, ending: 'close' };
+      return {
+        status: c.card === 'status-404' ? 404 : 200,
+        headers: [['content-type', 'application/json']],
+        body,
+        framing: { kind: 'exact' },
+        ending: 'close',
+      };
     }
     return redeemAnswer(c);
   });
@@ -176,7 +191,10 @@ async function runCase(c: Case): Promise<void> {
     const line = lines[0]!;
     expect(line, label).toMatchObject({ peer: peer.address, handle_id: id });
     const after = inbox();
-    expect(after.filter((n) => n.startsWith('.')), `${label}: no temporary file left`).toEqual([]);
+    expect(
+      after.filter((n) => n.startsWith('.')),
+      `${label}: no temporary file left`,
+    ).toEqual([]);
 
     // Where the token may go: only a redeem, only to its issuer.
     const said = cardSaysIssuer(c);
@@ -197,10 +215,22 @@ async function runCase(c: Case): Promise<void> {
       const expected = fetchOutcome(redeemAnswer(c), CAP);
       if (expected.ok) {
         expect(refusal, label).toBeNull();
-        expect(result, label).toEqual({ path: stored, bytes: expected.bytes.length, sha256: sha256Hex(expected.bytes), peer: peer.address, generation: expected.generation });
+        expect(result, label).toEqual({
+          path: stored,
+          bytes: expected.bytes.length,
+          sha256: sha256Hex(expected.bytes),
+          peer: peer.address,
+          generation: expected.generation,
+        });
         expect(after, `${label}: the file landed`).toEqual([...new Set([...before, stored.slice('peer-in/'.length)])].sort());
         expect(readFileSync(join(fetcher.workdir, stored)).equals(expected.bytes), `${label}: the landed bytes`).toBe(true);
-        expect(line, label).toMatchObject({ stored_path: traced(stored), bytes: expected.bytes.length, sha256: sha256Hex(expected.bytes), outcome: 'ok', reason: null });
+        expect(line, label).toMatchObject({
+          stored_path: traced(stored),
+          bytes: expected.bytes.length,
+          sha256: sha256Hex(expected.bytes),
+          outcome: 'ok',
+          reason: null,
+        });
       } else {
         expect(refusal?.code, label).toBe(expected.code);
         expect(after, `${label}: nothing landed`).toEqual(before);
@@ -233,7 +263,10 @@ const caseArb: fc.Arbitrary<Case> = fc
   .record({
     card: fc.oneof(
       { weight: 4, arbitrary: fc.constant<CardLie>('honest') },
-      { weight: 3, arbitrary: fc.constantFrom<CardLie>('other-session', 'foreign-uri', 'no-session', 'session-not-string', 'not-json', 'status-404', 'oversized') },
+      {
+        weight: 3,
+        arbitrary: fc.constantFrom<CardLie>('other-session', 'foreign-uri', 'no-session', 'session-not-string', 'not-json', 'status-404', 'oversized'),
+      },
     ),
     issuer: fc.oneof({ weight: 4, arbitrary: fc.constant<TokenIssuer>('card') }, { weight: 1, arbitrary: fc.constantFrom<TokenIssuer>('other', 'no-payload') }),
     name: fc.constantFrom(...NAMES),
@@ -241,16 +274,32 @@ const caseArb: fc.Arbitrary<Case> = fc
     refusal: refusalBody,
     size: fc.constantFrom(...SIZES),
     seed: fc.integer(),
-    etag: fc.oneof({ weight: 3, arbitrary: fc.constant<EtagLie>('delivered') }, { weight: 3, arbitrary: fc.constantFrom<EtagLie>('sent', 'other', 'absent', 'unquoted', 'weak', 'upper', 'twice') }),
+    etag: fc.oneof(
+      { weight: 3, arbitrary: fc.constant<EtagLie>('delivered') },
+      { weight: 3, arbitrary: fc.constantFrom<EtagLie>('sent', 'other', 'absent', 'unquoted', 'weak', 'upper', 'twice') },
+    ),
     generation: fc.constantFrom<string | null>(null, '0', '7', '999999999999999', '1000000000000000', '-1', '1e3', '0x10', ' 7', 'seven', ''),
   })
   .chain((c) => framingAndEnding(c.size, CAP, 20_000).map((fe) => ({ ...c, ...fe })));
 
 /** Fixed cases in every run: each card lie, each token lie, and each redeem lie at least once. */
 function examples(): Array<[Case]> {
-  const base: Case = { card: 'honest', issuer: 'card', name: 'report.md', status: 200, refusal: { kind: 'code', code: 'not_found' }, size: 100, seed: 1, etag: 'delivered', framing: { kind: 'exact' }, ending: 'close', generation: '4' };
+  const base: Case = {
+    card: 'honest',
+    issuer: 'card',
+    name: 'report.md',
+    status: 200,
+    refusal: { kind: 'code', code: 'not_found' },
+    size: 100,
+    seed: 1,
+    etag: 'delivered',
+    framing: { kind: 'exact' },
+    ending: 'close',
+    generation: '4',
+  };
   const out: Case[] = [base];
-  for (const card of ['other-session', 'foreign-uri', 'no-session', 'session-not-string', 'not-json', 'status-404', 'oversized'] as const) out.push({ ...base, card });
+  for (const card of ['other-session', 'foreign-uri', 'no-session', 'session-not-string', 'not-json', 'status-404', 'oversized'] as const)
+    out.push({ ...base, card });
   for (const issuer of ['other', 'no-payload'] as const) out.push({ ...base, issuer });
   for (const etag of ['sent', 'other', 'absent', 'weak', 'twice'] as const) out.push({ ...base, etag, framing: { kind: 'short', by: 10 } });
   out.push({ ...base, size: 65_536, framing: { kind: 'short', by: 7 } });

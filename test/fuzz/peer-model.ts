@@ -8,8 +8,18 @@ import { sha256Hex } from './hostile.js';
 
 /** SPEC 6: the codes a peer plane answers with; a peer's refusal is reported by its code only if it is one. */
 export const PEER_PLANE_CODES = [
-  'no_peer_plane', 'malformed_handle', 'missing_audience', 'handle_not_valid', 'handle_expired', 'not_found',
-  'outside_root', 'not_a_regular_file', 'too_large', 'method_not_allowed', 'symlink_refused', 'io_error',
+  'no_peer_plane',
+  'malformed_handle',
+  'missing_audience',
+  'handle_not_valid',
+  'handle_expired',
+  'not_found',
+  'outside_root',
+  'not_a_regular_file',
+  'too_large',
+  'method_not_allowed',
+  'symlink_refused',
+  'io_error',
 ] as const;
 
 /** Both clients read at most this much of a refusal body (src/response-body.ts's cap, docs/security.md). */
@@ -59,7 +69,10 @@ export function headerOf(a: Scripted, name: string): string | undefined {
 export function storedName(token: string, p: string | null): string {
   const id = sha256Hex(token).slice(0, 16);
   const last = p === null ? '' : p.slice(p.lastIndexOf('/') + 1);
-  let name = [...last].slice(0, 120).map((c) => (/^[A-Za-z0-9._-]$/.test(c) ? c : '_')).join('');
+  let name = [...last]
+    .slice(0, 120)
+    .map((c) => (/^[A-Za-z0-9._-]$/.test(c) ? c : '_'))
+    .join('');
   if (name === '' || name === '.' || name === '..') name = 'file';
   return `peer-in/${id}-${name}`;
 }
@@ -69,9 +82,7 @@ export function traced(text: string): string {
   return text.replace(/mh1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+/g, (token) => `<handle:${sha256Hex(token).slice(0, 16)}>`);
 }
 
-export type FetchOutcome =
-  | { ok: true; bytes: Buffer; generation: number | null }
-  | { ok: false; code: string };
+export type FetchOutcome = { ok: true; bytes: Buffer; generation: number | null } | { ok: false; code: string };
 
 /** The peer's refusal code as the fetcher must report it: the peer plane's code from its JSON, else http_<status>. */
 export function refusalCode(a: Scripted): string {
@@ -156,7 +167,15 @@ export function listingIsWellFormed(value: unknown): boolean {
   if (!isObject(value)) return false;
   if (!['root', 'mode', 'containment_achieved'].every((k) => typeof value[k] === 'string')) return false;
   if (!count(value.max_bytes) || !count(value.generation) || !Array.isArray(value.entries)) return false;
-  return value.entries.every((e) => isObject(e) && typeof e.path === 'string' && typeof e.sha256 === 'string' && count(e.size_bytes) && typeof e.mtime_ms === 'number' && Number.isInteger(e.mtime_ms));
+  return value.entries.every(
+    (e) =>
+      isObject(e) &&
+      typeof e.path === 'string' &&
+      typeof e.sha256 === 'string' &&
+      count(e.size_bytes) &&
+      typeof e.mtime_ms === 'number' &&
+      Number.isInteger(e.mtime_ms),
+  );
 }
 
 /**
@@ -169,13 +188,18 @@ export function hasInvalidHeaderValue(a: Scripted): boolean {
 
 /** What `get` must do with an answer, saving at most `maxBytes`. Header values are latin1, as sent. */
 export function getExpectation(a: Scripted, maxBytes: number): ClientExpectation {
-  if (hasInvalidHeaderValue(a)) return { status: EXIT.unreachable, error: /^cannot reach http:\/\/127\.0\.0\.1:\d+: Response does not match the HTTP\/1\.1 protocol/ };
+  if (hasInvalidHeaderValue(a))
+    return { status: EXIT.unreachable, error: /^cannot reach http:\/\/127\.0\.0\.1:\d+: Response does not match the HTTP\/1\.1 protocol/ };
   if (a.status !== 200) return { status: EXIT.refused, error: refusalLine(a) };
   const etag = headerOf(a, 'etag');
   const digest = etagDigest(etag);
   if (digest === null) return { status: EXIT.unverified, error: /^etag mismatch: the server said .*, which names no sha256 digest; nothing was saved$/ };
   const declared = declaredLength(a);
-  if (declared !== null && declared > maxBytes) return { status: EXIT.tooLarge, error: `the file is ${declared} bytes, more than the ${maxBytes} get saves; pass --max-bytes to raise it; nothing was saved` };
+  if (declared !== null && declared > maxBytes)
+    return {
+      status: EXIT.tooLarge,
+      error: `the file is ${declared} bytes, more than the ${maxBytes} get saves; pass --max-bytes to raise it; nothing was saved`,
+    };
   const tooLarge = `the file is larger than the ${maxBytes} bytes get saves; pass --max-bytes to raise it; nothing was saved`;
   const body = delivered(a);
   if (body === null) {
@@ -183,7 +207,11 @@ export function getExpectation(a: Scripted, maxBytes: number): ClientExpectation
     return { status: EXIT.unreachable, error: /^the download from http:\/\/127\.0\.0\.1:\d+ broke off: .*; nothing was saved$/ };
   }
   if (body.length > maxBytes) return { status: EXIT.tooLarge, error: tooLarge };
-  if (sha256Hex(body) !== digest) return { status: EXIT.unverified, error: `etag mismatch: the server said ${printableModel(etag!)} but the bytes hash to sha256:${sha256Hex(body)}; nothing was saved` };
+  if (sha256Hex(body) !== digest)
+    return {
+      status: EXIT.unverified,
+      error: `etag mismatch: the server said ${printableModel(etag!)} but the bytes hash to sha256:${sha256Hex(body)}; nothing was saved`,
+    };
   return { status: EXIT.ok, error: null, saved: body };
 }
 

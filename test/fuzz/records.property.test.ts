@@ -61,7 +61,10 @@ const entryArb: fc.Arbitrary<Entry> = fc.oneof(
       capsule: fc.option(fc.constantFrom('cap', 'other \u001b[2J', 'é'), { nil: null }),
     }),
   },
-  { weight: 1, arbitrary: fc.record({ e: fc.constantFrom('dir-link' as const, 'trace-link' as const), digest: fc.nat(DIGESTS.length - 1), id: fc.nat(IDS.length - 1) }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({ e: fc.constantFrom('dir-link' as const, 'trace-link' as const), digest: fc.nat(DIGESTS.length - 1), id: fc.nat(IDS.length - 1) }),
+  },
   { weight: 1, arbitrary: fc.record({ e: fc.constantFrom('stray-file' as const, 'dot-dir' as const), digest: fc.nat(DIGESTS.length - 1) }) },
   { weight: 1, arbitrary: fc.record({ e: fc.constant('not-digest' as const), which: fc.nat(NOT_DIGESTS.length - 1), id: fc.nat(IDS.length - 1) }) },
 );
@@ -75,7 +78,11 @@ const caseArb: fc.Arbitrary<Case> = fc.record({
 const line = (o: Record<string, unknown>) => `${JSON.stringify(o)}\n`;
 
 /** The bytes of a trace of this kind (session_end's end, if any, `endH` hours before `now`, after the start). */
-function traceText(s: Extract<Entry, { e: 'session' }>, id: string, now: number): { text: string; start: number | null; end: number | null; reason: string | null; capsule: string | null } {
+function traceText(
+  s: Extract<Entry, { e: 'session' }>,
+  id: string,
+  now: number,
+): { text: string; start: number | null; end: number | null; reason: string | null; capsule: string | null } {
   const startMs = now - Math.max(s.startH, s.endH) * HOUR;
   const endMs = now - Math.min(s.startH, s.endH) * HOUR;
   const start = line({ event_type: 'session_start', timestamp: startMs, session_id: id, ...(s.capsule !== null ? { capsule: s.capsule } : {}) });
@@ -135,7 +142,9 @@ async function runCase(c: Case): Promise<void> {
   const elsewhere = join(base, 'elsewhere');
   mkdirSync(join(elsewhere, 'session'), { recursive: true });
   const now = Date.now();
-  const oldTrace = line({ event_type: 'session_start', timestamp: now - 100 * HOUR, session_id: 'far' }) + line({ event_type: 'session_end', timestamp: now - 99 * HOUR, session_id: 'far', reason: 'stopped' });
+  const oldTrace =
+    line({ event_type: 'session_start', timestamp: now - 100 * HOUR, session_id: 'far' }) +
+    line({ event_type: 'session_end', timestamp: now - 99 * HOUR, session_id: 'far', reason: 'stopped' });
   writeFileSync(join(elsewhere, 'session', 'trace.jsonl'), oldTrace);
   writeFileSync(join(elsewhere, 'trace.jsonl'), oldTrace);
 
@@ -181,7 +190,17 @@ async function runCase(c: Case): Promise<void> {
     const live = e.held || e.trace === 'reused';
     // Opened through the records path the tool is given (through the symlink, when there is one).
     if (live) held.push(openSync(join(root, DIGESTS[e.digest]!, id, 'trace.jsonl'), e.trace === 'reused' ? 'a' : 'r'));
-    expected.push({ session_id: id, capsule: t.capsule, workdir_digest: DIGESTS[e.digest]!, start_ms: t.start, end_ms: t.end, end_reason: t.reason, bytes: Buffer.byteLength(t.text), live, dir: join(root, DIGESTS[e.digest]!, id) });
+    expected.push({
+      session_id: id,
+      capsule: t.capsule,
+      workdir_digest: DIGESTS[e.digest]!,
+      start_ms: t.start,
+      end_ms: t.end,
+      end_reason: t.reason,
+      bytes: Buffer.byteLength(t.text),
+      live,
+      dir: join(root, DIGESTS[e.digest]!, id),
+    });
   }
   // The live process: a child holding every held trace; this process lets its own copies go.
   let holder: ReturnType<typeof spawn> | null = null;
@@ -204,10 +223,18 @@ async function runCase(c: Case): Promise<void> {
   const byDir = (a: { dir: string }, b: { dir: string }) => a.dir.localeCompare(b.dir);
   const listed = await runCliAsync(['records', '--json'], env);
   expect(listed.status, `${label}: ${listed.stderr}`).toBe(0);
-  const rows = listed.stdout.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as Expected);
+  const rows = listed.stdout
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => JSON.parse(l) as Expected);
   expect(rows.sort(byDir), `${label}: records --json`).toEqual([...expected].sort(byDir));
   // In process, the same (listSessions is what the command prints).
-  expect(listSessions(root).map((s) => s.live).filter(Boolean).length, `${label}: live in process`).toBe(expected.filter((s) => s.live).length);
+  expect(
+    listSessions(root)
+      .map((s) => s.live)
+      .filter(Boolean).length,
+    `${label}: live in process`,
+  ).toBe(expected.filter((s) => s.live).length);
 
   const limit = c.threshold === '1h' ? HOUR : 24 * HOUR;
   const removable = expected.filter((s) => !s.live && s.end_ms !== null && now - s.end_ms > limit);
@@ -222,8 +249,13 @@ async function runCase(c: Case): Promise<void> {
 
   const pruned = await runCliAsync(['records', '--prune', c.threshold, '--json'], env);
   expect(pruned.status, `${label}: ${pruned.stderr}`).toBe(0);
-  const removed = pruned.stdout.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as { removed: string; dir: string });
-  expect(removed.map((r) => r.dir).sort(), `${label}: prune removes exactly the ended, unheld sessions older than ${c.threshold}`).toEqual(removable.map((s) => s.dir).sort());
+  const removed = pruned.stdout
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => JSON.parse(l) as { removed: string; dir: string });
+  expect(removed.map((r) => r.dir).sort(), `${label}: prune removes exactly the ended, unheld sessions older than ${c.threshold}`).toEqual(
+    removable.map((s) => s.dir).sort(),
+  );
   for (const s of expected) {
     const gone = removable.includes(s);
     expect(existsSync(join(s.dir, 'trace.jsonl')), `${label}: ${s.dir} ${gone ? 'removed' : 'kept'}${s.live ? ' (held by a live process)' : ''}`).toBe(!gone);
@@ -264,19 +296,35 @@ describe('the records tool', () => {
     // Fixed: a reused session id (ended, held again) through a symlinked records directory beside
     // an ended old one in the same workdir; every kind of entry the tool must leave alone.
     examples: (): Array<[Case]> => [
-      [{ viaLink: true, threshold: '1h', entries: [
-        { e: 'session', digest: 0, id: 0, trace: 'reused', startH: 48, endH: 3, held: false, capsule: 'cap' },
-        { e: 'session', digest: 0, id: 1, trace: 'ended', startH: 48, endH: 3, held: false, capsule: 'cap' },
-        { e: 'session', digest: 1, id: 0, trace: 'ended', startH: 48, endH: 3, held: true, capsule: null },
-        { e: 'session', digest: 1, id: 2, trace: 'unended', startH: 48, endH: 48, held: false, capsule: null },
-      ] }],
-      [{ viaLink: false, threshold: '1d', entries: [
-        { e: 'dir-link', digest: 0, id: 0 }, { e: 'trace-link', digest: 0, id: 1 }, { e: 'stray-file', digest: 0 }, { e: 'dot-dir', digest: 0 },
-        { e: 'not-digest', which: 0, id: 0 }, { e: 'not-digest', which: 1, id: 1 },
-        { e: 'session', digest: 2, id: 3, trace: 'torn', startH: 48, endH: 48, held: false, capsule: 'é' },
-        { e: 'session', digest: 2, id: 2, trace: 'empty', startH: 48, endH: 48, held: true, capsule: null },
-        { e: 'session', digest: 2, id: 1, trace: 'ended', startH: 48, endH: 48, held: false, capsule: 'cap' },
-      ] }],
+      [
+        {
+          viaLink: true,
+          threshold: '1h',
+          entries: [
+            { e: 'session', digest: 0, id: 0, trace: 'reused', startH: 48, endH: 3, held: false, capsule: 'cap' },
+            { e: 'session', digest: 0, id: 1, trace: 'ended', startH: 48, endH: 3, held: false, capsule: 'cap' },
+            { e: 'session', digest: 1, id: 0, trace: 'ended', startH: 48, endH: 3, held: true, capsule: null },
+            { e: 'session', digest: 1, id: 2, trace: 'unended', startH: 48, endH: 48, held: false, capsule: null },
+          ],
+        },
+      ],
+      [
+        {
+          viaLink: false,
+          threshold: '1d',
+          entries: [
+            { e: 'dir-link', digest: 0, id: 0 },
+            { e: 'trace-link', digest: 0, id: 1 },
+            { e: 'stray-file', digest: 0 },
+            { e: 'dot-dir', digest: 0 },
+            { e: 'not-digest', which: 0, id: 0 },
+            { e: 'not-digest', which: 1, id: 1 },
+            { e: 'session', digest: 2, id: 3, trace: 'torn', startH: 48, endH: 48, held: false, capsule: 'é' },
+            { e: 'session', digest: 2, id: 2, trace: 'empty', startH: 48, endH: 48, held: true, capsule: null },
+            { e: 'session', digest: 2, id: 1, trace: 'ended', startH: 48, endH: 48, held: false, capsule: 'cap' },
+          ],
+        },
+      ],
     ],
     // Invariant: records lists exactly the sessions with live iff held; prune removes exactly the unheld sessions whose session_end is older than the threshold, never a held or unended one, and nothing else.
     property: () => fc.asyncProperty(caseArb, guard(runCase)),

@@ -50,9 +50,7 @@ afterAll(async () => {
 
 // ── Tokens ───────────────────────────────────────────────────────────────────────────────────────
 
-type TokenRecipe =
-  | { t: 'minted'; path: string; forPeer: boolean; audience: string }
-  | { t: 'shaped'; payload: string; mac: string };
+type TokenRecipe = { t: 'minted'; path: string; forPeer: boolean; audience: string } | { t: 'shaped'; payload: string; mac: string };
 
 const segArb = (min: number, max: number) => fc.string({ unit: fc.constantFrom(...B64), minLength: min, maxLength: max });
 
@@ -73,14 +71,29 @@ const tokenArb: fc.Arbitrary<TokenRecipe> = fc.oneof(
 function materialiseToken(r: TokenRecipe): string {
   if (r.t === 'shaped') return `mh1.${r.payload}.${r.mac}`;
   const s = sharer.launched.session;
-  return mintToken(s.key!, { v: 1, iss: s.sessionId, p: r.path, exp: Date.now() + 600_000, n: '00112233445566778899aabbccddeeff' }, r.forPeer ? peer.audience : r.audience);
+  return mintToken(
+    s.key!,
+    { v: 1, iss: s.sessionId, p: r.path, exp: Date.now() + 600_000, n: '00112233445566778899aabbccddeeff' },
+    r.forPeer ? peer.audience : r.audience,
+  );
 }
 
 // ── Where tokens go ──────────────────────────────────────────────────────────────────────────────
 
 const SITES = [
-  'file-path', 'file-query', 'redeem-path', 'redeem-audience', 'redeem-query', 'share-path', 'share-peer', 'share-ttl',
-  'fetch-handle', 'fetch-peer', 'tool-name', 'share-then-fetch', 'named-file',
+  'file-path',
+  'file-query',
+  'redeem-path',
+  'redeem-audience',
+  'redeem-query',
+  'share-path',
+  'share-peer',
+  'share-ttl',
+  'fetch-handle',
+  'fetch-peer',
+  'tool-name',
+  'share-then-fetch',
+  'named-file',
 ] as const;
 type SiteName = (typeof SITES)[number];
 
@@ -99,13 +112,14 @@ const aroundArb = fc.oneof(
   fc.integer({ min: 440, max: 511 }).map((n) => 'p'.repeat(n)),
 );
 
-const siteArb = (where: readonly SiteName[], encode: boolean): fc.Arbitrary<Site> => fc.record({
-  where: fc.constantFrom(...where),
-  token: fc.nat(),
-  before: aroundArb,
-  after: fc.constantFrom('', '', '.', ' ', '/x', '?', ',', 'é'),
-  encode: fc.constant(encode),
-});
+const siteArb = (where: readonly SiteName[], encode: boolean): fc.Arbitrary<Site> =>
+  fc.record({
+    where: fc.constantFrom(...where),
+    token: fc.nat(),
+    before: aroundArb,
+    after: fc.constantFrom('', '', '.', ' ', '/x', '?', ',', 'é'),
+    encode: fc.constant(encode),
+  });
 
 const URL_SITES: readonly SiteName[] = ['file-path', 'file-query', 'redeem-path', 'redeem-query'];
 
@@ -138,7 +152,14 @@ interface Outputs {
   texts: Array<{ where: string; text: string }>;
 }
 
-async function tool(session: Served, name: string, args: Record<string, unknown>, out: Outputs, what: string, exempt: string[] = []): Promise<Record<string, unknown> | null> {
+async function tool(
+  session: Served,
+  name: string,
+  args: Record<string, unknown>,
+  out: Outputs,
+  what: string,
+  exempt: string[] = [],
+): Promise<Record<string, unknown> | null> {
   try {
     const result = await callTool(session.launched.session, name, args);
     // share-file's handle is its product; everything else it returns is scanned.
@@ -161,17 +182,34 @@ async function visit(site: Site, token: string, out: Outputs, scanned: string[])
   const text = `${site.before}${token}${site.after}`;
   const what = `${site.where} with ${JSON.stringify(text.slice(0, 200))}`;
   switch (site.where) {
-    case 'file-path': return http(`/resources/files/${urlPart(text, site.encode)}`, [], out, what);
-    case 'file-query': return http(`/resources/files/report.md?h=${urlPart(text, site.encode)}`, [], out, what);
-    case 'redeem-path': return http(`/resources/peer/${urlPart(text, site.encode)}`, [['x-murmur-audience', peer.audience]], out, what);
-    case 'redeem-query': return http(`/resources/peer/${urlPart(token)}?next=${urlPart(text, site.encode)}`, [['x-murmur-audience', peer.audience]], out, what);
-    case 'redeem-audience': return http(`/resources/peer/${urlPart(token)}`, [['x-murmur-audience', text.replace(/[^\x20-\x7e]/g, '_')]], out, what);
-    case 'share-path': await tool(sharer, 'share-file', { path: text, peer: peer.address }, out, what); return;
-    case 'share-peer': await tool(sharer, 'share-file', { path: 'report.md', peer: text }, out, what); return;
-    case 'share-ttl': await tool(sharer, 'share-file', { path: 'report.md', peer: peer.address, ttl: text }, out, what); return;
-    case 'fetch-handle': await tool(peer, 'fetch-peer-file', { peer: sharer.address, handle: text }, out, what); return;
-    case 'fetch-peer': await tool(peer, 'fetch-peer-file', { peer: text, handle: token }, out, what); return;
-    case 'tool-name': await tool(sharer, text, { path: token }, out, what); return;
+    case 'file-path':
+      return http(`/resources/files/${urlPart(text, site.encode)}`, [], out, what);
+    case 'file-query':
+      return http(`/resources/files/report.md?h=${urlPart(text, site.encode)}`, [], out, what);
+    case 'redeem-path':
+      return http(`/resources/peer/${urlPart(text, site.encode)}`, [['x-murmur-audience', peer.audience]], out, what);
+    case 'redeem-query':
+      return http(`/resources/peer/${urlPart(token)}?next=${urlPart(text, site.encode)}`, [['x-murmur-audience', peer.audience]], out, what);
+    case 'redeem-audience':
+      return http(`/resources/peer/${urlPart(token)}`, [['x-murmur-audience', text.replace(/[^\x20-\x7e]/g, '_')]], out, what);
+    case 'share-path':
+      await tool(sharer, 'share-file', { path: text, peer: peer.address }, out, what);
+      return;
+    case 'share-peer':
+      await tool(sharer, 'share-file', { path: 'report.md', peer: text }, out, what);
+      return;
+    case 'share-ttl':
+      await tool(sharer, 'share-file', { path: 'report.md', peer: peer.address, ttl: text }, out, what);
+      return;
+    case 'fetch-handle':
+      await tool(peer, 'fetch-peer-file', { peer: sharer.address, handle: text }, out, what);
+      return;
+    case 'fetch-peer':
+      await tool(peer, 'fetch-peer-file', { peer: text, handle: token }, out, what);
+      return;
+    case 'tool-name':
+      await tool(sharer, text, { path: token }, out, what);
+      return;
     case 'share-then-fetch': {
       // A real handoff: the handle share-file returns, fetched by the peer with the token around it.
       const minted = await tool(sharer, 'share-file', { path: 'report.md', peer: peer.address }, out, what);
@@ -218,10 +256,16 @@ async function runCase(recipes: TokenRecipe[], sites: Site[]): Promise<void> {
   for (const { where, text } of out.texts) assertClean(text, tokens, where);
   // The scan is not blind: the trace and the log did record these requests.
   if (sites.some((site) => site.where !== 'tool-name')) {
-    expect(out.texts.some((t) => t.where.endsWith('trace') && t.text.length > 0), 'nothing was traced').toBe(true);
+    expect(
+      out.texts.some((t) => t.where.endsWith('trace') && t.text.length > 0),
+      'nothing was traced',
+    ).toBe(true);
   }
   if (sites.some((site) => URL_SITES.includes(site.where))) {
-    expect(out.texts.some((t) => t.where.endsWith('log') && t.text.length > 0), 'nothing was logged').toBe(true);
+    expect(
+      out.texts.some((t) => t.where.endsWith('log') && t.text.length > 0),
+      'nothing was logged',
+    ).toBe(true);
   }
 }
 
@@ -232,10 +276,15 @@ describe('no token, nor any 16-character slice of one, leaves through a record o
     runs: 30,
     timeoutMs: 120_000,
     // Every site once, with a real handle for the peer and a random shaped token, in every run.
-    examples: () => [[
-      [{ t: 'minted', path: 'report.md', forPeer: true, audience: 'x' }, { t: 'shaped', payload: `${B64}${B64}`, mac: [...B64].reverse().join('').slice(0, 43) }],
-      SITES.map((where, i) => ({ where, token: i, before: i % 3 === 2 ? 'p'.repeat(500) : '', after: i % 2 ? '.' : '', encode: false })),
-    ]],
+    examples: () => [
+      [
+        [
+          { t: 'minted', path: 'report.md', forPeer: true, audience: 'x' },
+          { t: 'shaped', payload: `${B64}${B64}`, mac: [...B64].reverse().join('').slice(0, 43) },
+        ],
+        SITES.map((where, i) => ({ where, token: i, before: i % 3 === 2 ? 'p'.repeat(500) : '', after: i % 2 ? '.' : '', encode: false })),
+      ],
+    ],
     // Invariant: no token nor any 16-character slice of one appears in a trace, a log line, an HTTP answer or a tool result.
     property: () =>
       fc.asyncProperty(fc.array(tokenArb, { minLength: 1, maxLength: 3 }), fc.array(siteArb(SITES, false), { minLength: 1, maxLength: 6 }), guard(runCase)),

@@ -20,18 +20,23 @@ import { MAX_TRACKED_CLIENTS, NAMED_SUMMARIES } from '../../src/limits.js';
 import { RefusalLimiter, type SummaryFields } from '../../src/trace/refusal-limit.js';
 import { fuzzIt, guardSync } from './runner.js';
 
-type Step =
-  | { kind: 'refuse'; client: number; count: number }
-  | { kind: 'rotate'; fresh: number }
-  | { kind: 'advance'; ms: number }
-  | { kind: 'flush' };
+type Step = { kind: 'refuse'; client: number; count: number } | { kind: 'rotate'; fresh: number } | { kind: 'advance'; ms: number } | { kind: 'flush' };
 
 const CLIENTS = 24; // more than NAMED_SUMMARIES, so a flush has clients to fold
 
 const stepArb: fc.Arbitrary<Step> = fc.oneof(
   { weight: 6, arbitrary: fc.record({ kind: fc.constant('refuse' as const), client: fc.nat(CLIENTS - 1), count: fc.integer({ min: 1, max: 12 }) }) },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant('rotate' as const), fresh: fc.oneof({ weight: 12, arbitrary: fc.integer({ min: 1, max: 40 }) }, { weight: 1, arbitrary: fc.constant(MAX_TRACKED_CLIENTS + 5) }) }) },
-  { weight: 3, arbitrary: fc.record({ kind: fc.constant('advance' as const), ms: fc.oneof(fc.integer({ min: 0, max: 3000 }), fc.integer({ min: -2000, max: -1 })) }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      kind: fc.constant('rotate' as const),
+      fresh: fc.oneof({ weight: 12, arbitrary: fc.integer({ min: 1, max: 40 }) }, { weight: 1, arbitrary: fc.constant(MAX_TRACKED_CLIENTS + 5) }),
+    }),
+  },
+  {
+    weight: 3,
+    arbitrary: fc.record({ kind: fc.constant('advance' as const), ms: fc.oneof(fc.integer({ min: 0, max: 3000 }), fc.integer({ min: -2000, max: -1 })) }),
+  },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('flush' as const) }) },
 );
 
@@ -82,13 +87,58 @@ describe('refusal limit (round three)', () => {
     timeoutMs: 60_000,
     examples: () => [
       // Forgetting: a client suppressed, then MAX_TRACKED_CLIENTS fresh addresses push it out.
-      [{ burst: 1, perSecond: 0, serverBurst: 20, serverPerSecond: 0, steps: [{ kind: 'refuse', client: 0, count: 3 }, { kind: 'rotate', fresh: MAX_TRACKED_CLIENTS + 5 }, { kind: 'flush' }] }],
+      [
+        {
+          burst: 1,
+          perSecond: 0,
+          serverBurst: 20,
+          serverPerSecond: 0,
+          steps: [{ kind: 'refuse', client: 0, count: 3 }, { kind: 'rotate', fresh: MAX_TRACKED_CLIENTS + 5 }, { kind: 'flush' }],
+        },
+      ],
       // The server-wide bucket stops a client whose own bucket is full, without spending it.
-      [{ burst: 5, perSecond: 0, serverBurst: 2, serverPerSecond: 1, steps: [{ kind: 'refuse', client: 1, count: 2 }, { kind: 'refuse', client: 2, count: 3 }, { kind: 'advance', ms: 1000 }, { kind: 'refuse', client: 2, count: 1 }, { kind: 'flush' }] }],
+      [
+        {
+          burst: 5,
+          perSecond: 0,
+          serverBurst: 2,
+          serverPerSecond: 1,
+          steps: [
+            { kind: 'refuse', client: 1, count: 2 },
+            { kind: 'refuse', client: 2, count: 3 },
+            { kind: 'advance', ms: 1000 },
+            { kind: 'refuse', client: 2, count: 1 },
+            { kind: 'flush' },
+          ],
+        },
+      ],
       // A clock stepped back earns nothing and takes nothing.
-      [{ burst: 2, perSecond: 4, serverBurst: 20, serverPerSecond: 20, steps: [{ kind: 'refuse', client: 3, count: 2 }, { kind: 'advance', ms: -1500 }, { kind: 'refuse', client: 3, count: 1 }, { kind: 'advance', ms: 2000 }, { kind: 'refuse', client: 3, count: 3 }, { kind: 'flush' }] }],
+      [
+        {
+          burst: 2,
+          perSecond: 4,
+          serverBurst: 20,
+          serverPerSecond: 20,
+          steps: [
+            { kind: 'refuse', client: 3, count: 2 },
+            { kind: 'advance', ms: -1500 },
+            { kind: 'refuse', client: 3, count: 1 },
+            { kind: 'advance', ms: 2000 },
+            { kind: 'refuse', client: 3, count: 3 },
+            { kind: 'flush' },
+          ],
+        },
+      ],
       // More suppressed clients than NAMED_SUMMARIES in one flush.
-      [{ burst: 1, perSecond: 0, serverBurst: 1, serverPerSecond: 0, steps: Array.from({ length: CLIENTS }, (_, c) => ({ kind: 'refuse' as const, client: c, count: 1 + (c % 5) })).concat([{ kind: 'flush' } as never]) }],
+      [
+        {
+          burst: 1,
+          perSecond: 0,
+          serverBurst: 1,
+          serverPerSecond: 0,
+          steps: Array.from({ length: CLIENTS }, (_, c) => ({ kind: 'refuse' as const, client: c, count: 1 + (c % 5) })).concat([{ kind: 'flush' } as never]),
+        },
+      ],
     ],
     property: () =>
       fc.property(
@@ -98,7 +148,13 @@ describe('refusal limit (round three)', () => {
           let seen = now; // the latest time the limiter has read from its clock
           const lines: SummaryFields[][] = [];
           let pending: SummaryFields[] = [];
-          const limiter = new RefusalLimiter(async (f) => void pending.push(f), burst, perSecond, () => now, { burst: serverBurst, perSecond: serverPerSecond });
+          const limiter = new RefusalLimiter(
+            async (f) => void pending.push(f),
+            burst,
+            perSecond,
+            () => now,
+            { burst: serverBurst, perSecond: serverPerSecond },
+          );
           // The model: buckets in recency order, the server bucket, the folded others.
           const buckets = new Map<string, ModelBucket>();
           const server = { tokens: serverBurst, at: now };

@@ -171,7 +171,11 @@ describe('a request with two Host lines is refused, not served under the first (
     const { rawExchange, readTrace } = await import('../helpers/http.js');
     const l: Launched = await launch({ workdir, traceDir, yaml: filesManifest('out/') });
     try {
-      for (const [version, hosts] of [['1.1', 'Host: a\r\nHost: b'], ['1.1', 'host: a\r\nHOST: a'], ['1.0', 'Host: a\r\nHost: b']] as const) {
+      for (const [version, hosts] of [
+        ['1.1', 'Host: a\r\nHost: b'],
+        ['1.1', 'host: a\r\nHOST: a'],
+        ['1.0', 'Host: a\r\nHost: b'],
+      ] as const) {
         const [res] = await rawExchange(l.url, `GET /resources/files/a HTTP/${version}\r\n${hosts}\r\nConnection: close\r\n\r\n`);
         expect(res!.status, `${version} ${hosts}`).toBe(400);
         expect(res!.json()).toEqual({ error: 'bad_request', message: 'the request could not be parsed' });
@@ -211,7 +215,10 @@ describe('a refusal before routing waits its turn, so the 100 Continue before it
       for (const c of cases) {
         const answers = await exchangeAll(port, [read, c.refused, read], true);
         const label = JSON.stringify(c.refused);
-        expect(answers.map((a) => [a.status, a.interim]), label).toEqual([[200, []], [c.status, [100]], ...(c.after ? [[200, []]] : [])]);
+        expect(
+          answers.map((a) => [a.status, a.interim]),
+          label,
+        ).toEqual([[200, []], [c.status, [100]], ...(c.after ? [[200, []]] : [])]);
         expect(answers[1]!.json(), label).toEqual({ error: 'bad_request', message: 'the request could not be parsed' });
         for (const a of answers.filter((x) => x.status === 200)) expect(a.body.toString(), label).toBe('plain a');
       }
@@ -246,7 +253,11 @@ describe("a CONNECT keeps what Node's server let go of: the socket's errors, 'dr
       // second still held the socket, and never arrived; only the first was waited for).
       for (const before of [1, 3]) {
         const get = { method: 'GET', target: '/resources/files/big.bin', headers: [] as Array<[string, string]> };
-        const answers = await exchangeAll(Number(new URL(l.url).port), [...Array.from({ length: before }, () => get), { method: 'CONNECT', target: '/resources/files', headers: [] }], true);
+        const answers = await exchangeAll(
+          Number(new URL(l.url).port),
+          [...Array.from({ length: before }, () => get), { method: 'CONNECT', target: '/resources/files', headers: [] }],
+          true,
+        );
         expect(answers.map((a) => a.status)).toEqual([...Array.from({ length: before }, () => 200), 405]);
         for (const a of answers.slice(0, -1)) expect(a.body.equals(big)).toBe(true);
         expect(answers.at(-1)!.json().error).toBe('method_not_allowed');

@@ -118,12 +118,26 @@ export async function checkProperty<Ts>(spec: FuzzSpec<Ts>): Promise<void> {
   current.shrinkDeadline = Infinity;
   const examples = spec.examples?.() ?? [];
   // Replaying a path runs that case as it is: no further shrinking.
-  const details = await fc.check(spec.property() as fc.IAsyncProperty<Ts>, { seed, path, numRuns: numRuns + examples.length, examples, endOnFailure: path !== undefined });
+  const details = await fc.check(spec.property() as fc.IAsyncProperty<Ts>, {
+    seed,
+    path,
+    numRuns: numRuns + examples.length,
+    examples,
+    endOnFailure: path !== undefined,
+  });
   if (env.FUZZ_LOG) {
-    appendFileSync(env.FUZZ_LOG, `${JSON.stringify({
-      property: spec.name, seed, runs: details.numRuns, shrinks: details.numShrinks, ms: Date.now() - started,
-      failed: details.failed, path: details.counterexamplePath,
-    })}\n`);
+    appendFileSync(
+      env.FUZZ_LOG,
+      `${JSON.stringify({
+        property: spec.name,
+        seed,
+        runs: details.numRuns,
+        shrinks: details.numShrinks,
+        ms: Date.now() - started,
+        failed: details.failed,
+        path: details.counterexamplePath,
+      })}\n`,
+    );
   }
   if (!details.failed) return;
   const replay = replayCommand(spec.name, spec.file, details.seed, details.counterexamplePath);
@@ -139,7 +153,10 @@ export async function checkProperty<Ts>(spec: FuzzSpec<Ts>): Promise<void> {
 /** Declares a vitest test for a property; skipped when FUZZ_PROPERTY names another one. */
 export function fuzzIt<Ts>(spec: FuzzSpec<Ts>): void {
   const only = env.FUZZ_PROPERTY;
-  const skipped = (env.FUZZ_SKIP ?? '').split(',').map((n) => n.trim()).filter(Boolean);
+  const skipped = (env.FUZZ_SKIP ?? '')
+    .split(',')
+    .map((n) => n.trim())
+    .filter(Boolean);
   // Shrinking an HTTP counterexample can take minutes: failing runs get a long timeout.
   const timeout = Math.round((spec.timeoutMs ?? 60_000) * Math.max(1, FUZZ_SCALE)) + (env.FUZZ_RUNS || env.FUZZ_PATH ? 30 * 60_000 : 0);
   it.skipIf((only !== undefined && only !== '' && only !== spec.name) || skipped.includes(spec.name))(spec.name, () => checkProperty(spec), timeout);

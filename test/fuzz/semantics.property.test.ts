@@ -45,7 +45,13 @@ const CONTAINMENT = 'sealed';
 
 /** The served files: one per read path (empty, the synchronous read, a copied body, a streamed one). */
 const FILES = ['empty', 'a.txt', 'b.bin', 'c.bin', 'big.bin'] as const;
-const SIZES: Record<string, number> = { empty: 0, 'a.txt': 10, 'b.bin': LIMITS.syncReadMaxBytes + 1, 'c.bin': LIMITS.copiedReadMaxBytes + 1, 'big.bin': LIMITS.streamThresholdBytes + 4097 };
+const SIZES: Record<string, number> = {
+  empty: 0,
+  'a.txt': 10,
+  'b.bin': LIMITS.syncReadMaxBytes + 1,
+  'c.bin': LIMITS.copiedReadMaxBytes + 1,
+  'big.bin': LIMITS.streamThresholdBytes + 4097,
+};
 const TOO_BIG = 'huge.bin';
 
 /** README, Errors: the operator plane's messages, word for word. */
@@ -56,7 +62,16 @@ const MESSAGE: Record<string, string> = {
   too_large: `file exceeds the declared exports.files.max_bytes of ${MAX_BYTES} bytes`,
   method_not_allowed: 'the resource plane serves GET only; it has no write path',
 };
-const STATUS: Record<string, number> = { ok: 200, not_modified: 304, not_found: 404, outside_root: 403, not_a_regular_file: 403, too_large: 413, method_not_allowed: 405, missing_audience: 400 };
+const STATUS: Record<string, number> = {
+  ok: 200,
+  not_modified: 304,
+  not_found: 404,
+  outside_root: 403,
+  not_a_regular_file: 403,
+  too_large: 413,
+  method_not_allowed: 405,
+  missing_audience: 400,
+};
 /** SPEC 6: the peer plane's messages, word for word. */
 const PEER_MESSAGE: Record<string, string> = {
   too_large: `file exceeds the declared exports.peer_files.max_bytes of ${MAX_BYTES} bytes`,
@@ -99,8 +114,9 @@ beforeAll(async () => {
   mkdirSync(join(workdir, 'out', 'sub'), { recursive: true });
   writeFileSync(join(workdir, 'out', 'sub', 'inner.txt'), 'inner');
   // Both planes over the same root, so one record of the bytes serves reads and redeems.
-  const yaml = `name: semantics\nversion: "1"\nexports:\n  files:\n    root: ${ROOT}\n    mode: read-only\n    max_bytes: ${MAX_BYTES}\n`
-    + `  peer_files:\n    root: ${ROOT}\n    max_ttl: 1d\n    max_bytes: ${MAX_BYTES}\ncapabilities:\n  network:\n    allow: [127.0.0.1]\n`;
+  const yaml =
+    `name: semantics\nversion: "1"\nexports:\n  files:\n    root: ${ROOT}\n    mode: read-only\n    max_bytes: ${MAX_BYTES}\n` +
+    `  peer_files:\n    root: ${ROOT}\n    max_ttl: 1d\n    max_bytes: ${MAX_BYTES}\ncapabilities:\n  network:\n    allow: [127.0.0.1]\n`;
   served = await serveCapsule({ workdir, yaml, traceDir: join(base, 'traces'), containment: CONTAINMENT });
   for (const name of FILES) place(name, content(name, SIZES[name]!, 0));
   writeFileSync(join(workdir, 'out', TOO_BIG), '');
@@ -117,7 +133,10 @@ beforeAll(async () => {
     const minted = await callTool(served.launched.session, 'share-file', { path: name, peer: served.address });
     handles.set(name, { handle: minted.handle, id: minted.handle_id });
   }
-  expect(tail.next().map((l) => [l.event_type, l.outcome]), 'one peer_handle_mint line per handle').toEqual(REDEEMABLE.map(() => ['peer_handle_mint', 'ok']));
+  expect(
+    tail.next().map((l) => [l.event_type, l.outcome]),
+    'one peer_handle_mint line per handle',
+  ).toEqual(REDEEMABLE.map(() => ['peer_handle_mint', 'ok']));
 });
 
 afterAll(async () => {
@@ -174,13 +193,24 @@ const targetArb: fc.Arbitrary<Target> = fc.oneof(
   { weight: 2, arbitrary: fc.record({ t: fc.constant('list' as const), slash: fc.boolean() }) },
   { weight: 8, arbitrary: fc.record({ t: fc.constant('file' as const), name: fc.constantFrom(...FILES) }) },
   { weight: 1, arbitrary: fc.constantFrom<Target>({ t: 'missing' }, { t: 'dir' }, { t: 'outside' }, { t: 'too-big' }) },
-  { weight: 5, arbitrary: fc.record({ t: fc.constant('redeem' as const), name: fc.constantFrom(...REDEEMABLE), aud: fc.oneof({ weight: 5, arbitrary: fc.constant(true) }, { weight: 1, arbitrary: fc.constant(false) }) }) },
+  {
+    weight: 5,
+    arbitrary: fc.record({
+      t: fc.constant('redeem' as const),
+      name: fc.constantFrom(...REDEEMABLE),
+      aud: fc.oneof({ weight: 5, arbitrary: fc.constant(true) }, { weight: 1, arbitrary: fc.constant(false) }),
+    }),
+  },
 );
 const inmArb: fc.Arbitrary<Inm> = fc.oneof(
   fc.constant<Inm>({ k: 'own' }),
   fc.constant<Inm>({ k: 'weak-own' }),
   fc.constant<Inm>({ k: 'star' }),
-  fc.record({ k: fc.constant('list' as const), at: fc.nat({ max: 3 }), others: fc.array(fc.constantFrom('weak-own', 'other-file', 'old', 'garbage') as fc.Arbitrary<'old'>, { minLength: 1, maxLength: 3 }) }),
+  fc.record({
+    k: fc.constant('list' as const),
+    at: fc.nat({ max: 3 }),
+    others: fc.array(fc.constantFrom('weak-own', 'other-file', 'old', 'garbage') as fc.Arbitrary<'old'>, { minLength: 1, maxLength: 3 }),
+  }),
   fc.record({ k: fc.constant('other-file' as const), name: fc.constantFrom(...FILES) }),
   fc.constant<Inm>({ k: 'old' }),
   fc.constant<Inm>({ k: 'unquoted-own' }),
@@ -188,8 +218,14 @@ const inmArb: fc.Arbitrary<Inm> = fc.oneof(
 );
 /** Mostly the plain form; each edge alone or a few at once. */
 const edgeArb: fc.Arbitrary<Edge> = fc.record({
-  version: fc.oneof({ weight: 12, arbitrary: fc.constant('1.1' as const) }, { weight: 1, arbitrary: fc.constantFrom('1.0' as const, '0.9' as const, '1.2' as const) }),
-  host: fc.oneof({ weight: 8, arbitrary: fc.constant('one' as const) }, { weight: 1, arbitrary: fc.constantFrom('none' as const, 'two' as const, 'empty' as const) }),
+  version: fc.oneof(
+    { weight: 12, arbitrary: fc.constant('1.1' as const) },
+    { weight: 1, arbitrary: fc.constantFrom('1.0' as const, '0.9' as const, '1.2' as const) },
+  ),
+  host: fc.oneof(
+    { weight: 8, arbitrary: fc.constant('one' as const) },
+    { weight: 1, arbitrary: fc.constantFrom('none' as const, 'two' as const, 'empty' as const) },
+  ),
   expect: fc.oneof(
     { weight: 4, arbitrary: fc.constant(null) },
     { weight: 2, arbitrary: fc.constantFrom('100-continue', '100-Continue', ' 100-continue ') },
@@ -200,7 +236,10 @@ const edgeArb: fc.Arbitrary<Edge> = fc.record({
   huge: fc.oneof({ weight: 15, arbitrary: fc.constant(false) }, { weight: 1, arbitrary: fc.constant(true) }),
 });
 const reqArb: fc.Arbitrary<Req> = fc.record({
-  method: fc.oneof({ weight: 8, arbitrary: fc.constant('GET') }, { weight: 3, arbitrary: fc.constantFrom('HEAD', 'POST', 'PUT', 'DELETE', 'OPTIONS', 'PATCH', 'PROPFIND', 'CONNECT') }),
+  method: fc.oneof(
+    { weight: 8, arbitrary: fc.constant('GET') },
+    { weight: 3, arbitrary: fc.constantFrom('HEAD', 'POST', 'PUT', 'DELETE', 'OPTIONS', 'PATCH', 'PROPFIND', 'CONNECT') },
+  ),
   target: fc.oneof({ weight: 30, arbitrary: targetArb }, { weight: 1, arbitrary: fc.constant<Target>({ t: 'authority' }) }),
   inm: fc.option(inmArb, { freq: 2, nil: null }),
   range: fc.boolean(),
@@ -218,19 +257,26 @@ const etagOf = (name: string) => etagFor(current.get(name)!);
 function inmValue(inm: Inm, name: string | null): string {
   const own = name && current.has(name) ? etagOf(name) : name === null && listingEtag !== null ? listingEtag : `"sha256:${'0'.repeat(64)}"`;
   const old = () => {
-    const h = name ? history.get(name) ?? [] : [];
+    const h = name ? (history.get(name) ?? []) : [];
     const prior = h.filter((e) => e !== own);
     return prior.length > 0 ? prior[prior.length - 1]! : `"sha256:${'f'.repeat(64)}"`;
   };
   const other = (n: string) => (n === name ? etagOf(FILES[(FILES.indexOf(n as (typeof FILES)[number]) + 1) % FILES.length]!) : etagOf(n));
   switch (inm.k) {
-    case 'own': return own;
-    case 'weak-own': return `W/${own}`;
-    case 'star': return '*';
-    case 'other-file': return other(inm.name);
-    case 'old': return old();
-    case 'unquoted-own': return own.slice(1, -1);
-    case 'garbage': return inm.s;
+    case 'own':
+      return own;
+    case 'weak-own':
+      return `W/${own}`;
+    case 'star':
+      return '*';
+    case 'other-file':
+      return other(inm.name);
+    case 'old':
+      return old();
+    case 'unquoted-own':
+      return own.slice(1, -1);
+    case 'garbage':
+      return inm.s;
     case 'list': {
       const members = inm.others.map((o) => (o === 'weak-own' ? `W/${own}` : o === 'other-file' ? other('a.txt') : o === 'old' ? old() : '"x"'));
       members.splice(inm.at % (members.length + 1), 0, own);
@@ -242,7 +288,10 @@ function inmValue(inm: Inm, name: string | null): string {
 /** Whether the value names the current strong etag (or is `*`): the model's RFC 9110 13.1.2, strong comparison. */
 function matches(value: string, own: string): boolean {
   if (value.trim() === '*') return true;
-  return value.split(',').map((m) => m.trim()).some((m) => m === own);
+  return value
+    .split(',')
+    .map((m) => m.trim())
+    .some((m) => m === own);
 }
 
 interface Expected {
@@ -268,14 +317,22 @@ function listingFiles(): string[] {
 /** The origin-form path a target names (before any edge's authority or suffix). */
 function pathOf(target: Target): string {
   switch (target.t) {
-    case 'list': return target.slash ? '/resources/files/' : '/resources/files';
-    case 'file': return `/resources/files/${target.name}`;
-    case 'missing': return '/resources/files/nothing-here';
-    case 'dir': return '/resources/files/sub';
-    case 'outside': return '/resources/files/..%2fsecret';
-    case 'too-big': return `/resources/files/${TOO_BIG}`;
-    case 'redeem': return `/resources/peer/${handles.get(target.name)!.handle}`;
-    case 'authority': return 'example.com:443';
+    case 'list':
+      return target.slash ? '/resources/files/' : '/resources/files';
+    case 'file':
+      return `/resources/files/${target.name}`;
+    case 'missing':
+      return '/resources/files/nothing-here';
+    case 'dir':
+      return '/resources/files/sub';
+    case 'outside':
+      return '/resources/files/..%2fsecret';
+    case 'too-big':
+      return `/resources/files/${TOO_BIG}`;
+    case 'redeem':
+      return `/resources/peer/${handles.get(target.name)!.handle}`;
+    case 'authority':
+      return 'example.com:443';
   }
 }
 
@@ -346,12 +403,36 @@ function planeAnswer(req: Req, path: string, inm: string | null, name: string | 
   const refusal = (code: string): Omit<Expected, 'closes' | 'interim'> => {
     // SPEC 3: the class header on every response (a refusal's, last: the admission's onSend adds it).
     const names = ['content-type', 'x-murmur-generation', ...(code === 'method_not_allowed' ? ['allow'] : []), 'content-length', 'x-murmur-containment'];
-    const values: Record<string, string> = { 'content-type': 'application/json', 'x-murmur-generation': gen, 'x-murmur-containment': CONTAINMENT, ...(code === 'method_not_allowed' ? { allow: 'GET' } : {}) };
+    const values: Record<string, string> = {
+      'content-type': 'application/json',
+      'x-murmur-generation': gen,
+      'x-murmur-containment': CONTAINMENT,
+      ...(code === 'method_not_allowed' ? { allow: 'GET' } : {}),
+    };
     const body = Buffer.from(JSON.stringify({ error: code, message: MESSAGE[code] }));
     values['content-length'] = String(body.length);
-    const trace = req.target.t === 'list'
-      ? { event_type: 'resource_list', root: ROOT, entry_count: null, total_bytes: null, generation, containment_achieved: CONTAINMENT, outcome: code, reason: MESSAGE[code] }
-      : { event_type: 'resource_read', path: decodeURIComponent(path.slice('/resources/files/'.length)), outcome: code, bytes: null, sha256: null, generation, containment_achieved: CONTAINMENT, reason: MESSAGE[code] };
+    const trace =
+      req.target.t === 'list'
+        ? {
+            event_type: 'resource_list',
+            root: ROOT,
+            entry_count: null,
+            total_bytes: null,
+            generation,
+            containment_achieved: CONTAINMENT,
+            outcome: code,
+            reason: MESSAGE[code],
+          }
+        : {
+            event_type: 'resource_read',
+            path: decodeURIComponent(path.slice('/resources/files/'.length)),
+            outcome: code,
+            bytes: null,
+            sha256: null,
+            generation,
+            containment_achieved: CONTAINMENT,
+            reason: MESSAGE[code],
+          };
     return { status: STATUS[code]!, names, values, body: req.method === 'HEAD' ? null : body, trace };
   };
   // CONNECT included: a method like any other on a plane path (SPEC 10), traced.
@@ -359,8 +440,22 @@ function planeAnswer(req: Req, path: string, inm: string | null, name: string | 
   if (req.target.t === 'list') {
     const files = listingFiles();
     const names = ['content-type', 'etag', 'x-murmur-generation', 'x-murmur-containment', 'x-murmur-export-root'];
-    const values: Record<string, string> = { 'content-type': 'application/json', 'x-murmur-generation': gen, 'x-murmur-containment': CONTAINMENT, 'x-murmur-export-root': ROOT };
-    const listTrace = (outcome: string) => ({ event_type: 'resource_list', root: ROOT, entry_count: files.length, total_bytes: files.reduce((n, f) => n + current.get(f)!.length, 0), generation, containment_achieved: CONTAINMENT, outcome, reason: null });
+    const values: Record<string, string> = {
+      'content-type': 'application/json',
+      'x-murmur-generation': gen,
+      'x-murmur-containment': CONTAINMENT,
+      'x-murmur-export-root': ROOT,
+    };
+    const listTrace = (outcome: string) => ({
+      event_type: 'resource_list',
+      root: ROOT,
+      entry_count: files.length,
+      total_bytes: files.reduce((n, f) => n + current.get(f)!.length, 0),
+      generation,
+      containment_achieved: CONTAINMENT,
+      outcome,
+      reason: null,
+    });
     // The listing's etag is the SHA-256 of its body: a 304 for `*`, or for the etag of the last
     // listing seen while nothing changed since (SPEC 10, as for files).
     if (inm !== null && (listingEtag !== null ? matches(inm, listingEtag) : inm.trim() === '*')) {
@@ -375,10 +470,24 @@ function planeAnswer(req: Req, path: string, inm: string | null, name: string | 
   const bytes = current.get(name!)!;
   const own = etagOf(name!);
   const values: Record<string, string> = {
-    'content-type': 'application/octet-stream', etag: own, 'x-murmur-mtime-ms': mtimeOf(name!), 'x-murmur-generation': gen, 'x-murmur-containment': CONTAINMENT, 'x-murmur-export-root': ROOT,
+    'content-type': 'application/octet-stream',
+    etag: own,
+    'x-murmur-mtime-ms': mtimeOf(name!),
+    'x-murmur-generation': gen,
+    'x-murmur-containment': CONTAINMENT,
+    'x-murmur-export-root': ROOT,
   };
   const names = ['content-type', 'etag', 'x-murmur-mtime-ms', 'x-murmur-generation', 'x-murmur-containment', 'x-murmur-export-root'];
-  const readTrace = (outcome: string, sent: number) => ({ event_type: 'resource_read', path: name, outcome, bytes: sent, sha256: sha256Hex(bytes), generation, containment_achieved: CONTAINMENT, reason: null });
+  const readTrace = (outcome: string, sent: number) => ({
+    event_type: 'resource_read',
+    path: name,
+    outcome,
+    bytes: sent,
+    sha256: sha256Hex(bytes),
+    generation,
+    containment_achieved: CONTAINMENT,
+    reason: null,
+  });
   if (inm !== null && matches(inm, own)) {
     // SPEC 10: a 304 has no content-length, no body, the same etag and validator headers.
     return { status: 304, names, values, body: null, trace: readTrace('not_modified', 0) };
@@ -403,7 +512,15 @@ function redeemAnswer(req: Req, target: Extract<Target, { t: 'redeem' }>, inm: s
   const id = handles.get(name)!.id;
   const audience = target.aud ? served.audience : null;
   const redeemTrace = (outcome: string, f: { path: string | null; bytes: number | null; sha256: string | null; reason: string | null }) => ({
-    event_type: 'peer_handle_redeem', handle_id: id, path: f.path, generation, audience_asserted: audience, bytes: f.bytes, sha256: f.sha256, outcome, reason: f.reason,
+    event_type: 'peer_handle_redeem',
+    handle_id: id,
+    path: f.path,
+    generation,
+    audience_asserted: audience,
+    bytes: f.bytes,
+    sha256: f.sha256,
+    outcome,
+    reason: f.reason,
   });
   const refusal = (code: string, traced: boolean, verified: boolean): Omit<Expected, 'closes' | 'interim'> => {
     const allow = code === 'method_not_allowed';
@@ -411,7 +528,14 @@ function redeemAnswer(req: Req, target: Extract<Target, { t: 'redeem' }>, inm: s
     return {
       status: STATUS[code]!,
       names: ['content-type', 'x-murmur-generation', 'x-murmur-handle-id', ...(allow ? ['allow'] : []), 'content-length', 'x-murmur-containment'],
-      values: { 'content-type': 'application/json', 'x-murmur-generation': gen, 'x-murmur-handle-id': id, ...(allow ? { allow: 'GET' } : {}), 'content-length': String(body.length), 'x-murmur-containment': CONTAINMENT },
+      values: {
+        'content-type': 'application/json',
+        'x-murmur-generation': gen,
+        'x-murmur-handle-id': id,
+        ...(allow ? { allow: 'GET' } : {}),
+        'content-length': String(body.length),
+        'x-murmur-containment': CONTAINMENT,
+      },
       body: req.method === 'HEAD' ? null : body,
       trace: traced ? redeemTrace(code, { path: verified ? name : null, bytes: null, sha256: null, reason: PEER_MESSAGE[code]! }) : null,
     };
@@ -423,14 +547,25 @@ function redeemAnswer(req: Req, target: Extract<Target, { t: 'redeem' }>, inm: s
   const own = etagOf(name);
   const names = ['content-type', 'etag', 'x-murmur-mtime-ms', 'x-murmur-generation', 'x-murmur-containment', 'x-murmur-handle-id'];
   const values: Record<string, string> = {
-    'content-type': 'application/octet-stream', etag: own, 'x-murmur-mtime-ms': mtimeOf(name), 'x-murmur-generation': gen, 'x-murmur-containment': CONTAINMENT, 'x-murmur-handle-id': id,
+    'content-type': 'application/octet-stream',
+    etag: own,
+    'x-murmur-mtime-ms': mtimeOf(name),
+    'x-murmur-generation': gen,
+    'x-murmur-containment': CONTAINMENT,
+    'x-murmur-handle-id': id,
   };
   if (inm !== null && matches(inm, own)) {
     // The operator plane's rules (SPEC 10): no content-length, no body, the same etag, validator and handle-id headers; bytes 0, with the sha256.
     return { status: 304, names, values, body: null, trace: redeemTrace('not_modified', { path: name, bytes: 0, sha256: sha256Hex(bytes), reason: null }) };
   }
   values['content-length'] = String(bytes.length);
-  return { status: 200, names: [...names, 'content-length'], values, body: bytes, trace: redeemTrace('ok', { path: name, bytes: bytes.length, sha256: sha256Hex(bytes), reason: null }) };
+  return {
+    status: 200,
+    names: [...names, 'content-length'],
+    values,
+    body: bytes,
+    trace: redeemTrace('ok', { path: name, bytes: bytes.length, sha256: sha256Hex(bytes), reason: null }),
+  };
 }
 
 const NODE_OWN = new Set(['date', 'connection', 'keep-alive']);
@@ -440,18 +575,27 @@ function check(res: WireResponse, e: Expected, last: boolean, pipelined: boolean
   expect(res.interim, `${label}: interim answers before it`).toEqual(e.interim);
   const got = res.headerNames.filter((n) => !NODE_OWN.has(n));
   const [names, want] = e.anyOrder ? [[...got].sort(), [...e.names].sort()] : [got, e.names];
-  if (names.join(' ') !== want.join(' ')) throw new Error(`${label}: header names${e.anyOrder ? ' (as a set)' : ' in order'}: got [${got.join(' ')}], the model says [${e.names.join(' ')}]`);
+  if (names.join(' ') !== want.join(' '))
+    throw new Error(`${label}: header names${e.anyOrder ? ' (as a set)' : ' in order'}: got [${got.join(' ')}], the model says [${e.names.join(' ')}]`);
   for (const [n, v] of Object.entries(e.values)) expect(res.header(n), `${label}: ${n}`).toBe(v);
   expect(res.headerAll('accept-ranges'), `${label}: Range is not supported`).toEqual([]);
   // Connection handling: the last request asked to close, and some answers end the connection; the others keep it.
   expect(res.header('connection')?.toLowerCase(), `${label}: connection`).toBe(last || e.closes ? 'close' : 'keep-alive');
   if (e.body === 'listing') {
-    const body = res.json() as { root: string; mode: string; max_bytes: number; entries: Array<{ path: string; size_bytes: number; sha256: string; mtime_ms: number }> };
+    const body = res.json() as {
+      root: string;
+      mode: string;
+      max_bytes: number;
+      entries: Array<{ path: string; size_bytes: number; sha256: string; mtime_ms: number }>;
+    };
     expect(Object.keys(body), `${label}: listing keys`).toEqual(['root', 'mode', 'max_bytes', 'generation', 'containment_achieved', 'entries']);
     expect(body.root, label).toBe(ROOT);
     expect(body.max_bytes, label).toBe(MAX_BYTES);
     expect(body, label).toMatchObject({ generation: Number(e.values['x-murmur-generation']), containment_achieved: CONTAINMENT });
-    expect(body.entries.map((x) => x.path), `${label}: entries`).toEqual(listingFiles());
+    expect(
+      body.entries.map((x) => x.path),
+      `${label}: entries`,
+    ).toEqual(listingFiles());
     for (const x of body.entries) {
       expect(x.size_bytes, `${label}: size of ${x.path}`).toBe(current.get(x.path)!.length);
       expect(x.sha256, `${label}: sha256 of ${x.path}`).toBe(sha256Hex(current.get(x.path)!));
@@ -497,10 +641,25 @@ async function runCase(steps: Step[], pipelined: boolean): Promise<void> {
     // The first answer that ends the connection is the last one: what was sent after it is never answered.
     const cut = predicted.findIndex((p) => p.expected.closes);
     const answered = cut < 0 ? predicted : predicted.slice(0, cut + 1);
-    const answers = await exchangeAll(served.port, predicted.map((p) => p.wire), pipelined);
+    const answers = await exchangeAll(
+      served.port,
+      predicted.map((p) => p.wire),
+      pipelined,
+    );
     const label = `${pipelined ? 'pipelined' : 'one at a time'} (${log.length} steps, the last: ${log.slice(-3).join(' ; ')})`;
-    expect(answers.map((a) => a.status), `${label}: one answer per request up to the one that ends the connection`).toHaveLength(answered.length);
-    answers.forEach((res, i) => check(res, answered[i]!.expected, cut < 0 && i === answers.length - 1, pipelined, `${label}\nanswer ${i} to ${predicted[i]!.wire.method} ${predicted[i]!.wire.target.slice(0, 200)} ${JSON.stringify(predicted[i]!.wire.headers).slice(0, 300)}`));
+    expect(
+      answers.map((a) => a.status),
+      `${label}: one answer per request up to the one that ends the connection`,
+    ).toHaveLength(answered.length);
+    answers.forEach((res, i) =>
+      check(
+        res,
+        answered[i]!.expected,
+        cut < 0 && i === answers.length - 1,
+        pipelined,
+        `${label}\nanswer ${i} to ${predicted[i]!.wire.method} ${predicted[i]!.wire.target.slice(0, 200)} ${JSON.stringify(predicted[i]!.wire.headers).slice(0, 300)}`,
+      ),
+    );
     const traced = answered.map((p) => p.expected.trace).filter((t): t is Record<string, unknown> => t !== null);
     const lines = await tail.wait(traced.length);
     // A moment more when requests went unanswered: a line for one of them would come now.
@@ -535,28 +694,58 @@ async function runCase(steps: Step[], pipelined: boolean): Promise<void> {
 const PLAIN: Edge = { version: '1.1', host: 'one', expect: null, authority: null, suffix: '', huge: false };
 
 /** Every conditional form on every read path, for a read and for a redeem. */
-const INM_FORMS = (name: string): Array<Inm | null> => [null, { k: 'own' }, { k: 'weak-own' }, { k: 'star' }, { k: 'list', at: 2, others: ['weak-own', 'other-file'] }, { k: 'old' }, { k: 'other-file', name }, { k: 'unquoted-own' }];
+const INM_FORMS = (name: string): Array<Inm | null> => [
+  null,
+  { k: 'own' },
+  { k: 'weak-own' },
+  { k: 'star' },
+  { k: 'list', at: 2, others: ['weak-own', 'other-file'] },
+  { k: 'old' },
+  { k: 'other-file', name },
+  { k: 'unquoted-own' },
+];
 
 /** Every edge alone, on a read, a listing or a redeem, each ending its batch (it may end the connection). */
 function edgeExamples(): Step[] {
   const reqs: Req[] = [];
   const file: Target = { t: 'file', name: 'a.txt' };
   const redeem: Target = { t: 'redeem', name: 'b.bin', aud: true };
-  const edged = (e: Partial<Edge>, target: Target = file, method = 'GET', inm: Inm | null = null): Req => ({ method, target, inm, range: false, edge: { ...PLAIN, ...e } });
+  const edged = (e: Partial<Edge>, target: Target = file, method = 'GET', inm: Inm | null = null): Req => ({
+    method,
+    target,
+    inm,
+    range: false,
+    edge: { ...PLAIN, ...e },
+  });
   for (const version of ['1.0', '0.9', '1.2'] as const) reqs.push(edged({ version }), edged({ version }, { t: 'list', slash: false }));
   for (const host of ['none', 'two', 'empty'] as const) reqs.push(edged({ host }), edged({ host, version: '1.0' }));
   for (const expect of ['100-continue', '100-Continue', ' 100-continue ', 'teapot', '', '100-continue, x', 'x, 100-continue', '100-continued']) {
     reqs.push(edged({ expect }), edged({ expect }, redeem, 'GET', { k: 'own' }), edged({ expect, version: '1.0' }));
   }
   for (const authority of ['127.0.0.1', 'other.example:9', 'h']) {
-    for (const suffix of ['', '?q=1', '#frag'] as const) reqs.push(edged({ authority, suffix }), edged({ authority, suffix }, { t: 'list', slash: true }), edged({ authority, suffix }, redeem, 'GET', { k: 'star' }));
+    for (const suffix of ['', '?q=1', '#frag'] as const)
+      reqs.push(
+        edged({ authority, suffix }),
+        edged({ authority, suffix }, { t: 'list', slash: true }),
+        edged({ authority, suffix }, redeem, 'GET', { k: 'star' }),
+      );
   }
   for (const suffix of ['?q=1', '#frag'] as const) reqs.push(edged({ suffix }), edged({ suffix }, { t: 'list', slash: false }), edged({ suffix }, redeem));
   reqs.push(edged({ huge: true }), edged({ huge: true, expect: '100-continue' }));
   for (const target of [file, { t: 'list', slash: false }, redeem, { t: 'authority' }] as Target[]) {
-    reqs.push({ method: 'CONNECT', target, inm: null, range: false, edge: null }, edged({ version: '1.0' }, target, 'CONNECT'), edged({ expect: 'teapot' }, target, 'CONNECT'));
+    reqs.push(
+      { method: 'CONNECT', target, inm: null, range: false, edge: null },
+      edged({ version: '1.0' }, target, 'CONNECT'),
+      edged({ expect: 'teapot' }, target, 'CONNECT'),
+    );
   }
-  reqs.push(edged({ authority: 'h' }, file, 'CONNECT'), edged({ host: 'none' }, file, 'CONNECT'), { method: 'GET', target: { t: 'authority' }, inm: null, range: false, edge: null });
+  reqs.push(edged({ authority: 'h' }, file, 'CONNECT'), edged({ host: 'none' }, file, 'CONNECT'), {
+    method: 'GET',
+    target: { t: 'authority' },
+    inm: null,
+    range: false,
+    edge: null,
+  });
   return reqs.flatMap((req) => [{ s: 'req' as const, req }, { s: 'advance' as const }]);
 }
 
@@ -584,22 +773,53 @@ describe('HTTP semantics and the trace, predicted whole', () => {
         }
       }
       for (const method of ['HEAD', 'POST', 'PUT', 'DELETE', 'OPTIONS', 'PATCH', 'PROPFIND']) {
-        reads.push({ method, target: { t: 'file', name: 'a.txt' }, inm: null, range: false }, { method, target: { t: 'list', slash: false }, inm: null, range: false });
+        reads.push(
+          { method, target: { t: 'file', name: 'a.txt' }, inm: null, range: false },
+          { method, target: { t: 'list', slash: false }, inm: null, range: false },
+        );
         redeems.push({ method, target: { t: 'redeem', name: 'a.txt', aud: true }, inm: null, range: false });
       }
-      for (const t of [{ t: 'missing' }, { t: 'dir' }, { t: 'outside' }, { t: 'too-big' }, { t: 'list', slash: true }, { t: 'list', slash: false }] as Target[]) {
+      for (const t of [
+        { t: 'missing' },
+        { t: 'dir' },
+        { t: 'outside' },
+        { t: 'too-big' },
+        { t: 'list', slash: true },
+        { t: 'list', slash: false },
+      ] as Target[]) {
         reads.push({ method: 'GET', target: t, inm: { k: 'star' }, range: false });
       }
-      for (const t of [{ t: 'redeem', name: TOO_BIG, aud: true }, { t: 'redeem', name: 'a.txt', aud: false }] as Target[]) redeems.push({ method: 'GET', target: t, inm: { k: 'star' }, range: false });
-      const steps: Step[] = [...reads.map((req) => ({ s: 'req' as const, req })), { s: 'advance' }, ...redeems.map((req) => ({ s: 'req' as const, req })), { s: 'replace', name: 'big.bin', salt: 7 }, { s: 'advance' },
+      for (const t of [
+        { t: 'redeem', name: TOO_BIG, aud: true },
+        { t: 'redeem', name: 'a.txt', aud: false },
+      ] as Target[])
+        redeems.push({ method: 'GET', target: t, inm: { k: 'star' }, range: false });
+      const steps: Step[] = [
+        ...reads.map((req) => ({ s: 'req' as const, req })),
+        { s: 'advance' },
+        ...redeems.map((req) => ({ s: 'req' as const, req })),
+        { s: 'replace', name: 'big.bin', salt: 7 },
+        { s: 'advance' },
         ...FILES.flatMap((name) => [
           { s: 'req' as const, req: { method: 'GET', target: { t: 'file' as const, name }, inm: { k: 'old' as const }, range: false } },
           { s: 'req' as const, req: { method: 'GET', target: { t: 'redeem' as const, name, aud: true }, inm: { k: 'old' as const }, range: false } },
         ]),
-        ...edgeExamples()];
-      return [[steps, false], [steps, true]];
+        ...edgeExamples(),
+      ];
+      return [
+        [steps, false],
+        [steps, true],
+      ];
     },
     // Invariant: every answer's status, interim answers, header names (in order for a plane's), validator/generation/containment/handle-id values and body, and its one trace line field for field (or none before routing), equal the model's; nothing after an answer that ends the connection is answered or traced.
-    property: () => fc.asyncProperty(fc.array(stepArb.map((s) => (s.s === 'req' ? { ...s, req: framable(s.req) } : s)), { minLength: 1, maxLength: 12 }), fc.boolean(), guard(runCase)),
+    property: () =>
+      fc.asyncProperty(
+        fc.array(
+          stepArb.map((s) => (s.s === 'req' ? { ...s, req: framable(s.req) } : s)),
+          { minLength: 1, maxLength: 12 },
+        ),
+        fc.boolean(),
+        guard(runCase),
+      ),
   });
 });

@@ -298,20 +298,27 @@ async function apply(change: Change, path: string, old: Buffer, received: number
  */
 function predict(ending: Ending, kind: Kind): { complete: boolean; reason: string | null } {
   switch (ending.e) {
-    case 'whole': return { complete: true, reason: null };
+    case 'whole':
+      return { complete: true, reason: null };
     case 'reset':
-    case 'reset-after-end': return { complete: false, reason: UNDELIVERED };
-    case 'half-close': return { complete: true, reason: null };
-    case 'write-after-end': return { complete: true, reason: null };
+    case 'reset-after-end':
+      return { complete: false, reason: UNDELIVERED };
+    case 'half-close':
+      return { complete: true, reason: null };
+    case 'write-after-end':
+      return { complete: true, reason: null };
     case 'change':
       if (ending.change.c === 'rename-over' || kind === 'snapshot') return { complete: true, reason: null };
       if (kind === 'leased') return { complete: false, reason: WRITER_CAME };
       switch (ending.change.c) {
-        case 'write-ahead': return { complete: false, reason: 'the file changed while it was sent' };
-        case 'shrink': return { complete: false, reason: 'the file shrank while it was sent' };
+        case 'write-ahead':
+          return { complete: false, reason: 'the file changed while it was sent' };
+        case 'shrink':
+          return { complete: false, reason: 'the file shrank while it was sent' };
         case 'grow':
         case 'write-sent':
-        case 'open-only': return { complete: true, reason: null };
+        case 'open-only':
+          return { complete: true, reason: null };
       }
   }
 }
@@ -374,13 +381,18 @@ async function runCase(c: Case): Promise<void> {
   // hashing pass, or neither: a snapshot hashes what it reads, and the cache counts no pass).
   const after = native.digestCacheStats();
   expect(after.hits > hits, `${label}: harness: the body was ${leased ? '' : 'not '}sent under a cached digest`).toBe(leased);
-  expect(after.hashes - hashes, `${label}: harness: the body was ${c.kind === 'hashed' ? '' : 'not '}hashed in a pass before its headers`).toBe(c.kind === 'hashed' ? 1 : 0);
+  expect(after.hashes - hashes, `${label}: harness: the body was ${c.kind === 'hashed' ? '' : 'not '}hashed in a pass before its headers`).toBe(
+    c.kind === 'hashed' ? 1 : 0,
+  );
   const first = got[0];
   expect(first?.status, label).toBe(200);
   expect(first!.headers.get('etag'), label).toBe(`"sha256:${sha256Hex(bytes)}"`);
   expect(first!.headers.get('content-length'), label).toBe(String(size));
   // The promise of SPEC 10, whatever happened: no client completes a body its etag does not name.
-  if (first!.complete) expect(sha256Hex(first!.body) === sha256Hex(bytes) && first!.body.equals(bytes), `${label}: a completed body is exactly the bytes its etag names`).toBe(true);
+  if (first!.complete)
+    expect(sha256Hex(first!.body) === sha256Hex(bytes) && first!.body.equals(bytes), `${label}: a completed body is exactly the bytes its etag names`).toBe(
+      true,
+    );
   // A half-close: Node's server (httpAllowHalfOpen off) aborts the request and ends the connection
   // cleanly, usually mid-body; the spec promises no body then, only a trace that says so. The
   // model takes the client's view and requires the trace to agree with it.
@@ -393,16 +405,38 @@ async function runCase(c: Case): Promise<void> {
   // before it, an end, is the kernel's and libuv's business: the short body is what a client sees.)
   // A pipelined request behind the reset never got its turn: not answered, not processed.
   if (behind) expect(got.length, `${label}: the request behind the reset is never answered`).toBe(1);
-  const read = { event_type: 'resource_read', path: name, outcome: 'ok', bytes: size, sha256: sha256Hex(bytes), generation, containment_achieved: 'advisory', reason: null };
+  const read = {
+    event_type: 'resource_read',
+    path: name,
+    outcome: 'ok',
+    bytes: size,
+    sha256: sha256Hex(bytes),
+    generation,
+    containment_achieved: 'advisory',
+    reason: null,
+  };
   const expected: Array<Record<string, unknown>> = [read];
   // handle_id null after a read: docs/trace.md, and SPEC 8's rule that a field that does not apply is
   // an explicit null (SPEC 8's table row says "without handle_id": docs/fuzzing.md, round three).
-  if (want.reason !== null) expected.push({ event_type: 'response_undelivered', of: 'resource_read', path: name, handle_id: null, bytes: size, generation, outcome: 'undelivered', reason: want.reason });
+  if (want.reason !== null)
+    expected.push({
+      event_type: 'response_undelivered',
+      of: 'resource_read',
+      path: name,
+      handle_id: null,
+      bytes: size,
+      generation,
+      outcome: 'undelivered',
+      reason: want.reason,
+    });
   const lines = (await tail.wait(expected.length)).map(fieldsOf);
   // A moment more: a line that should not be there (the request behind the reset) would come now.
   await new Promise((r) => setTimeout(r, behind ? 50 : 0));
   lines.push(...tail.next().map(fieldsOf));
-  if (JSON.stringify(lines) !== JSON.stringify(expected)) throw new Error(`${label}: the trace lines of this run:\n${lines.map((l) => JSON.stringify(l)).join('\n')}\nthe model says:\n${expected.map((l) => JSON.stringify(l)).join('\n')}`);
+  if (JSON.stringify(lines) !== JSON.stringify(expected))
+    throw new Error(
+      `${label}: the trace lines of this run:\n${lines.map((l) => JSON.stringify(l)).join('\n')}\nthe model says:\n${expected.map((l) => JSON.stringify(l)).join('\n')}`,
+    );
 }
 
 describe('how a response ends, and files changed while streamed', () => {
@@ -414,14 +448,29 @@ describe('how a response ends, and files changed while streamed', () => {
     // Every ending and every change, snapshot, hashed, then leased, in every run (the settled ones last: the pool settles meanwhile).
     examples: () => {
       const endings: Ending[] = [
-        { e: 'whole' }, { e: 'reset', behind: false }, { e: 'reset', behind: true }, { e: 'reset-after-end' }, { e: 'half-close' }, { e: 'write-after-end', at: 12345 },
+        { e: 'whole' },
+        { e: 'reset', behind: false },
+        { e: 'reset', behind: true },
+        { e: 'reset-after-end' },
+        { e: 'half-close' },
+        { e: 'write-after-end', at: 12345 },
         ...(['write-ahead', 'write-sent', 'grow', 'shrink', 'rename-over', 'open-only'] as const).map((k) => ({
           e: 'change' as const,
-          change: (k === 'write-ahead' ? { c: k, back: 1 } : k === 'write-sent' ? { c: k, at: 0 } : k === 'grow' ? { c: k, by: 1 } : k === 'shrink' ? { c: k, by: 1 } : { c: k }) as Change,
+          change: (k === 'write-ahead'
+            ? { c: k, back: 1 }
+            : k === 'write-sent'
+              ? { c: k, at: 0 }
+              : k === 'grow'
+                ? { c: k, by: 1 }
+                : k === 'shrink'
+                  ? { c: k, by: 1 }
+                  : { c: k }) as Change,
         })),
       ];
       // Hashed and snapshot, the file changes at once; leased, once the send has stalled (its watch must see the writer).
-      return (['snapshot', 'hashed', 'leased'] as const).flatMap((kind) => endings.map((ending) => [{ pauseAfter: 1000, salt: 3, ending, kind, stall: kind === 'leased' }] as [Case]));
+      return (['snapshot', 'hashed', 'leased'] as const).flatMap((kind) =>
+        endings.map((ending) => [{ pauseAfter: 1000, salt: 3, ending, kind, stall: kind === 'leased' }] as [Case]),
+      );
     },
     // Invariant: a completed body is exactly its etag's bytes; hashed, a change not yet read (not growth) cuts it and response_undelivered says why; under a cached digest's lease any writer opening the file cuts it ("a writer opened the file while it was sent"); a snapshot completes whatever changes; a reset leaves response_undelivered and nothing for the request behind it.
     property: () => fc.asyncProperty(caseArb, guard(runCase)),

@@ -36,9 +36,7 @@ export const THRESHOLDS: ReadonlyArray<{ name: string; bytes: number }> = [
 ];
 
 /** 0, 1, and n - 1, n, n + 1 for every threshold (max_bytes + 1 is the first refused size). */
-export const EDGE_SIZES: readonly number[] = [
-  0, 1, ...new Set(THRESHOLDS.flatMap(({ bytes }) => [bytes - 1, bytes, bytes + 1])),
-].sort((a, b) => a - b);
+export const EDGE_SIZES: readonly number[] = [0, 1, ...new Set(THRESHOLDS.flatMap(({ bytes }) => [bytes - 1, bytes, bytes + 1]))].sort((a, b) => a - b);
 
 /** Sizes: an edge, or anywhere near one. */
 export const sizeArb: fc.Arbitrary<number> = fc.oneof(

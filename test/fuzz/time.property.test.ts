@@ -76,21 +76,23 @@ const ttlArb: fc.Arbitrary<string | undefined> = fc.oneof(
   { weight: 2, arbitrary: fc.constant(undefined) },
   {
     weight: 8,
-    arbitrary: fc.tuple(
-      fc.oneof(fc.constantFrom(1, 2, 9, 10, 11, 59, 60, 61, MAX_TTL_SECS - 1, MAX_TTL_SECS, MAX_TTL_SECS + 1, 3600, 86400), fc.integer({ min: 1, max: 10 * MAX_TTL_SECS })),
-      fc.constantFrom('', 's', 'm', 'h', 'd'),
-      fc.constantFrom('', '', '', ' '),
-    ).map(([n, unit, pad]) => `${pad}${n}${unit}${pad}`),
+    arbitrary: fc
+      .tuple(
+        fc.oneof(
+          fc.constantFrom(1, 2, 9, 10, 11, 59, 60, 61, MAX_TTL_SECS - 1, MAX_TTL_SECS, MAX_TTL_SECS + 1, 3600, 86400),
+          fc.integer({ min: 1, max: 10 * MAX_TTL_SECS }),
+        ),
+        fc.constantFrom('', 's', 'm', 'h', 'd'),
+        fc.constantFrom('', '', '', ' '),
+      )
+      .map(([n, unit, pad]) => `${pad}${n}${unit}${pad}`),
   },
   { weight: 1, arbitrary: fc.constantFrom('0', '0s', '-1', '5 minutes', '30S', '10M', '1.5', '', ' ', '99999999999999999999d', '1e3', 'ten') },
 );
 
 /** Where the clock stands when the handle is presented, relative to its exp. */
 const offsetArb = (ttlMs: number): fc.Arbitrary<number> =>
-  fc.oneof(
-    fc.constantFrom(-1000, -1, 0, 1, 999, 1000, 1001, -ttlMs, -ttlMs + 1, -ttlMs - 1),
-    fc.integer({ min: -2 * ttlMs - 5000, max: 2 * ttlMs + 5000 }),
-  );
+  fc.oneof(fc.constantFrom(-1000, -1, 0, 1, 999, 1000, 1001, -ttlMs, -ttlMs + 1, -ttlMs - 1), fc.integer({ min: -2 * ttlMs - 5000, max: 2 * ttlMs + 5000 }));
 
 /** Mint times: near the wall clock, and anywhere from the epoch to far ahead (exp stays a safe integer). */
 const mintTimeArb = fc.oneof(

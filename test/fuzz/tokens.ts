@@ -114,7 +114,13 @@ function stringEnd(text: string, open: number): number {
  * the model knows what was sealed, it does not recompute a MAC), then the payload, the issuer, the
  * expiry.
  */
-export function modelVerify(token: string, audience: string, sealed: readonly Sealed[], sessionId: string, nowMs: number): { verdict: Verdict; payload?: ModelPayload } {
+export function modelVerify(
+  token: string,
+  audience: string,
+  sealed: readonly Sealed[],
+  sessionId: string,
+  nowMs: number,
+): { verdict: Verdict; payload?: ModelPayload } {
   const shape = shapeOf(token);
   if (shape === null) return { verdict: 'malformed' };
   if (!sealed.some((s) => s.token === token && s.audience === audience)) return { verdict: 'not_valid' };
@@ -151,28 +157,51 @@ export class Literal {
 const valueVariants = {
   v: [1, 1, 1, '1', 2, 0, true, null, 1.5, -1, [1], new Literal('1.0'), new Literal('1e0')],
   iss: [ISS_SELF, ISS_SELF, ISS_SELF, 'ses_other', '', 1, null, { x: 1 }],
-  exp: [EXP_FUTURE, EXP_FUTURE, EXP_PAST, -1, 1.5, '9999999999999', 2 ** 53, 2n ** 64n - 1n, 2n ** 64n, new Literal('1e20'), new Literal('99999999999999999999.0'), 1e300, null, 0],
+  exp: [
+    EXP_FUTURE,
+    EXP_FUTURE,
+    EXP_PAST,
+    -1,
+    1.5,
+    '9999999999999',
+    2 ** 53,
+    2n ** 64n - 1n,
+    2n ** 64n,
+    new Literal('1e20'),
+    new Literal('99999999999999999999.0'),
+    1e300,
+    null,
+    0,
+  ],
   n: ['0123456789abcdef0123456789abcdef', '', 1, null],
 };
 
 export const payloadRecipeArb = (paths: readonly string[]): fc.Arbitrary<PayloadRecipe> =>
   fc.record({
-    fields: fc.record({
-      v: fc.option(fc.constantFrom(...valueVariants.v), { freq: 12 }),
-      iss: fc.option(fc.constantFrom(...valueVariants.iss), { freq: 12 }),
-      p: fc.option(fc.oneof(fc.constantFrom(...paths), fc.string({ maxLength: 8 }), fc.constant('x'.repeat(100_000)), fc.constant(7)), { freq: 12 }),
-      exp: fc.option(fc.constantFrom(...valueVariants.exp), { freq: 12 }),
-      n: fc.option(fc.constantFrom(...valueVariants.n), { freq: 12 }),
-      repeat: fc.option(fc.constantFrom('v', 'iss', 'p', 'exp', 'n'), { freq: 8 }),
-      extra: fc.option(fc.oneof(fc.jsonValue({ maxDepth: 3 }), fc.integer({ min: 1, max: 3000 }).map((d) => ({ __deep: d }))), { freq: 4 }),
-    }).chain((f) => {
-      const entries: Array<[string, unknown]> = [];
-      for (const key of ['v', 'iss', 'p', 'exp', 'n'] as const) if (f[key] !== null) entries.push([key, f[key]]);
-      if (f.extra !== null) entries.push(['x', f.extra]);
-      // A field written twice: serde_json refuses a duplicate field, so the reference calls it malformed.
-      if (f.repeat !== null) entries.push(...entries.filter(([k]) => k === f.repeat));
-      return fc.shuffledSubarray(entries, { minLength: entries.length, maxLength: entries.length }).map((e) => e);
-    }),
+    fields: fc
+      .record({
+        v: fc.option(fc.constantFrom(...valueVariants.v), { freq: 12 }),
+        iss: fc.option(fc.constantFrom(...valueVariants.iss), { freq: 12 }),
+        p: fc.option(fc.oneof(fc.constantFrom(...paths), fc.string({ maxLength: 8 }), fc.constant('x'.repeat(100_000)), fc.constant(7)), { freq: 12 }),
+        exp: fc.option(fc.constantFrom(...valueVariants.exp), { freq: 12 }),
+        n: fc.option(fc.constantFrom(...valueVariants.n), { freq: 12 }),
+        repeat: fc.option(fc.constantFrom('v', 'iss', 'p', 'exp', 'n'), { freq: 8 }),
+        extra: fc.option(
+          fc.oneof(
+            fc.jsonValue({ maxDepth: 3 }),
+            fc.integer({ min: 1, max: 3000 }).map((d) => ({ __deep: d })),
+          ),
+          { freq: 4 },
+        ),
+      })
+      .chain((f) => {
+        const entries: Array<[string, unknown]> = [];
+        for (const key of ['v', 'iss', 'p', 'exp', 'n'] as const) if (f[key] !== null) entries.push([key, f[key]]);
+        if (f.extra !== null) entries.push(['x', f.extra]);
+        // A field written twice: serde_json refuses a duplicate field, so the reference calls it malformed.
+        if (f.repeat !== null) entries.push(...entries.filter(([k]) => k === f.repeat));
+        return fc.shuffledSubarray(entries, { minLength: entries.length, maxLength: entries.length }).map((e) => e);
+      }),
     raw: fc.option(
       fc.oneof(
         fc.constantFrom('', '[]', 'null', '1', '"x"', '{}', '{"v":1}', '{"v":1,"v":2}', '\xff', '{"v":1,"iss":"a"', 'true'),
@@ -223,13 +252,26 @@ const FOREIGN = ['+', '/', '=', ' ', '.', '%', '\0', 'é', '\u202e', '-', '_', '
 
 export const mutationArb: fc.Arbitrary<Mutation> = fc.oneof(
   { weight: 5, arbitrary: fc.record({ m: fc.constant('char' as const), seg: fc.nat({ max: 2 }), at: fc.nat(), to: fc.constantFrom(...FOREIGN) }) },
-  { weight: 2, arbitrary: fc.record({ m: fc.constant('insert' as const), seg: fc.nat({ max: 2 }), at: fc.nat(), s: fc.constantFrom(...FOREIGN, 'AA', 'AAAA') }) },
+  {
+    weight: 2,
+    arbitrary: fc.record({ m: fc.constant('insert' as const), seg: fc.nat({ max: 2 }), at: fc.nat(), s: fc.constantFrom(...FOREIGN, 'AA', 'AAAA') }),
+  },
   { weight: 2, arbitrary: fc.record({ m: fc.constant('delete' as const), seg: fc.nat({ max: 2 }), at: fc.nat(), n: fc.integer({ min: 1, max: 4 }) }) },
-  { weight: 2, arbitrary: fc.record({ m: fc.constant('pad' as const), seg: fc.integer({ min: 1, max: 2 }), s: fc.constantFrom('=', '==', '===', 'A', 'AA', 'AAA', '%3D') }) },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      m: fc.constant('pad' as const),
+      seg: fc.integer({ min: 1, max: 2 }),
+      s: fc.constantFrom('=', '==', '===', 'A', 'AA', 'AAA', '%3D'),
+    }),
+  },
   { weight: 2, arbitrary: fc.record({ m: fc.constant('std-alphabet' as const), seg: fc.integer({ min: 1, max: 2 }) }) },
   { weight: 2, arbitrary: fc.record({ m: fc.constant('trailing-bits' as const), seg: fc.integer({ min: 1, max: 2 }), delta: fc.integer({ min: 1, max: 3 }) }) },
   { weight: 1, arbitrary: fc.record({ m: fc.constant('tag' as const), tag: fc.constantFrom('MH1', 'mh2', 'mh', '', 'mh1 ', ' mh1', 'mh0', 'mh1.mh1') }) },
-  { weight: 1, arbitrary: fc.record({ m: fc.constant('segments' as const), how: fc.constantFrom('drop', 'dup', 'swap', 'extra', 'empty') as fc.Arbitrary<'drop'> }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({ m: fc.constant('segments' as const), how: fc.constantFrom('drop', 'dup', 'swap', 'extra', 'empty') as fc.Arbitrary<'drop'> }),
+  },
   { weight: 1, arbitrary: fc.record({ m: fc.constant('reencode' as const), how: fc.constantFrom('spaces', 'order') as fc.Arbitrary<'spaces'> }) },
   { weight: 1, arbitrary: fc.record({ m: fc.constant('huge' as const), seg: fc.integer({ min: 1, max: 2 }), n: fc.constantFrom(4, 1000, 60_000) }) },
   { weight: 1, arbitrary: fc.record({ m: fc.constant('case' as const), seg: fc.nat({ max: 2 }) }) },
@@ -324,25 +366,57 @@ export function mutate(token: string, ms: readonly Mutation[]): string {
   return parts.join('.');
 }
 
-export type AudienceMutation = 'same' | 'upper' | 'space-after' | 'space-before' | 'no-port' | 'other-port' | 'other-name' | 'empty' | 'suffix' | 'lookalike' | 'nul';
+export type AudienceMutation =
+  | 'same'
+  | 'upper'
+  | 'space-after'
+  | 'space-before'
+  | 'no-port'
+  | 'other-port'
+  | 'other-name'
+  | 'empty'
+  | 'suffix'
+  | 'lookalike'
+  | 'nul';
 
 export const audienceMutationArb: fc.Arbitrary<AudienceMutation> = fc.constantFrom(
-  'same', 'upper', 'space-after', 'space-before', 'no-port', 'other-port', 'other-name', 'empty', 'suffix', 'lookalike', 'nul',
+  'same',
+  'upper',
+  'space-after',
+  'space-before',
+  'no-port',
+  'other-port',
+  'other-name',
+  'empty',
+  'suffix',
+  'lookalike',
+  'nul',
 );
 
 export function mutateAudience(a: string, m: AudienceMutation): string {
   switch (m) {
-    case 'same': return a;
-    case 'upper': return a.toUpperCase();
-    case 'space-after': return `${a} `;
-    case 'space-before': return ` ${a}`;
-    case 'no-port': return a.replace(/:\d+$/, '');
-    case 'other-port': return a.replace(/:(\d+)$/, (_m, p: string) => `:${Number(p) + 1}`);
-    case 'other-name': return `x${a}`;
-    case 'empty': return '';
-    case 'suffix': return `${a}/`;
-    case 'lookalike': return a.replace('e', '\u0435');
-    case 'nul': return `${a}\0`;
+    case 'same':
+      return a;
+    case 'upper':
+      return a.toUpperCase();
+    case 'space-after':
+      return `${a} `;
+    case 'space-before':
+      return ` ${a}`;
+    case 'no-port':
+      return a.replace(/:\d+$/, '');
+    case 'other-port':
+      return a.replace(/:(\d+)$/, (_m, p: string) => `:${Number(p) + 1}`);
+    case 'other-name':
+      return `x${a}`;
+    case 'empty':
+      return '';
+    case 'suffix':
+      return `${a}/`;
+    case 'lookalike':
+      return a.replace('e', '\u0435');
+    case 'nul':
+      return `${a}\0`;
   }
 }
 

@@ -8,9 +8,7 @@
 // file that a tree may hard-link into the root. Each run replaces only the root.
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import {
-  existsSync, linkSync, lstatSync, mkdirSync, readdirSync, renameSync, symlinkSync, writeFileSync,
-} from 'node:fs';
+import { existsSync, linkSync, lstatSync, mkdirSync, readdirSync, renameSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import fc from 'fast-check';
 import { newDir, type Bytes, type MDir, type MNode } from './model.js';
@@ -30,19 +28,66 @@ const utf8 = (s: string): Bytes => Buffer.from(s, 'utf8').toString('latin1');
  * percent-encodings, names that are not UTF-8, and the longest name a filesystem allows.
  */
 export const NAMES: readonly Bytes[] = Object.freeze([
-  'a', 'b', 'c', 'sub', 'd', 'f.txt', '.hidden', '..a', 'a..', '...', 'sub dir', '-',
-  '%2e%2e', '%2e', '%2F', '%', 'a%zz', '%41', 'x?y', 'x#y', 'a\\b', '\\', '..\\', ' ', 'a b', '\n', '*', ':',
-  utf8('é'), utf8('e\u0301'), utf8('а'), utf8('\u202e'), utf8('\u200f'), utf8('\ufeffa'), utf8('\ufeff'),
-  utf8('\u2024\u2024'), utf8('\uff0e\uff0e'), utf8('\u2215'), utf8('ﬁ'), utf8('\u{1f600}'),
-  '\xff', '\xc0\xae', '\xc0\xae\xc0\xae', '\xed\xa0\x80', '\xf4\x90\x80\x80', '\xc3', '\xe0\x80\xaf', 'a\x80b',
-  'L'.repeat(255), utf8('é'.repeat(127)), 'N'.repeat(200),
+  'a',
+  'b',
+  'c',
+  'sub',
+  'd',
+  'f.txt',
+  '.hidden',
+  '..a',
+  'a..',
+  '...',
+  'sub dir',
+  '-',
+  '%2e%2e',
+  '%2e',
+  '%2F',
+  '%',
+  'a%zz',
+  '%41',
+  'x?y',
+  'x#y',
+  'a\\b',
+  '\\',
+  '..\\',
+  ' ',
+  'a b',
+  '\n',
+  '*',
+  ':',
+  utf8('é'),
+  utf8('e\u0301'),
+  utf8('а'),
+  utf8('\u202e'),
+  utf8('\u200f'),
+  utf8('\ufeffa'),
+  utf8('\ufeff'),
+  utf8('\u2024\u2024'),
+  utf8('\uff0e\uff0e'),
+  utf8('\u2215'),
+  utf8('ﬁ'),
+  utf8('\u{1f600}'),
+  '\xff',
+  '\xc0\xae',
+  '\xc0\xae\xc0\xae',
+  '\xed\xa0\x80',
+  '\xf4\x90\x80\x80',
+  '\xc3',
+  '\xe0\x80\xaf',
+  'a\x80b',
+  'L'.repeat(255),
+  utf8('é'.repeat(127)),
+  'N'.repeat(200),
 ]);
 
-export const nameArb: fc.Arbitrary<Bytes> = fc.oneof(
-  { weight: 6, arbitrary: fc.constantFrom('a', 'b', 'c', 'sub', 'd', 'f.txt') },
-  { weight: 4, arbitrary: fc.constantFrom(...NAMES) },
-  { weight: 1, arbitrary: fc.string({ unit: fc.constantFrom('a', '.', '%', '2', 'e', '\\', ' ', '\xff', '\xc3', '\xa9'), minLength: 1, maxLength: 6 }) },
-).filter((n) => n !== '.' && n !== '..' && !n.includes('/') && !n.includes('\0') && n.length > 0 && n.length <= 255);
+export const nameArb: fc.Arbitrary<Bytes> = fc
+  .oneof(
+    { weight: 6, arbitrary: fc.constantFrom('a', 'b', 'c', 'sub', 'd', 'f.txt') },
+    { weight: 4, arbitrary: fc.constantFrom(...NAMES) },
+    { weight: 1, arbitrary: fc.string({ unit: fc.constantFrom('a', '.', '%', '2', 'e', '\\', ' ', '\xff', '\xc3', '\xa9'), minLength: 1, maxLength: 6 }) },
+  )
+  .filter((n) => n !== '.' && n !== '..' && !n.includes('/') && !n.includes('\0') && n.length > 0 && n.length <= 255);
 
 // ── Recipes ──────────────────────────────────────────────────────────────────────────────────────
 
@@ -77,7 +122,15 @@ const ESCAPES = 9;
 const ABSOLUTES = 8;
 
 const targetArb: fc.Arbitrary<TargetSpec> = fc.oneof(
-  { weight: 8, arbitrary: fc.record({ t: fc.constant('to' as const), node: fc.nat(), form: fc.constantFrom('rel', 'rel', 'rel', 'via-root', 'reenter', 'dots', 'slash', 'detour', 'long-dots') as fc.Arbitrary<'rel'>, n: fc.nat({ max: 2100 }) }) },
+  {
+    weight: 8,
+    arbitrary: fc.record({
+      t: fc.constant('to' as const),
+      node: fc.nat(),
+      form: fc.constantFrom('rel', 'rel', 'rel', 'via-root', 'reenter', 'dots', 'slash', 'detour', 'long-dots') as fc.Arbitrary<'rel'>,
+      n: fc.nat({ max: 2100 }),
+    }),
+  },
   { weight: 3, arbitrary: fc.record({ t: fc.constant('escape' as const), which: fc.nat({ max: ESCAPES - 1 }), extra: fc.nat({ max: 12 }) }) },
   { weight: 3, arbitrary: fc.record({ t: fc.constant('abs' as const), which: fc.nat({ max: ABSOLUTES - 1 }), node: fc.nat() }) },
   { weight: 1, arbitrary: fc.record({ t: fc.constant('dangling' as const), name: nameArb }) },
@@ -227,7 +280,7 @@ export function compileTree(spec: TreeSpec, wd: Workdir): CompiledTree {
   });
   const deepPaths: Bytes[][] = [];
   if (spec.deep) {
-    const name = (spec.deep.nameLength === 1 ? 'd' : 'D'.repeat(spec.deep.nameLength));
+    const name = spec.deep.nameLength === 1 ? 'd' : 'D'.repeat(spec.deep.nameLength);
     for (let i = 1; i <= spec.deep.depth; i++) deepPaths.push(Array<Bytes>(i).fill(name));
   }
   const nodes: Bytes[][] = [[], ...dirPaths, ...leafPaths, ...deepPaths];
@@ -239,16 +292,25 @@ export function compileTree(spec: TreeSpec, wd: Workdir): CompiledTree {
       case 'to': {
         const to = nodes[t.node % nodes.length]!;
         switch (t.form) {
-          case 'rel': return relTo(from, to);
-          case 'via-root': return [...Array<Bytes>(depth).fill('..'), ...to].join('/') || '.';
-          case 'reenter': return [...Array<Bytes>(depth + 1).fill('..'), ROOT_NAME, ...to].join('/');
-          case 'dots': return relTo(from, to).split('/').flatMap((c) => ['.', c, '']).join('/');
-          case 'slash': return `${relTo(from, to)}/`;
+          case 'rel':
+            return relTo(from, to);
+          case 'via-root':
+            return [...Array<Bytes>(depth).fill('..'), ...to].join('/') || '.';
+          case 'reenter':
+            return [...Array<Bytes>(depth + 1).fill('..'), ROOT_NAME, ...to].join('/');
+          case 'dots':
+            return relTo(from, to)
+              .split('/')
+              .flatMap((c) => ['.', c, ''])
+              .join('/');
+          case 'slash':
+            return `${relTo(from, to)}/`;
           case 'detour': {
             const via = nodes[(t.node + t.n) % nodes.length]!;
             return [...relTo(from, via).split('/'), ...Array<Bytes>(via.length).fill('..'), ...to].join('/');
           }
-          case 'long-dots': return `${'./'.repeat(Math.min(t.n, 2030))}${relTo(from, to)}`;
+          case 'long-dots':
+            return `${'./'.repeat(Math.min(t.n, 2030))}${relTo(from, to)}`;
         }
         break;
       }
@@ -279,8 +341,10 @@ export function compileTree(spec: TreeSpec, wd: Workdir): CompiledTree {
           '/',
         ][t.which % ABSOLUTES]!;
       }
-      case 'dangling': return `${t.name}-missing`;
-      case 'raw': return t.text === '' ? '.' : t.text;
+      case 'dangling':
+        return `${t.name}-missing`;
+      case 'raw':
+        return t.text === '' ? '.' : t.text;
     }
     return '.';
   };
@@ -325,8 +389,13 @@ export function compileTree(spec: TreeSpec, wd: Workdir): CompiledTree {
     const bottom = deepPaths[deepPaths.length - 1]!;
     const content = contentFor(9999, 9);
     add({ op: 'file', path: [...bottom, 'f'], content }, { kind: 'file', content });
-    const up = Array<Bytes>(bottom.length + spec.deep.linkUp - 1).fill('..').join('/');
-    add({ op: 'symlink', path: [...bottom, 'up'], target: `${up}/${spec.deep.linkUp === 0 ? 'x' : 'f'}` }, { kind: 'symlink', target: `${up}/${spec.deep.linkUp === 0 ? 'x' : 'f'}` });
+    const up = Array<Bytes>(bottom.length + spec.deep.linkUp - 1)
+      .fill('..')
+      .join('/');
+    add(
+      { op: 'symlink', path: [...bottom, 'up'], target: `${up}/${spec.deep.linkUp === 0 ? 'x' : 'f'}` },
+      { kind: 'symlink', target: `${up}/${spec.deep.linkUp === 0 ? 'x' : 'f'}` },
+    );
     // A link at the top that reaches the bottom file through the whole chain.
     const down = `${[...bottom, 'f'].join('/')}`;
     add({ op: 'symlink', path: ['deep-link'], target: down }, { kind: 'symlink', target: down });
@@ -490,13 +559,27 @@ export function materialise(tree: CompiledTree, wd: Workdir): void {
   for (const op of tree.ops) {
     at(hostRoot, op.path, (p) => {
       switch (op.op) {
-        case 'dir': mkdirSync(p); break;
-        case 'file': writeFileSync(p, op.content); break;
-        case 'symlink': symlinkSync(buf(op.target, true), p); break;
-        case 'hardlink': linkSync(hostPath(hostRoot, op.to), p); break;
-        case 'hardlink-outside': linkSync(join(wd.workdir, 'public.txt'), p); break;
-        case 'fifo': renameSync(takeFromPool(wd.fifoPool, makeFifos), p); break;
-        case 'socket': renameSync(takeFromPool(wd.socketPool, makeSockets), p); break;
+        case 'dir':
+          mkdirSync(p);
+          break;
+        case 'file':
+          writeFileSync(p, op.content);
+          break;
+        case 'symlink':
+          symlinkSync(buf(op.target, true), p);
+          break;
+        case 'hardlink':
+          linkSync(hostPath(hostRoot, op.to), p);
+          break;
+        case 'hardlink-outside':
+          linkSync(join(wd.workdir, 'public.txt'), p);
+          break;
+        case 'fifo':
+          renameSync(takeFromPool(wd.fifoPool, makeFifos), p);
+          break;
+        case 'socket':
+          renameSync(takeFromPool(wd.socketPool, makeSockets), p);
+          break;
       }
     });
   }

@@ -18,7 +18,11 @@ export interface WireRequest {
 
 export function requestBytes(r: WireRequest, close: boolean): Buffer {
   const version = r.version ?? 'HTTP/1.1';
-  const lines = [`${r.method} ${r.target}${version === '' ? '' : ` ${version}`}`, ...(r.hosts ?? ['127.0.0.1']).map((h) => `Host: ${h}`), ...r.headers.map(([n, v]) => `${n}: ${v}`)];
+  const lines = [
+    `${r.method} ${r.target}${version === '' ? '' : ` ${version}`}`,
+    ...(r.hosts ?? ['127.0.0.1']).map((h) => `Host: ${h}`),
+    ...r.headers.map(([n, v]) => `${n}: ${v}`),
+  ];
   if (close) lines.push('Connection: close');
   return Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1');
 }
@@ -173,7 +177,9 @@ export function readUnder(port: number, targets: string[], plan: ReaderPlan): Pr
         seal();
       }
     };
-    socket.on('connect', () => socket.write(Buffer.concat(targets.map((t, i) => requestBytes({ method: 'GET', target: t, headers: [] }, i === targets.length - 1)))));
+    socket.on('connect', () =>
+      socket.write(Buffer.concat(targets.map((t, i) => requestBytes({ method: 'GET', target: t, headers: [] }, i === targets.length - 1)))),
+    );
     socket.on('data', (d: Buffer) => {
       buf = Buffer.concat([buf, d]);
       parse();
@@ -192,7 +198,10 @@ export class TraceTail {
   constructor(private readonly path: string) {}
 
   all(): Array<Record<string, unknown>> {
-    return readFileSync(this.path, 'utf8').split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as Record<string, unknown>);
+    return readFileSync(this.path, 'utf8')
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
   }
 
   /** Lines since the last call. */

@@ -6,9 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { audienceFromCard, ownAudience } from '../../src/handle/audience.js';
 
 const NO_NAME = "the peer's agent card carries no 'name'";
-const NO_URL =
-  "the peer's agent card has no 'supportedInterfaces' entry " +
-  "with 'protocolBinding' JSONRPC and a 'url'";
+const NO_URL = "the peer's agent card has no 'supportedInterfaces' entry " + "with 'protocolBinding' JSONRPC and a 'url'";
 
 function card(name: unknown, supportedInterfaces: unknown): Record<string, unknown> {
   return { name, supportedInterfaces };
@@ -22,9 +20,7 @@ function publishedCard(name: string, advertisedUrl: string): Record<string, unkn
     name,
     description: 'x',
     version: '0.1.0',
-    supportedInterfaces: [
-      { url: advertisedUrl, protocolBinding: 'JSONRPC', protocolVersion: '0.3' },
-    ],
+    supportedInterfaces: [{ url: advertisedUrl, protocolBinding: 'JSONRPC', protocolVersion: '0.3' }],
     capabilities: {},
     defaultInputModes: ['text/plain'],
     defaultOutputModes: ['text/plain'],
@@ -34,9 +30,7 @@ function publishedCard(name: string, advertisedUrl: string): Record<string, unkn
 
 describe('audienceFromCard', () => {
   it("comes from the peer's own card", () => {
-    expect(audienceFromCard(card('Reporter', jsonrpc('http://localhost:41234/')))).toBe(
-      'reporter@localhost:41234',
-    );
+    expect(audienceFromCard(card('Reporter', jsonrpc('http://localhost:41234/')))).toBe('reporter@localhost:41234');
   });
 
   it('strips the scheme, cuts at the first slash, trims the name and lowercases', () => {

@@ -49,8 +49,7 @@ function tamperSegment(token: string, nth: number): string {
   return segments.join('.');
 }
 
-const verify = (key: InstanceKey, token: string, audience = 'a@b', session = 'ses_1') =>
-  verifyTokenForTests(key, token, audience, session, NOW);
+const verify = (key: InstanceKey, token: string, audience = 'a@b', session = 'ses_1') => verifyTokenForTests(key, token, audience, session, NOW);
 
 describe('mint and verify', () => {
   it('round-trips a minted handle', () => {
@@ -339,11 +338,21 @@ describe('readUnverified', () => {
   it('readUnverified is checkShape and the payload in one pass, never disagreeing with either', () => {
     const key = newKey();
     const token = mintToken(key, payloadFor('dir/report.md', 'ses_peer', IN_AN_HOUR), 'a@b');
-    const candidates = [token, tamperSegment(token, 2), `${token}/x`, 'report.md', 'mh1.a.b', sealRawForTests(key, Buffer.from('not json'), 'a@b'), sealRawForTests(key, Buffer.from('{"v":2}'), 'a@b')];
+    const candidates = [
+      token,
+      tamperSegment(token, 2),
+      `${token}/x`,
+      'report.md',
+      'mh1.a.b',
+      sealRawForTests(key, Buffer.from('not json'), 'a@b'),
+      sealRawForTests(key, Buffer.from('{"v":2}'), 'a@b'),
+    ];
     for (const candidate of candidates) {
       const read = readUnverified(candidate);
       expect(read !== null, candidate).toBe(checkShape(candidate));
-      expect(read?.payload ?? null, candidate).toEqual(candidate === token || candidate === tamperSegment(token, 2) ? payloadFor('dir/report.md', 'ses_peer', IN_AN_HOUR) : null);
+      expect(read?.payload ?? null, candidate).toEqual(
+        candidate === token || candidate === tamperSegment(token, 2) ? payloadFor('dir/report.md', 'ses_peer', IN_AN_HOUR) : null,
+      );
     }
     expect(readUnverified('mh1.a.b')).toBeNull();
     expect(readUnverified(sealRawForTests(key, Buffer.from('not json'), 'a@b'))).toEqual({ payload: null });
@@ -360,9 +369,7 @@ describe('redaction at the trace boundary', () => {
     const redacted = redactHandles(`fetching ${token} from the peer.`);
     expect(redacted).toBe(`fetching <handle:${id}> from the peer.`);
     expect(redacted).not.toContain('mh1.');
-    expect(redactHandles(`Here is the handle: ${token}.`)).toBe(
-      `Here is the handle: <handle:${id}>.`,
-    );
+    expect(redactHandles(`Here is the handle: ${token}.`)).toBe(`Here is the handle: <handle:${id}>.`);
   });
 
   it('replaces two tokens, one at the very end', () => {
@@ -388,9 +395,7 @@ describe('redaction at the trace boundary', () => {
     // Three segments exactly: a fourth is left outside the token.
     expect(redactHandles('mh1.abc.def.ghi')).toBe(`<handle:${handleId('mh1.abc.def')}>.ghi`);
     // Inside a URL path or JSON text.
-    expect(redactHandles(`GET /resources/peer/${token}?x=1`)).toBe(
-      `GET /resources/peer/<handle:${id}>?x=1`,
-    );
+    expect(redactHandles(`GET /resources/peer/${token}?x=1`)).toBe(`GET /resources/peer/<handle:${id}>?x=1`);
     expect(redactHandles(JSON.stringify({ handle: token }))).toBe(`{"handle":"<handle:${id}>"}`);
   });
 

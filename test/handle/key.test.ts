@@ -11,14 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import {
-  constantTimeEqual,
-  hmacSha256WithKeyForTests,
-  KEY_BUFFER_BYTES,
-  InstanceKey,
-  INSTANCE_KEY_BYTES,
-  randomBytes,
-} from '../../src/handle/key.js';
+import { constantTimeEqual, hmacSha256WithKeyForTests, KEY_BUFFER_BYTES, InstanceKey, INSTANCE_KEY_BYTES, randomBytes } from '../../src/handle/key.js';
 import { MAC_BATCH_MAX } from '../../src/limits.js';
 
 const sodium = createRequire(import.meta.url)('sodium-native') as Record<string, unknown> & {
@@ -101,9 +94,7 @@ describe('HMAC-SHA256 against RFC 4231', () => {
     for (const length of [0, 1, 32, 63, 64, 65]) {
       const key = randomBytes(length);
       const data = randomBytes(200);
-      expect(hmacSha256WithKeyForTests(key, data).toString('hex'), `key length ${length}`).toBe(
-        createHmac('sha256', key).update(data).digest('hex'),
-      );
+      expect(hmacSha256WithKeyForTests(key, data).toString('hex'), `key length ${length}`).toBe(createHmac('sha256', key).update(data).digest('hex'));
     }
   });
 });
@@ -365,9 +356,7 @@ describe('the key pages outside the MAC window', () => {
   for (const mode of ['read', 'write', 'copy']) {
     it(`kills the process on a ${mode} between uses`, () => {
       const child = runChild(mode);
-      expect(['SIGSEGV', 'SIGBUS'], `status ${child.status}, stderr ${child.stderr}`).toContain(
-        child.signal,
-      );
+      expect(['SIGSEGV', 'SIGBUS'], `status ${child.status}, stderr ${child.stderr}`).toContain(child.signal);
       // It got as far as the MAC, and not one step past the touch.
       expect(child.stdout).toMatch(/^mac [0-9a-f]{64}\n$/);
     });

@@ -77,7 +77,13 @@ describe('an exp above 2^53-1, as the reference mints it', () => {
       if (req.url === '/.well-known/agent-card.json') {
         const port = (server.address() as { port: number }).port;
         res.setHeader('content-type', 'application/json');
-        res.end(JSON.stringify({ ...card('rust'), supportedInterfaces: [{ url: `http://127.0.0.1:${port}`, protocolBinding: 'JSONRPC', protocolVersion: '0.3' }], capabilities: { extensions: [{ uri: 'urn:murmur:capsule:v1', params: { planes: ['peer_files'], sessionId: 'ses_rust' } }] } }));
+        res.end(
+          JSON.stringify({
+            ...card('rust'),
+            supportedInterfaces: [{ url: `http://127.0.0.1:${port}`, protocolBinding: 'JSONRPC', protocolVersion: '0.3' }],
+            capabilities: { extensions: [{ uri: 'urn:murmur:capsule:v1', params: { planes: ['peer_files'], sessionId: 'ses_rust' } }] },
+          }),
+        );
         return;
       }
       res.writeHead(200, { 'content-type': 'application/octet-stream', etag, 'x-murmur-generation': '0' });
@@ -143,8 +149,13 @@ describe('a payload is read as the reference reads it', () => {
     ['v of 1.0', template('18446744073709551615').replace('"v":1', '"v":1.0'), 'malformed'],
     ['an unknown extra field', template('18446744073709551615', ',"x":{"exp":1,"exp":2}'), 'ok'],
   ])('%s: %s', (_what, json, outcome) => {
-    const result = verifyTokenForTests(issuer.session.key!, seal(json.replace('@ISS@', issuer.session.sessionId)), RUST_AUDIENCE, issuer.session.sessionId, Date.now());
+    const result = verifyTokenForTests(
+      issuer.session.key!,
+      seal(json.replace('@ISS@', issuer.session.sessionId)),
+      RUST_AUDIENCE,
+      issuer.session.sessionId,
+      Date.now(),
+    );
     expect(result.ok ? 'ok' : result.reason).toBe(outcome);
   });
 });
-

@@ -2,9 +2,7 @@
 // the planted secret they must never leak, a files plane over a tree, child processes reaped when
 // the test ends, and an inotify watcher that proves whether the server opened a file.
 import { spawn, type ChildProcess } from 'node:child_process';
-import {
-  closeSync, openSync, 
-} from 'node:fs';
+import { closeSync, openSync } from 'node:fs';
 import { expect } from 'vitest';
 import type { Containment } from '../../src/manifest/model.js';
 import type * as native from '../../src/addon/export.js';
@@ -20,7 +18,10 @@ export const INSIDE = 'inside bytes';
 // ── Plumbing ────────────────────────────────────────────────────────────────────────────────────
 
 /** The files plane over `workdir` (sealed unless said otherwise), closed when the test finishes. */
-export function up(workdir: string, opts: { containment?: Containment; resolver?: native.ResolverKind; maxBytes?: number; root?: string } = {}): Promise<Capsule> {
+export function up(
+  workdir: string,
+  opts: { containment?: Containment; resolver?: native.ResolverKind; maxBytes?: number; root?: string } = {},
+): Promise<Capsule> {
   return capsule({
     workdir,
     yaml: filesManifest(opts.root ?? 'out/', opts.maxBytes),

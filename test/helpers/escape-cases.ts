@@ -125,8 +125,5 @@ export const ESCAPE_CASES: EscapeCase[] = [
 ];
 
 /** What the listing of a tree built with `sparse: false` must hold, per class, in order. */
-export const LISTED_FOLLOW = [
-  '.hidden', 'big.bin', 'dotdot-inside', 'exact.bin', 'link-file', 'report.md',
-  'sub dir/x.md', 'sub/a.txt', 'sub/deeper/b.txt',
-];
+export const LISTED_FOLLOW = ['.hidden', 'big.bin', 'dotdot-inside', 'exact.bin', 'link-file', 'report.md', 'sub dir/x.md', 'sub/a.txt', 'sub/deeper/b.txt'];
 export const LISTED_SCOPED = LISTED_FOLLOW.filter((p) => p !== 'link-file' && p !== 'dotdot-inside');

@@ -66,8 +66,9 @@ export function rawRequest(baseUrl: string, req: RawRequest): Promise<RawRespons
   const head = Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1');
   const payload = body ? Buffer.concat([head, body]) : head;
 
-  return exchange(hostname, port, payload, req.timeoutMs ?? 15_000, `raw request ${method} ${String(req.target)}`, req.localAddress)
-    .then((raw) => parseResponse(raw, method === 'HEAD'));
+  return exchange(hostname, port, payload, req.timeoutMs ?? 15_000, `raw request ${method} ${String(req.target)}`, req.localAddress).then((raw) =>
+    parseResponse(raw, method === 'HEAD'),
+  );
 }
 
 /** Writes `payload` on a fresh connection and resolves with every byte received once it closes. */
@@ -209,7 +210,10 @@ export function readTrace(path: string): Array<Record<string, unknown>> {
   }
   if (text === '') return [];
   if (!text.endsWith('\n')) throw new Error('the trace does not end with a newline');
-  return text.slice(0, -1).split('\n').map((line) => JSON.parse(line) as Record<string, unknown>);
+  return text
+    .slice(0, -1)
+    .split('\n')
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
 }
 
 /**

@@ -8,13 +8,19 @@ const SRC = fileURLToPath(new URL('../../src', import.meta.url));
 
 /** Every src/ module → the src/ modules it imports (static, dynamic, `export … from`, type-only). */
 export function importGraph(src = SRC): Map<string, string[]> {
-  const files = readdirSync(src, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts')).map((f) => f.split('\\').join('/'));
+  const files = readdirSync(src, { recursive: true, encoding: 'utf8' })
+    .filter((f) => f.endsWith('.ts'))
+    .map((f) => f.split('\\').join('/'));
   const graph = new Map<string, string[]>();
   for (const file of files) {
-    const text = readFileSync(join(src, file), 'utf8').replace(/^\s*\/\/.*$/gm, '').replace(/\/\*[\s\S]*?\*\//g, '');
+    const text = readFileSync(join(src, file), 'utf8')
+      .replace(/^\s*\/\/.*$/gm, '')
+      .replace(/\/\*[\s\S]*?\*\//g, '');
     const specs = [...text.matchAll(/(?:\bfrom\s*|\bimport\s*\(\s*|^\s*import\s+)['"](\.\.?\/[^'"]+)['"]/gm)].map((m) => m[1]!);
-    graph.set(file, specs.map((s) => posix.normalize(posix.join(posix.dirname(file), s)).replace(/\.js$/, '.ts')));
+    graph.set(
+      file,
+      specs.map((s) => posix.normalize(posix.join(posix.dirname(file), s)).replace(/\.js$/, '.ts')),
+    );
   }
   return graph;
 }
-

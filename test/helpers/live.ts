@@ -87,14 +87,17 @@ export const WRITERS = {
   /** Rewrites the whole file in place (same size, no truncation), each time with another byte. */
   inPlace: 'import os,sys\nfd=os.open(sys.argv[1],os.O_WRONLY)\nn=os.fstat(fd).st_size\ni=0\nwhile True:\n  os.pwrite(fd,bytes([65+i%26])*n,0)\n  i+=1\n',
   /** Appends a line every 2 ms. */
-  append: 'import os,sys,time\nfd=os.open(sys.argv[1],os.O_WRONLY|os.O_APPEND)\ni=0\nwhile True:\n  os.write(fd,b"log line %d of a capsule that keeps writing\\n"%i)\n  i+=1\n  time.sleep(0.002)\n',
+  append:
+    'import os,sys,time\nfd=os.open(sys.argv[1],os.O_WRONLY|os.O_APPEND)\ni=0\nwhile True:\n  os.write(fd,b"log line %d of a capsule that keeps writing\\n"%i)\n  i+=1\n  time.sleep(0.002)\n',
   /**
    * Saves by rename, as most editors and agents do: version i (`v%08d\\n`, then the byte i % 251)
    * is written to argv[2] (beside the export, one path per writer) and renamed over the file. See renamedVersion.
    */
-  renameOver: 'import os,sys\nn=os.stat(sys.argv[1]).st_size\ni=0\nwhile True:\n  t=sys.argv[2]\n  with open(t,"wb") as f: f.write(b"v%08d\\n"%i+bytes([i%251])*(n-10))\n  os.rename(t,sys.argv[1])\n  i+=1\n',
+  renameOver:
+    'import os,sys\nn=os.stat(sys.argv[1]).st_size\ni=0\nwhile True:\n  t=sys.argv[2]\n  with open(t,"wb") as f: f.write(b"v%08d\\n"%i+bytes([i%251])*(n-10))\n  os.rename(t,sys.argv[1])\n  i+=1\n',
   /** Truncates to zero and writes it back, as an editor that saves in place does. */
-  truncateRewrite: 'import os,sys\nfd=os.open(sys.argv[1],os.O_WRONLY)\nn=os.fstat(fd).st_size\ni=0\nwhile True:\n  os.ftruncate(fd,0)\n  os.pwrite(fd,bytes([97+i%26])*n,0)\n  i+=1\n',
+  truncateRewrite:
+    'import os,sys\nfd=os.open(sys.argv[1],os.O_WRONLY)\nn=os.fstat(fd).st_size\ni=0\nwhile True:\n  os.ftruncate(fd,0)\n  os.pwrite(fd,bytes([97+i%26])*n,0)\n  i+=1\n',
 } as const;
 
 /**
@@ -112,7 +115,9 @@ export function renamedVersion(body: Buffer, size: number): number | null {
 
 /** Starts `script` on `path` in python3; killed when the test ends. Resolves once it runs. */
 export async function startWriter(script: string, path: string, ...rest: string[]): Promise<ChildProcess> {
-  const child = reap(spawn('python3', ['-c', `import sys\nsys.stdout.write("go\\n");sys.stdout.flush()\n${script}`, path, ...rest], { stdio: ['ignore', 'pipe', 'inherit'] }));
+  const child = reap(
+    spawn('python3', ['-c', `import sys\nsys.stdout.write("go\\n");sys.stdout.flush()\n${script}`, path, ...rest], { stdio: ['ignore', 'pipe', 'inherit'] }),
+  );
   await new Promise<void>((resolve, reject) => {
     child.stdout!.once('data', () => resolve());
     child.once('exit', (code) => reject(new Error(`the writer exited (${code}) before it began`)));
@@ -180,13 +185,16 @@ export function etagOf(a: Answer): string | undefined {
 export function parsedTrace(path: string): Array<Record<string, unknown>> {
   const text = readFileSync(path, 'utf8');
   if (text.length > 0 && !text.endsWith('\n')) throw new Error(`the trace does not end with a whole line: ${JSON.stringify(text.slice(-200))}`);
-  return text.split('\n').slice(0, -1).map((line, i) => {
-    try {
-      return JSON.parse(line) as Record<string, unknown>;
-    } catch {
-      throw new Error(`trace line ${i + 1} does not parse: ${JSON.stringify(line.slice(0, 200))}`);
-    }
-  });
+  return text
+    .split('\n')
+    .slice(0, -1)
+    .map((line, i) => {
+      try {
+        return JSON.parse(line) as Record<string, unknown>;
+      } catch {
+        throw new Error(`trace line ${i + 1} does not parse: ${JSON.stringify(line.slice(0, 200))}`);
+      }
+    });
 }
 
 export interface LiveServer {
@@ -218,7 +226,9 @@ export async function serveLive(kind: Listener, dir: string, opts: { trace?: str
     const child = spawn(ACTIVATE, ['-l', sock, '--', process.execPath, CLI, 'serve', ...args], { env: process.env });
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+      child.once('exit', (code, signal) => resolve({ code, signal })),
+    );
     defer(async () => {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       await exited;

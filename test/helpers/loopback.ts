@@ -33,10 +33,11 @@ export async function listenLoopback(server: Server, opts: LoopbackOptions = {})
   const counted = () => (opts.ignored ? accepted.filter((c) => !opts.ignored!(c.socket)) : accepted);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   let closing: Promise<void> | undefined;
-  const close = () => (closing ??= new Promise<void>((resolve) => {
-    for (const c of accepted) c.socket.destroy();
-    server.close(() => resolve());
-  }));
+  const close = () =>
+    (closing ??= new Promise<void>((resolve) => {
+      for (const c of accepted) c.socket.destroy();
+      server.close(() => resolve());
+    }));
   defer(close);
   const port = (server.address() as { port: number }).port;
   return {

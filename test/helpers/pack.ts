@@ -8,7 +8,21 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 /** What the pack reads: the package's `files`, what its scripts build from, and its manifest. */
-const SOURCES = ['package.json', 'package-lock.json', 'tsconfig.json', 'binding.gyp', 'LICENSE', 'README.md', 'src', 'native', 'prebuilds', 'examples', 'docs', 'dist', 'scripts'];
+const SOURCES = [
+  'package.json',
+  'package-lock.json',
+  'tsconfig.json',
+  'binding.gyp',
+  'LICENSE',
+  'README.md',
+  'src',
+  'native',
+  'prebuilds',
+  'examples',
+  'docs',
+  'dist',
+  'scripts',
+];
 
 /** Packs a copy of the checkout into `into`; returns the tarball's path. */
 export function packTarball(into: string): string {

@@ -50,7 +50,11 @@ export function holdPool(dir: string): HeldPool {
         }
         await sleep(10);
       }
-      for (const h of held) await h.then((f) => f.close(), () => undefined);
+      for (const h of held)
+        await h.then(
+          (f) => f.close(),
+          () => undefined,
+        );
     },
   };
 }

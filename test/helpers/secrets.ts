@@ -14,7 +14,11 @@ export interface Secrets {
  * its buffers as latin1) carries a secret's marker or digest, or is a secret file's bytes.
  */
 export function assertNoSecret(data: unknown, label: string, secrets: Secrets): void {
-  const text = Buffer.isBuffer(data) ? data.toString('latin1') : typeof data === 'string' ? data : JSON.stringify(data, (_k, v: unknown) => (Buffer.isBuffer(v) ? v.toString('latin1') : v));
+  const text = Buffer.isBuffer(data)
+    ? data.toString('latin1')
+    : typeof data === 'string'
+      ? data
+      : JSON.stringify(data, (_k, v: unknown) => (Buffer.isBuffer(v) ? v.toString('latin1') : v));
   if (text.includes(secrets.mark)) throw new Error(`${label}: carries bytes of a file outside the root`);
   const digests = secrets.contents.map((c) => sha256Hex(c));
   if (Buffer.isBuffer(data) && digests.includes(sha256Hex(data))) throw new Error(`${label}: served a secret file's bytes`);

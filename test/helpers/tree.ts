@@ -4,7 +4,19 @@
 //   's ='           a UNIX socket        'z @ 8g'       a sparse file of that size (k/m/g)
 // `scratch` is the usual way in: a fresh temp directory holding such a tree, gone after the test.
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readdirSync, readFileSync, mkdtempSync, openSync, closeSync, ftruncateSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  mkdtempSync,
+  openSync,
+  closeSync,
+  ftruncateSync,
+  realpathSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { defer } from './cleanup.js';

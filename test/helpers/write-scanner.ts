@@ -17,7 +17,8 @@ export interface WriteSite {
 const TS_WRITES =
   /\b(writeFileSync|writeFile|appendFileSync|appendFile|mkdirSync|mkdir|mkdtempSync|mkdtemp|renameSync|rename|unlinkSync|unlink|rmSync|rm|rmdirSync|rmdir|cpSync|cp|copyFileSync|copyFile|symlinkSync|symlink|linkSync|link|truncateSync|truncate|ftruncateSync|createWriteStream|writeSync|write|openSync|open|Landing\.open)\s*\(/g;
 // Syscalls that create, modify or remove something beneath a descriptor or by path.
-const CC_WRITES = /\b(mkdirat|mkdir|renameat2?|rename|unlinkat|unlink|symlinkat|linkat|mknodat|creat|ftruncate|truncate|fchmod|fchmodat|fchown|fchownat|write|pwrite|openat|open)\s*\(/g;
+const CC_WRITES =
+  /\b(mkdirat|mkdir|renameat2?|rename|unlinkat|unlink|symlinkat|linkat|mknodat|creat|ftruncate|truncate|fchmod|fchmodat|fchown|fchownat|write|pwrite|openat|open)\s*\(/g;
 // An open is a write only when its flags say so.
 const CC_OPEN_WRITE_FLAGS = /O_CREAT|O_WRONLY|O_RDWR|O_TRUNC|O_APPEND/;
 

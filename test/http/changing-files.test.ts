@@ -1,11 +1,10 @@
-
 import { join } from 'node:path';
-import { describe, expect, it, } from 'vitest';
-import { rawGet, sha256Hex, } from '../helpers/http.js';
-import { racesTimeout, raceUntil, sawAll, } from '../helpers/race.js';
+import { describe, expect, it } from 'vitest';
+import { rawGet, sha256Hex } from '../helpers/http.js';
+import { racesTimeout, raceUntil, sawAll } from '../helpers/race.js';
 import { RESOLVERS } from '../helpers/resolvers.js';
-import { scratch, } from '../helpers/tree.js';
-import { child, codeOf, up, } from '../helpers/adversary.js';
+import { scratch } from '../helpers/tree.js';
+import { child, codeOf, up } from '../helpers/adversary.js';
 
 // ── 9. Files that change during a read ─────────────────────────────────────────────────────────
 

@@ -36,7 +36,8 @@ function get(port: number, leaveWhen?: Promise<void>): Promise<string> {
   });
 }
 
-const exchangeOf = (req: IncomingMessage, res: ServerResponse) => new Exchange({ reply: { req, raw: res } as unknown as PlaneReply, trace: null as unknown as Trace, context: 'files', refusalHeaders: [] });
+const exchangeOf = (req: IncomingMessage, res: ServerResponse) =>
+  new Exchange({ reply: { req, raw: res } as unknown as PlaneReply, trace: null as unknown as Trace, context: 'files', refusalHeaders: [] });
 
 describe('onceClosed', () => {
   it('runs every callback once, in order', async () => {

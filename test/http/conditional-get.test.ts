@@ -63,11 +63,16 @@ describe('If-None-Match on the peer plane', () => {
     const token = mintToken(c.session.key!, { v: 1, iss: c.session.sessionId, p: 'report.md', exp: Date.now() + 60_000, n: randomNonceHex() }, audience);
     const first = await rawGet(c.url, `/resources/peer/${token}`, [['x-murmur-audience', audience]]);
     expect(first.status).toBe(200);
-    const again = await rawGet(c.url, `/resources/peer/${token}`, [['x-murmur-audience', audience], ['If-None-Match', first.header('etag')!]]);
+    const again = await rawGet(c.url, `/resources/peer/${token}`, [
+      ['x-murmur-audience', audience],
+      ['If-None-Match', first.header('etag')!],
+    ]);
     expect([again.status, again.body.length, again.header('etag')]).toEqual([304, 0, first.header('etag')]);
     expect(again.header('x-murmur-handle-id')).toBe(first.header('x-murmur-handle-id'));
     expect(again.headerNames).not.toContain('content-length');
-    const redeems = readTrace(c.tracePath).filter((e) => e.event_type === 'peer_handle_redeem').map((e) => e.outcome);
+    const redeems = readTrace(c.tracePath)
+      .filter((e) => e.event_type === 'peer_handle_redeem')
+      .map((e) => e.outcome);
     expect(redeems).toEqual(['ok', 'not_modified']);
   });
 });

@@ -25,7 +25,13 @@ describe('a request before the app is attached', () => {
     const early = rawGet(listener.url, '/resources/files/a.txt');
     const health = rawGet(listener.url, '/healthz');
     await new Promise((resolve) => setTimeout(resolve, 300));
-    const session = await openSession({ workdir: join(base, 'work'), manifest: parseManifest(filesManifest('out/')), tracePath: join(base, 't.jsonl'), containment: 'sealed', advertisedUrl: listener.defaultAdvertisedUrl });
+    const session = await openSession({
+      workdir: join(base, 'work'),
+      manifest: parseManifest(filesManifest('out/')),
+      tracePath: join(base, 't.jsonl'),
+      containment: 'sealed',
+      advertisedUrl: listener.defaultAdvertisedUrl,
+    });
     const running = await serve(session, listener);
     try {
       const [a, h] = await Promise.all([early, health]);

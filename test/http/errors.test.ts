@@ -18,11 +18,29 @@ describe('error catalogue', () => {
 
   it('gives the spec status of every code that has one, and none to tool-only codes', () => {
     const status: Record<Code, number | null> = {
-      no_resource_plane: 404, no_peer_plane: 404, not_found: 404, outside_root: 403, symlink_refused: 403,
-      not_a_regular_file: 403, too_large: 413, method_not_allowed: 405, malformed_handle: 400,
-      missing_audience: 400, handle_not_valid: 403, handle_expired: 410, io_error: 500,
-      bad_request: 400, shutting_down: 503, over_capacity: 503,
-      invalid_argument: null, invalid_ttl: null, unknown_tool: null, peer_not_allowed: null, peer_unreachable: null, issuer_mismatch: null, etag_mismatch: null,
+      no_resource_plane: 404,
+      no_peer_plane: 404,
+      not_found: 404,
+      outside_root: 403,
+      symlink_refused: 403,
+      not_a_regular_file: 403,
+      too_large: 413,
+      method_not_allowed: 405,
+      malformed_handle: 400,
+      missing_audience: 400,
+      handle_not_valid: 403,
+      handle_expired: 410,
+      io_error: 500,
+      bad_request: 400,
+      shutting_down: 503,
+      over_capacity: 503,
+      invalid_argument: null,
+      invalid_ttl: null,
+      unknown_tool: null,
+      peer_not_allowed: null,
+      peer_unreachable: null,
+      issuer_mismatch: null,
+      etag_mismatch: null,
     };
     expect([...CODES].sort()).toEqual(Object.keys(status).sort());
     for (const [code, s] of Object.entries(status)) expect(CATALOGUE[code as Code].status, code).toBe(s);

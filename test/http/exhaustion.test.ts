@@ -1,15 +1,13 @@
-
 import { connect, type Socket } from 'node:net';
-import {mkdirSync, writeFileSync,
-} from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { describe, expect, it, } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import * as native from '../../src/addon/export.js';
-import { defer, } from '../helpers/cleanup.js';
-import { rawGet, rawRequest, readTrace, } from '../helpers/http.js';
+import { defer } from '../helpers/cleanup.js';
+import { rawGet, rawRequest, readTrace } from '../helpers/http.js';
 import { skipRace, until } from '../helpers/race.js';
-import { scratch, } from '../helpers/tree.js';
-import { sleep, up, } from '../helpers/adversary.js';
+import { scratch } from '../helpers/tree.js';
+import { sleep, up } from '../helpers/adversary.js';
 
 // ── 11. Resource exhaustion ─────────────────────────────────────────────────────────────────────
 

@@ -8,25 +8,9 @@ import { METHODS } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Containment } from '../../src/manifest/model.js';
-import {
-  buildEscapeTree,
-  ESCAPE_CASES,
-  LISTED_FOLLOW,
-  LISTED_SCOPED,
-  MAX_BYTES,
-  SECRET,
-  SECRET_SHA,
-} from '../helpers/escape-cases.js';
+import { buildEscapeTree, ESCAPE_CASES, LISTED_FOLLOW, LISTED_SCOPED, MAX_BYTES, SECRET, SECRET_SHA } from '../helpers/escape-cases.js';
 import { filesManifest, openCapsule, type Capsule } from '../helpers/capsule.js';
-import {
-  pool,
-  rawGet,
-  rawExchange,
-  rawRequest,
-  readTrace,
-  sha256Hex,
-  type RawResponse,
-} from '../helpers/http.js';
+import { pool, rawGet, rawExchange, rawRequest, readTrace, sha256Hex, type RawResponse } from '../helpers/http.js';
 import { RESOLVERS } from '../helpers/resolvers.js';
 import { makeTree, removeTree, tempDir } from '../helpers/tree.js';
 
@@ -54,15 +38,7 @@ const STATUS: Record<Code, number> = {
 const PEER_METHOD_MESSAGE = 'the peer plane serves GET only; it has no write path and no list verb';
 
 /** The order of SPEC section 4 for a 200 read. */
-const READ_HEADERS = [
-  'content-type',
-  'etag',
-  'x-murmur-mtime-ms',
-  'x-murmur-generation',
-  'x-murmur-containment',
-  'x-murmur-export-root',
-  'content-length',
-];
+const READ_HEADERS = ['content-type', 'etag', 'x-murmur-mtime-ms', 'x-murmur-generation', 'x-murmur-containment', 'x-murmur-export-root', 'content-length'];
 /** The same order, for the listing (its etag names its body; it has no mtime). */
 const LIST_HEADERS = READ_HEADERS.filter((h) => h !== 'x-murmur-mtime-ms');
 const LIST_KEYS = ['root', 'mode', 'max_bytes', 'generation', 'containment_achieved', 'entries'];
@@ -249,9 +225,19 @@ describe('listing', () => {
   beforeAll(async () => {
     workdir = tempDir();
     // Created in an order unrelated to the sorted one.
-    makeTree(workdir, ['out/z: z', 'out/\u{1F600}: grin', 'out/a/b: a slash b', 'out/é: e acute', 'out/a0: a zero',
-      'out/B: capital b', 'out/a.b: a dot b', 'out/\uFF5A: fullwidth z', 'out/.hidden: hidden', 'out/.dot/inner: inner',
-      'out/a-b: a dash b']);
+    makeTree(workdir, [
+      'out/z: z',
+      'out/\u{1F600}: grin',
+      'out/a/b: a slash b',
+      'out/é: e acute',
+      'out/a0: a zero',
+      'out/B: capital b',
+      'out/a.b: a dot b',
+      'out/\uFF5A: fullwidth z',
+      'out/.hidden: hidden',
+      'out/.dot/inner: inner',
+      'out/a-b: a dash b',
+    ]);
     srv = await openCapsule({ workdir, traceDir, yaml: filesManifest('out/'), containment: 'advisory' });
   });
 
@@ -412,15 +398,18 @@ describe('routing', () => {
     expect405(responses[1]!, 'files', false);
   });
 
-  it.each(['example.com:443', '127.0.0.1:22', '[::1]:80', 'x', '*'])('CONNECT %s (authority form: a tunnel) is 400 bad_request in the catalogue shape', async (target) => {
-    const res = await rawRequest(srv.url, { method: 'CONNECT', target });
-    expect(res.status).toBe(400);
-    expect(res.body.toString()).toBe(errorBody('bad_request', 'the request could not be parsed'));
-    expect(res.header('content-type')).toBe('application/json');
-    expect(res.header('x-murmur-containment')).toBe('sealed');
-    expect(res.header('connection')).toBe('close');
-    expectFramed(res);
-  });
+  it.each(['example.com:443', '127.0.0.1:22', '[::1]:80', 'x', '*'])(
+    'CONNECT %s (authority form: a tunnel) is 400 bad_request in the catalogue shape',
+    async (target) => {
+      const res = await rawRequest(srv.url, { method: 'CONNECT', target });
+      expect(res.status).toBe(400);
+      expect(res.body.toString()).toBe(errorBody('bad_request', 'the request could not be parsed'));
+      expect(res.header('content-type')).toBe('application/json');
+      expect(res.header('x-murmur-containment')).toBe('sealed');
+      expect(res.header('connection')).toBe('close');
+      expectFramed(res);
+    },
+  );
 
   const BODIES: Array<{ name: string; headers: Array<[string, string]>; body: Buffer; contentLength?: boolean }> = [
     { name: 'an odd content-type', headers: [['Content-Type', 'application/x-murmur-odd; charset=ebcdic']], body: Buffer.from('\x00\xff odd') },
@@ -431,7 +420,10 @@ describe('routing', () => {
     { name: 'a body over the framework limit', headers: [['Content-Type', 'application/octet-stream']], body: Buffer.alloc(1536 * 1024, 0x41) },
     {
       name: 'a chunked body',
-      headers: [['Content-Type', 'text/plain'], ['Transfer-Encoding', 'chunked']],
+      headers: [
+        ['Content-Type', 'text/plain'],
+        ['Transfer-Encoding', 'chunked'],
+      ],
       body: Buffer.from('5\r\nhello\r\n0\r\n\r\n'),
       contentLength: false,
     },
@@ -607,13 +599,17 @@ describe('no exports.files block', () => {
     removeTree(workdir);
   });
 
-  it.each(['/resources/files', '/resources/files/', '/resources/files?x', '/resources/files/report.md', '/resources/files/out/report.md', '/resources/files/../x'])(
-    'GET %s is 404 no_resource_plane',
-    async (target) => {
-      const res = await rawGet(srv.url, target);
-      expectError(res, 'no_resource_plane', { generation: 0, containment: 'scoped' });
-    },
-  );
+  it.each([
+    '/resources/files',
+    '/resources/files/',
+    '/resources/files?x',
+    '/resources/files/report.md',
+    '/resources/files/out/report.md',
+    '/resources/files/../x',
+  ])('GET %s is 404 no_resource_plane', async (target) => {
+    const res = await rawGet(srv.url, target);
+    expectError(res, 'no_resource_plane', { generation: 0, containment: 'scoped' });
+  });
 
   it.each(['POST', 'HEAD', 'DELETE'])('%s is still 405 (the method is checked first)', async (method) => {
     for (const target of ['/resources/files', '/resources/files/report.md']) {
@@ -657,7 +653,9 @@ describe('generation', () => {
       expect([...etags]).toEqual([`"sha256:${sha256Hex('hello report')}"`]);
       expect(mtimes.size).toBe(1);
       // And the trace records the generation each request saw.
-      const gens = readTrace(srv.tracePath).filter((e) => e.event_type !== 'session_start').map((e) => e.generation);
+      const gens = readTrace(srv.tracePath)
+        .filter((e) => e.event_type !== 'session_start')
+        .map((e) => e.generation);
       expect(gens).toEqual([0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3]);
     } finally {
       await srv.close();
@@ -717,19 +715,23 @@ describe('concurrent reads during rename churn', () => {
       });
 
       const READS = 600;
-      const results = await pool(Array.from({ length: READS }, (_, i) => i), 16, async () => {
-        const res = await rawGet(srv.url, '/resources/files/churn.bin');
-        expect(res.status).toBe(200);
-        expectFramed(res);
-        const etag = res.header('etag');
-        expect(etag).toBe(`"sha256:${sha256Hex(res.body)}"`);
-        const m = /^v=(\d+) len=(\d+)\n/.exec(res.body.subarray(0, 40).toString('latin1'));
-        expect(m, 'a version header').not.toBeNull();
-        const n = Number(m![1]);
-        expect(res.body.length).toBe(Number(m![2]));
-        expect(res.body.equals(churnVersion(n)), `body is exactly version ${n}`).toBe(true);
-        return { n, sha: sha256Hex(res.body), bytes: res.body.length };
-      });
+      const results = await pool(
+        Array.from({ length: READS }, (_, i) => i),
+        16,
+        async () => {
+          const res = await rawGet(srv.url, '/resources/files/churn.bin');
+          expect(res.status).toBe(200);
+          expectFramed(res);
+          const etag = res.header('etag');
+          expect(etag).toBe(`"sha256:${sha256Hex(res.body)}"`);
+          const m = /^v=(\d+) len=(\d+)\n/.exec(res.body.subarray(0, 40).toString('latin1'));
+          expect(m, 'a version header').not.toBeNull();
+          const n = Number(m![1]);
+          expect(res.body.length).toBe(Number(m![2]));
+          expect(res.body.equals(churnVersion(n)), `body is exactly version ${n}`).toBe(true);
+          return { n, sha: sha256Hex(res.body), bytes: res.body.length };
+        },
+      );
 
       writeFileSync(stop, '');
       expect(await exited).toBe(0);

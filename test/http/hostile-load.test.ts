@@ -208,11 +208,16 @@ describe('refusals past a client allowance', () => {
     expect(lines.at(-1)!.event_type).toBe('session_end');
   });
 
-  it('refill at a fixed rate per client, and one client cannot spend another\'s allowance', async () => {
+  it("refill at a fixed rate per client, and one client cannot spend another's allowance", async () => {
     const { RefusalLimiter } = await import('../../src/trace/refusal-limit.js');
     let t = 0;
     const written: Array<{ client: string; suppressed: number }> = [];
-    const limiter = new RefusalLimiter(async (f) => void written.push(f), 3, 2, () => t);
+    const limiter = new RefusalLimiter(
+      async (f) => void written.push(f),
+      3,
+      2,
+      () => t,
+    );
     expect([1, 2, 3, 4].map(() => limiter.allow('a'))).toEqual([true, true, true, false]);
     expect(limiter.allow('b')).toBe(true);
     t += 500; // half a second at 2 per second: one more
@@ -227,11 +232,23 @@ describe('refusals past a client allowance', () => {
     let t = 0;
     const written: Array<{ client: string | null; suppressed: number; clients: number }> = [];
     // 3 per client, 5 for everyone, nothing earned back: only the clock could refill them.
-    const limiter = new RefusalLimiter(async (f) => void written.push(f), 3, 0, () => t, { burst: 5, perSecond: 0 });
+    const limiter = new RefusalLimiter(
+      async (f) => void written.push(f),
+      3,
+      0,
+      () => t,
+      { burst: 5, perSecond: 0 },
+    );
     const traced = Array.from({ length: 40 }, (_, i) => limiter.allow(`127.0.0.${i + 1}`)).filter(Boolean).length;
     expect(traced).toBe(5);
     // A client the server-wide bucket stopped keeps its own allowance for when that refills.
-    const again = new RefusalLimiter(async () => undefined, 3, 0, () => t, { burst: 1, perSecond: 1 });
+    const again = new RefusalLimiter(
+      async () => undefined,
+      3,
+      0,
+      () => t,
+      { burst: 1, perSecond: 1 },
+    );
     expect([again.allow('a'), again.allow('a')]).toEqual([true, false]);
     t += 1000;
     expect(again.allow('a')).toBe(true);
@@ -246,7 +263,13 @@ describe('refusals past a client allowance', () => {
     const { RefusalLimiter } = await import('../../src/trace/refusal-limit.js');
     const { MAX_TRACKED_CLIENTS, NAMED_SUMMARIES } = await import('../../src/limits.js');
     const written: Array<{ client: string | null; suppressed: number; clients: number }> = [];
-    const limiter = new RefusalLimiter(async (f) => void written.push(f), 1, 0, () => 0, { burst: 0, perSecond: 0 });
+    const limiter = new RefusalLimiter(
+      async (f) => void written.push(f),
+      1,
+      0,
+      () => 0,
+      { burst: 0, perSecond: 0 },
+    );
     const clients = 3 * MAX_TRACKED_CLIENTS;
     for (let i = 0; i < clients; i++) limiter.allow(`127.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`);
     expect(written).toEqual([]);

@@ -178,17 +178,21 @@ describe('--digest-cache-entries', () => {
   it.each(['abc', '-1', '1.5', '16777217', '1e3', ''])('refuses %j with one line naming the range', (value) => {
     const r = runCli(['serve', '--workdir', join(scratch([]), 'none'), '--digest-cache-entries', value]);
     expect(r.status).toBe(2);
-    expect(r.stderr).toBe(`error: --digest-cache-entries must be a whole number of entries from 0 (no cache) to 16777216 (got '${value}') (see resource-plane serve --help)\n`);
+    expect(r.stderr).toBe(
+      `error: --digest-cache-entries must be a whole number of entries from 0 (no cache) to 16777216 (got '${value}') (see resource-plane serve --help)\n`,
+    );
   });
 
   it('is the session option digestCacheEntries, refused the same way before anything is created', async () => {
     const workdir = join(scratch([]), 'never-made');
-    await expect(prepareSession({ workdir, digestCacheEntries: -1 })).rejects.toThrow("digestCacheEntries must be a whole number of entries from 0 (no cache) to 16777216 (got '-1')");
+    await expect(prepareSession({ workdir, digestCacheEntries: -1 })).rejects.toThrow(
+      "digestCacheEntries must be a whole number of entries from 0 (no cache) to 16777216 (got '-1')",
+    );
     await expect(prepareSession({ workdir, digestCacheEntries: 2 ** 24 + 1 })).rejects.toThrow(/digestCacheEntries must be/);
     expect(() => statSync(workdir)).toThrow();
   });
 
-  it('sets the capacity of the process\'s cache when the session opens', async () => {
+  it("sets the capacity of the process's cache when the session opens", async () => {
     const { capacity } = native.digestCacheStats();
     try {
       const workdir = scratch(['out/a: a']);

@@ -12,7 +12,7 @@ import { rawGet, rawRequest, readTrace } from '../helpers/http.js';
 const L = '/resources/files';
 
 describe('the listing carries a strong etag and answers If-None-Match', () => {
-  it('the etag is the sha256 of the exact body sent, in the files\' format', async () => {
+  it("the etag is the sha256 of the exact body sent, in the files' format", async () => {
     const c = await capsule({ tree: ['out/report.md: known bytes', 'out/sub/b.txt: b'], yaml: filesManifest('out/'), containment: 'sealed' });
     const res = await rawGet(c.url, L);
     expect(res.status).toBe(200);

@@ -16,7 +16,20 @@ import { describe, expect, it } from 'vitest';
 import { defer } from '../helpers/cleanup.js';
 import { startServe } from '../helpers/cli.js';
 import { sha256Hex } from '../helpers/http.js';
-import { ACTIVATE, etagOf, liveWorkdir as workdir, mountTmpfs, parsedTrace, pattern, serveLive as serve, stalledGet, startWriter, targetOf, WRITERS, type Listener } from '../helpers/live.js';
+import {
+  ACTIVATE,
+  etagOf,
+  liveWorkdir as workdir,
+  mountTmpfs,
+  parsedTrace,
+  pattern,
+  serveLive as serve,
+  stalledGet,
+  startWriter,
+  targetOf,
+  WRITERS,
+  type Listener,
+} from '../helpers/live.js';
 import { scratch } from '../helpers/tree.js';
 
 const MiB = 1024 * 1024;
@@ -53,7 +66,13 @@ describe.each(LISTENERS)('a live workdir over %s', (kind) => {
     expect(await s.stop()).toEqual({ code: 0, signal: null });
     const trace = parsedTrace(s.trace);
     const undelivered = trace.find((e) => e.event_type === 'response_undelivered');
-    expect(undelivered).toMatchObject({ of: 'resource_read', path: 'big.bin', outcome: 'undelivered', bytes: BODY, reason: 'the file changed while it was sent' });
+    expect(undelivered).toMatchObject({
+      of: 'resource_read',
+      path: 'big.bin',
+      outcome: 'undelivered',
+      bytes: BODY,
+      reason: 'the file changed while it was sent',
+    });
     expect(trace.at(-1)!.event_type).toBe('session_end');
   });
 

@@ -37,7 +37,12 @@ describe('serve, operated', () => {
       s.child.kill('SIGTERM');
       await s.exited;
     }
-    const lines = s.stderr().trim().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+    const lines = s
+      .stderr()
+      .trim()
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l));
     expect(lines.length).toBeGreaterThan(2);
     for (const line of lines) expect(line.session_id, JSON.stringify(line)).toBe('ses_ops');
     expect(lines.some((l) => l.msg === 'request completed')).toBe(true);
@@ -60,14 +65,28 @@ describe('the access log', () => {
       s.child.kill('SIGTERM');
       await s.exited;
     }
-    const lines = s.stderr().trim().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+    const lines = s
+      .stderr()
+      .trim()
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l));
     const access = lines.filter((l) => l.msg === 'request completed');
     expect(access).toHaveLength(2);
-    expect(access[0]).toMatchObject({ level: 30, session_id: 'ses_access', req: { method: 'GET', url: '/resources/files/a.txt' }, res: { statusCode: 200 }, bytes: 12 });
+    expect(access[0]).toMatchObject({
+      level: 30,
+      session_id: 'ses_access',
+      req: { method: 'GET', url: '/resources/files/a.txt' },
+      res: { statusCode: 200 },
+      bytes: 12,
+    });
     expect(typeof access[0].responseTime).toBe('number');
     expect(access[1].req.url).toMatch(/^\/resources\/peer\/<handle:[^>]+>$/);
     expect(s.stderr()).not.toContain(token);
-    const serving = s.stderr().split('\n').find((l) => l.includes('"msg":"serving"'))!;
+    const serving = s
+      .stderr()
+      .split('\n')
+      .find((l) => l.includes('"msg":"serving"'))!;
     expect(serving.match(/"session_id"/g)).toHaveLength(1);
 
     const quiet = await startServe(['--workdir', workdir, '--trace', join(base, 't2.jsonl'), '--no-access-log']);
@@ -85,7 +104,11 @@ describe('the access log is buffered', () => {
   /** write(2) calls the process has made so far (/proc/PID/io's syscw). */
   const writes = (pid: number) => Number(/^syscw: (\d+)$/m.exec(readFileSync(`/proc/${pid}/io`, 'utf8'))![1]);
   const accessLines = (stderr: string) =>
-    stderr.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.msg === 'request completed');
+    stderr
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .filter((l) => l.msg === 'request completed');
 
   async function served(base: string, name: string, extra: string[] = []) {
     const workdir = join(base, 'work');
@@ -99,12 +122,20 @@ describe('the access log is buffered', () => {
     writeFileSync(join(base, 'work', 'murmur.yaml'), filesManifest('out/'));
     const s = await served(base, 'burst');
     const n = 300;
-    await pool(Array.from({ length: n }, (_, i) => i), 16, async () => expect((await rawGet(s.ready.url, '/resources/files/a.txt')).status).toBe(200));
+    await pool(
+      Array.from({ length: n }, (_, i) => i),
+      16,
+      async () => expect((await rawGet(s.ready.url, '/resources/files/a.txt')).status).toBe(200),
+    );
     s.child.kill('SIGTERM');
     expect((await s.exited).code).toBe(0);
     // Every stderr line parses (none torn by the buffer), one access line per request, in order
     // before the shutdown line.
-    const lines = s.stderr().split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as Record<string, unknown>);
+    const lines = s
+      .stderr()
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
     const access = lines.filter((l) => l.msg === 'request completed');
     expect(access).toHaveLength(n);
     expect(new Set(access.map((l) => l.reqId)).size).toBe(n);
@@ -117,9 +148,15 @@ describe('the access log is buffered', () => {
     dirs.push(base);
     makeTree(join(base, 'work'), ['out/a.txt: level']);
     writeFileSync(join(base, 'work', 'murmur.yaml'), filesManifest('out/'));
-    const runs: Array<[string[], string, number | null]> = [[[], 'warn', null], [['--no-access-log'], 'debug', 20], [[], 'debug', 30]];
+    const runs: Array<[string[], string, number | null]> = [
+      [[], 'warn', null],
+      [['--no-access-log'], 'debug', 20],
+      [[], 'debug', 30],
+    ];
     for (const [flags, level, expected] of runs) {
-      const s = await startServe(['--workdir', join(base, 'work'), '--trace', join(base, `${level}${flags.length}.jsonl`), ...flags], { RESOURCE_PLANE_LOG_LEVEL: level });
+      const s = await startServe(['--workdir', join(base, 'work'), '--trace', join(base, `${level}${flags.length}.jsonl`), ...flags], {
+        RESOURCE_PLANE_LOG_LEVEL: level,
+      });
       try {
         expect((await rawGet(s.ready.url, '/resources/files/a.txt')).status).toBe(200);
       } finally {
@@ -127,8 +164,18 @@ describe('the access log is buffered', () => {
         await s.exited;
       }
       const lines = accessLines(s.stderr());
-      expect(lines.map((l) => l.level), `${level} ${flags.join(' ')}`).toEqual(expected === null ? [] : [expected]);
-      if (expected !== null) expect(lines[0]).toMatchObject({ pid: s.child.pid, session_id: s.ready.session_id, req: { method: 'GET', url: '/resources/files/a.txt' }, res: { statusCode: 200 }, bytes: 5 });
+      expect(
+        lines.map((l) => l.level),
+        `${level} ${flags.join(' ')}`,
+      ).toEqual(expected === null ? [] : [expected]);
+      if (expected !== null)
+        expect(lines[0]).toMatchObject({
+          pid: s.child.pid,
+          session_id: s.ready.session_id,
+          req: { method: 'GET', url: '/resources/files/a.txt' },
+          res: { statusCode: 200 },
+          bytes: 5,
+        });
     }
   });
 
@@ -207,7 +254,16 @@ describe('--metrics-listen: /metrics on a listener of its own', () => {
     const sockets = join(base, 'sockets');
     mkdirSync(sockets, { mode: 0o700 });
     const tracePath = join(base, 't.jsonl');
-    const s = await startServe(['--workdir', workdir, '--trace', tracePath, '--operator-listen', `unix:${join(sockets, 'op.sock')}`, '--metrics-listen', '127.0.0.1:0']);
+    const s = await startServe([
+      '--workdir',
+      workdir,
+      '--trace',
+      tracePath,
+      '--operator-listen',
+      `unix:${join(sockets, 'op.sock')}`,
+      '--metrics-listen',
+      '127.0.0.1:0',
+    ]);
     try {
       const metricsUrl = s.ready.metrics_url as string;
       expect(metricsUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
@@ -242,7 +298,13 @@ describe('the plugin with metrics built from the package exports', () => {
     const base = tempDir('rp-plugin-metrics-');
     dirs.push(base);
     makeTree(join(base, 'work'), ['out/a.txt: plugin metrics']);
-    const session = await openSession({ workdir: join(base, 'work'), manifest: parseManifest(filesManifest('out/')), tracePath: join(base, 't.jsonl'), containment: 'sealed', advertisedUrl: null });
+    const session = await openSession({
+      workdir: join(base, 'work'),
+      manifest: parseManifest(filesManifest('out/')),
+      tracePath: join(base, 't.jsonl'),
+      containment: 'sealed',
+      advertisedUrl: null,
+    });
     const metrics = await createMetrics({ memoryInUse: () => session.memory.inUse });
     const app = Fastify();
     await app.register(resourcePlanes, { session, metrics });

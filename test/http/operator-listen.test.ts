@@ -23,7 +23,6 @@ function layout(): { base: string; workdir: string } {
   return { base, workdir };
 }
 
-
 /** The capsule under test, its operator plane on `operatorListen`, closed when the test finishes. */
 function up(operatorListen: string): Promise<Capsule> {
   return capsule({ yaml: YAML, tree: TREE, containment: 'sealed', operatorListen });
@@ -118,7 +117,11 @@ describe('--operator-listen unix:PATH in a directory that is not private', () =>
     chmodSync(shared, 0o777);
     chmodSync(join(shared, 'priv'), 0o700);
     symlinkSync(shared, join(base, 'publink'));
-    await refused(join(base, 'publink', 'priv', 'op.sock'), workdir, new RegExp(`the directory '.*/publink/priv' lies under '${shared}', which is writable by others \\(mode 0777\\)`));
+    await refused(
+      join(base, 'publink', 'priv', 'op.sock'),
+      workdir,
+      new RegExp(`the directory '.*/publink/priv' lies under '${shared}', which is writable by others \\(mode 0777\\)`),
+    );
     // Named directly, the same.
     await refused(join(shared, 'priv', 'op.sock'), workdir, /lies under '.*\/shared', which is writable by others/);
     // A group-writable ancestor too; a root-owned sticky one (as /tmp, where this test's scratch lives) is not refused.
@@ -154,7 +157,9 @@ describe('--operator-listen unix:PATH in a directory that is not private', () =>
     const records = scratch();
     const r = runCli(['serve', '--workdir', workdir, '--operator-listen', `unix:${sock}`], { RESOURCE_PLANE_RECORDS_DIR: records });
     expect(r.status).toBe(2);
-    expect(r.stderr).toMatch(/^error: --operator-listen unix:PATH: the directory '.*\/sockets' is writable by group and others \(mode 0777\); use a private directory/);
+    expect(r.stderr).toMatch(
+      /^error: --operator-listen unix:PATH: the directory '.*\/sockets' is writable by group and others \(mode 0777\); use a private directory/,
+    );
     expect(existsSync(sock)).toBe(false);
     expect(readdirSync(records)).toEqual([]);
   });

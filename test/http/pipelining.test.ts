@@ -68,7 +68,9 @@ describe('pipelining is bounded per connection', () => {
 
   it(`answers up to ${MAX_QUEUED_PER_CONNECTION} pipelined requests, in order, each whole`, async () => {
     const c = await up({ 'a.bin': 20_000, 'b.bin': 3 });
-    const reqs = Array.from({ length: MAX_QUEUED_PER_CONNECTION }, (_, i) => get(i % 2 ? 'b.bin' : 'a.bin', i === MAX_QUEUED_PER_CONNECTION - 1 ? 'Connection: close\r\n' : '')).join('');
+    const reqs = Array.from({ length: MAX_QUEUED_PER_CONNECTION }, (_, i) =>
+      get(i % 2 ? 'b.bin' : 'a.bin', i === MAX_QUEUED_PER_CONNECTION - 1 ? 'Connection: close\r\n' : ''),
+    ).join('');
     const responses = await rawExchange(c.url, reqs);
     expect(responses.length).toBe(MAX_QUEUED_PER_CONNECTION);
     responses.forEach((r, i) => expect([r.status, r.body.length], `#${i}`).toEqual([200, i % 2 ? 3 : 20_000]));

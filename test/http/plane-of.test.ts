@@ -27,9 +27,12 @@ describe('planeOf', () => {
     expect(planeOf(target)).toEqual(expected);
   });
 
-  it.each(['/', '/resourcesX', '/resourcesX/files/a', '/Resources/files', '/x/resources/files', '*', '/%72esources/files', ''])('%s names no plane', (target) => {
-    expect(planeOf(target)).toBeNull();
-  });
+  it.each(['/', '/resourcesX', '/resourcesX/files/a', '/Resources/files', '/x/resources/files', '*', '/%72esources/files', ''])(
+    '%s names no plane',
+    (target) => {
+      expect(planeOf(target)).toBeNull();
+    },
+  );
 
   it('cuts a prefix on its segment boundary only', () => {
     expect(planeOf('/cap/resources/files/a', '/cap')).toEqual({ plane: 'files', rest: 'a' });
@@ -48,7 +51,13 @@ describe("the plugin's admission option", () => {
     const base = tempDir('rp-admit-');
     dirs.push(base);
     makeTree(`${base}/work`, ['out/a.txt: bytes']);
-    const session = await openSession({ workdir: `${base}/work`, manifest: parseManifest(filesManifest('out/')), tracePath: `${base}/trace.jsonl`, containment: 'sealed', advertisedUrl: null });
+    const session = await openSession({
+      workdir: `${base}/work`,
+      manifest: parseManifest(filesManifest('out/')),
+      tracePath: `${base}/trace.jsonl`,
+      containment: 'sealed',
+      advertisedUrl: null,
+    });
     const app = Fastify({ rewriteUrl: routeRawTargets() });
     const admission = new Admission(session.containment);
     if (shared) admission.install(app);
@@ -86,10 +95,24 @@ describe("the plugin's admission option", () => {
     const base = tempDir('rp-admit-');
     dirs.push(base);
     makeTree(`${base}/work`, ['out/a.txt: bytes']);
-    const session = await openSession({ workdir: `${base}/work`, manifest: parseManifest(filesManifest('out/')), tracePath: `${base}/trace.jsonl`, containment: 'sealed', advertisedUrl: null });
+    const session = await openSession({
+      workdir: `${base}/work`,
+      manifest: parseManifest(filesManifest('out/')),
+      tracePath: `${base}/trace.jsonl`,
+      containment: 'sealed',
+      advertisedUrl: null,
+    });
     try {
-      await expect(Fastify().register(resourcePlanes, { session, admission: {} as Admission }).ready()).rejects.toThrow(/`admission` must be an Admission/);
-      await expect(Fastify().register(resourcePlanes, { session, reuseBuffers: 'yes' as unknown as boolean }).ready()).rejects.toThrow(/`reuseBuffers` must be a boolean/);
+      await expect(
+        Fastify()
+          .register(resourcePlanes, { session, admission: {} as Admission })
+          .ready(),
+      ).rejects.toThrow(/`admission` must be an Admission/);
+      await expect(
+        Fastify()
+          .register(resourcePlanes, { session, reuseBuffers: 'yes' as unknown as boolean })
+          .ready(),
+      ).rejects.toThrow(/`reuseBuffers` must be a boolean/);
     } finally {
       await session.close();
     }

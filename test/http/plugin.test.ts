@@ -32,7 +32,10 @@ function workdirWith(tree: string[]): { workdir: string; tracePath: string } {
   return { workdir, tracePath: join(base, 'trace.jsonl') };
 }
 
-async function sessionOver(tree: string[] = TREE, advertisedUrl: string | null = 'http://localhost:1'): Promise<{ session: Session; tracePath: string; workdir: string }> {
+async function sessionOver(
+  tree: string[] = TREE,
+  advertisedUrl: string | null = 'http://localhost:1',
+): Promise<{ session: Session; tracePath: string; workdir: string }> {
   const { workdir, tracePath } = workdirWith(tree);
   const session = await openSession({ workdir, manifest: parseManifest(filesManifest('out/')), tracePath, containment: 'sealed', advertisedUrl });
   return { session, tracePath, workdir };
@@ -51,7 +54,10 @@ async function hostApp(options: FastifyServerOptions = { rewriteUrl: routeRawTar
   await app.register(resourcePlanes, { session });
   const url = await listen(app);
   return {
-    app, url, tracePath, session,
+    app,
+    url,
+    tracePath,
+    session,
     close: async () => {
       await app.close();
       await session.close();
@@ -96,7 +102,11 @@ describe('resourcePlanes registered into a plain Fastify app', () => {
       h.app.server.on('connect', answerConnect(h.app.routing));
       const res = await rawRequest(h.url, { method: 'CONNECT', target: '/resources/files/a.txt' });
       expect([res.status, res.header('allow'), res.json().error]).toEqual([405, 'GET', 'method_not_allowed']);
-      expect(readTrace(h.tracePath).filter((e) => e.event_type === 'resource_read').map((e) => e.outcome)).toEqual(['method_not_allowed']);
+      expect(
+        readTrace(h.tracePath)
+          .filter((e) => e.event_type === 'resource_read')
+          .map((e) => e.outcome),
+      ).toEqual(['method_not_allowed']);
     } finally {
       await h.close();
     }
@@ -108,10 +118,17 @@ describe('resourcePlanes registered into a plain Fastify app', () => {
       const c = await capsule({ yaml: filesManifest('out/'), tree: TREE, containment: 'sealed' });
       const names = (r: { headerNames: string[] }) => r.headerNames.filter((n) => !['date', 'connection', 'keep-alive'].includes(n));
       const cases: Array<{ method?: string; target: string }> = [
-        { target: '/resources/files/a.txt' }, { target: '/resources/files' }, { target: '/resources/files/nope' },
-        { target: '/resources/files/esc' }, { target: '/resources/files/%2e%2e/secret.txt' }, { method: 'POST', target: '/resources/files/a.txt' },
-        { method: 'HEAD', target: '/resources/files/a.txt' }, { target: '/resources/peer/mh1.x.y' }, { target: '/resources/other' },
-        { target: '/resources/files/b%ZZ' }, { target: '/resources/files/%C0%AE' },
+        { target: '/resources/files/a.txt' },
+        { target: '/resources/files' },
+        { target: '/resources/files/nope' },
+        { target: '/resources/files/esc' },
+        { target: '/resources/files/%2e%2e/secret.txt' },
+        { method: 'POST', target: '/resources/files/a.txt' },
+        { method: 'HEAD', target: '/resources/files/a.txt' },
+        { target: '/resources/peer/mh1.x.y' },
+        { target: '/resources/other' },
+        { target: '/resources/files/b%ZZ' },
+        { target: '/resources/files/%C0%AE' },
       ];
       for (const k of cases) {
         const viaPlugin = await rawRequest(h.url, { method: k.method, target: k.target });
@@ -299,7 +316,11 @@ describe('a plugin Fastify users recognise', () => {
       const encoded = await rawGet(url, '/c%61p/resources/files/a.txt');
       expect(encoded.status).toBe(404);
       expect(encoded.body.toString()).not.toContain('plugin bytes');
-      expect(readTrace(tracePath).filter((e) => e.event_type === 'resource_read').map((e) => e.path)).toEqual(['a.txt', 'b%ZZ', '../secret.txt']);
+      expect(
+        readTrace(tracePath)
+          .filter((e) => e.event_type === 'resource_read')
+          .map((e) => e.path),
+      ).toEqual(['a.txt', 'b%ZZ', '../secret.txt']);
     } finally {
       await app.close();
       await session.close();
@@ -310,7 +331,13 @@ describe('a plugin Fastify users recognise', () => {
     const { workdir, tracePath } = workdirWith(TREE);
     const app = Fastify();
     await app.register(resourcePlanes, {
-      open: { workdir, manifest: parseManifest(`${filesManifest('out/')}  peer_files:\n    root: "out/"\n`), tracePath, containment: 'sealed', advertisedUrl: 'http://localhost:1' },
+      open: {
+        workdir,
+        manifest: parseManifest(`${filesManifest('out/')}  peer_files:\n    root: "out/"\n`),
+        tracePath,
+        containment: 'sealed',
+        advertisedUrl: 'http://localhost:1',
+      },
     });
     const url = await listen(app);
     const session = app.resourcePlanes.session;

@@ -81,7 +81,13 @@ describe('a valid redeem', () => {
     expect(res.status).toBe(200);
     expect(res.body.toString()).toBe('known bytes');
     expect(res.headerNames.filter((n) => n.startsWith('x-murmur') || ['content-type', 'etag', 'content-length'].includes(n))).toEqual([
-      'content-type', 'etag', 'x-murmur-mtime-ms', 'x-murmur-generation', 'x-murmur-containment', 'x-murmur-handle-id', 'content-length',
+      'content-type',
+      'etag',
+      'x-murmur-mtime-ms',
+      'x-murmur-generation',
+      'x-murmur-containment',
+      'x-murmur-handle-id',
+      'content-length',
     ]);
     expect(res.header('etag')).toBe(`"sha256:${sha256Hex('known bytes')}"`);
     expect(res.header('x-murmur-handle-id')).toBe(handleId(token));
@@ -124,22 +130,32 @@ describe('redeems that arrive together', () => {
     const { port } = new URL(cap().url);
     // Every connection open first, then every request written in one go: the server reads them
     // all in one turn of its loop.
-    const sockets = await Promise.all(tokens.map(() => new Promise<Socket>((resolve, reject) => {
-      const socket = connect(Number(port), '127.0.0.1', () => resolve(socket));
-      socket.once('error', reject);
-    })));
-    const answers = sockets.map((socket) => new Promise<Buffer>((resolve) => {
-      const chunks: Buffer[] = [];
-      socket.on('data', (c: Buffer) => chunks.push(c));
-      socket.on('end', () => resolve(Buffer.concat(chunks)));
-    }));
+    const sockets = await Promise.all(
+      tokens.map(
+        () =>
+          new Promise<Socket>((resolve, reject) => {
+            const socket = connect(Number(port), '127.0.0.1', () => resolve(socket));
+            socket.once('error', reject);
+          }),
+      ),
+    );
+    const answers = sockets.map(
+      (socket) =>
+        new Promise<Buffer>((resolve) => {
+          const chunks: Buffer[] = [];
+          socket.on('data', (c: Buffer) => chunks.push(c));
+          socket.on('end', () => resolve(Buffer.concat(chunks)));
+        }),
+    );
     // Accepted by the server too (a client's connect completes before the server accepts), so
     // the requests are read in one turn, as a busy server's established connections are.
     const server = cap().server.app.server;
     await expect.poll(() => new Promise<number>((resolve) => server.getConnections((_e, count) => resolve(count)))).toBeGreaterThanOrEqual(n);
     const unlocks = vi.spyOn(sodium, 'sodium_mprotect_readwrite');
     try {
-      tokens.forEach((token, i) => sockets[i]!.write(`GET /resources/peer/${token} HTTP/1.1\r\nHost: x\r\nX-Murmur-Audience: ${AUD}\r\nConnection: close\r\n\r\n`));
+      tokens.forEach((token, i) =>
+        sockets[i]!.write(`GET /resources/peer/${token} HTTP/1.1\r\nHost: x\r\nX-Murmur-Audience: ${AUD}\r\nConnection: close\r\n\r\n`),
+      );
       const statuses = (await Promise.all(answers)).map((raw) => parseResponse(raw).status);
       expect(statuses).toEqual(tokens.map((_, i) => (i % 3 === 2 ? 403 : 200)));
       const keyUnlocks = unlocks.mock.calls.filter(([buffer]) => buffer === keyBuffer).length;
@@ -171,7 +187,7 @@ describe('refusals in the fixed order', () => {
     expect(errorOf(refusals[0]!)).toEqual({ error: 'handle_not_valid', message: 'the handle is not valid for this capsule' });
   });
 
-  it('a second session over the same workdir does not accept the first one\'s handles', async () => {
+  it("a second session over the same workdir does not accept the first one's handles", async () => {
     const res = await redeem(mint('report.md'), AUD, 'second');
     expect(res.status).toBe(403);
     expect(errorOf(res).error).toBe('handle_not_valid');
@@ -191,7 +207,12 @@ describe('refusals in the fixed order', () => {
   it('refuses padding and non-canonical base64url', async () => {
     const token = mint('report.md');
     const [tag, p, mac] = token.split('.') as [string, string, string];
-    for (const bad of [`${tag}.${p}=.${mac}`, `${tag}.${p}.${mac}=`, `${tag}.${p}.${mac.slice(0, -1)}${mac.endsWith('A') ? 'B' : 'A'}`, `${tag}.${p}.${mac}A`]) {
+    for (const bad of [
+      `${tag}.${p}=.${mac}`,
+      `${tag}.${p}.${mac}=`,
+      `${tag}.${p}.${mac.slice(0, -1)}${mac.endsWith('A') ? 'B' : 'A'}`,
+      `${tag}.${p}.${mac}A`,
+    ]) {
       const res = await redeem(bad);
       expect([400, 403]).toContain(res.status);
       if (res.status === 400) expect(errorOf(res).error).toBe('malformed_handle');
@@ -302,8 +323,19 @@ describe('the redeem trace', () => {
     const mine = (id: string) => events.filter((e) => e.handle_id === id);
     const okEvent = mine(handleId(ok)).find((e) => e.outcome === 'ok')!;
     expect(Object.keys(okEvent)).toEqual([
-      'event_type', 'event_id', 'parent_id', 'session_id', 'timestamp',
-      'handle_id', 'path', 'generation', 'audience_asserted', 'bytes', 'sha256', 'outcome', 'reason',
+      'event_type',
+      'event_id',
+      'parent_id',
+      'session_id',
+      'timestamp',
+      'handle_id',
+      'path',
+      'generation',
+      'audience_asserted',
+      'bytes',
+      'sha256',
+      'outcome',
+      'reason',
     ]);
     expect(okEvent).toMatchObject({ path: 'report.md', audience_asserted: AUD, bytes: 11, sha256: sha256Hex('known bytes'), reason: null });
     expect(mine(handleId(tamper(ok, 1)))[0]).toMatchObject({ path: null, outcome: 'handle_not_valid', bytes: null, sha256: null });

@@ -1,8 +1,7 @@
-
-import { beforeAll, describe, expect, it, } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { filesManifest, openCapsule, type Capsule } from '../helpers/capsule.js';
-import { rawExchange, rawGet, } from '../helpers/http.js';
-import { codeOf, expectNoSecret, SECRET, } from '../helpers/adversary.js';
+import { rawExchange, rawGet } from '../helpers/http.js';
+import { codeOf, expectNoSecret, SECRET } from '../helpers/adversary.js';
 
 // ── 7. Request targets ──────────────────────────────────────────────────────────────────────────
 

@@ -34,7 +34,6 @@ async function viewOf(dir: string, maxBytes = 64 * 1024 * 1024): Promise<ExportV
   return new ExportView({ workdirFd: () => fd, root: 'out', maxBytes, containment: 'sealed', resolver: RESOLVER });
 }
 
-
 describe('a small file is read without the thread pool', () => {
   it('answers while every pool thread is held, and a large read waits for one', async (ctx) => {
     const dir = scratch(['out/small: tiny', 'out/big @ 1m', 'fifos/']);
@@ -86,7 +85,11 @@ describe('a small file is read without the thread pool', () => {
     const fd = await native.openDirectory(dir);
     defer(() => native.closeFd(fd));
     const o = { refuseSymlinks: false, resolver: RESOLVER };
-    const code = async (p: Promise<unknown>) => p.then(() => 'ok', (e: native.NativeError) => e.code);
+    const code = async (p: Promise<unknown>) =>
+      p.then(
+        () => 'ok',
+        (e: native.NativeError) => e.code,
+      );
     const syncCode = (fn: () => ReturnType<typeof native.readSmall>) => {
       try {
         const r = fn();
@@ -97,8 +100,16 @@ describe('a small file is read without the thread pool', () => {
         return (e as native.NativeError).code;
       }
     };
-    for (const [rel, max] of [['f', 5], ['p', 100], ['esc', 100], ['nope', 100]] as const) {
-      expect(syncCode(() => native.readSmall(fd, 'out', rel, max, SYNC, o)), rel).toBe(await code(native.readFile(fd, 'out', rel, max, o)));
+    for (const [rel, max] of [
+      ['f', 5],
+      ['p', 100],
+      ['esc', 100],
+      ['nope', 100],
+    ] as const) {
+      expect(
+        syncCode(() => native.readSmall(fd, 'out', rel, max, SYNC, o)),
+        rel,
+      ).toBe(await code(native.readFile(fd, 'out', rel, max, o)));
     }
     // Above the synchronous size: not read; its size and the descriptor the read goes on from.
     const large = native.readSmall(fd, 'out', 'f', 100, 4, o);
@@ -118,10 +129,14 @@ describe('a file that grows while it is read', () => {
     const path = join(dir, 'out', 'grow');
     // A writer that keeps cutting the file to 1 byte and appending 8 MiB: most reads see a small
     // fstat and then a file that is still growing.
-    const writer = spawn(process.execPath, ['-e', `
+    const writer = spawn(process.execPath, [
+      '-e',
+      `
 const fs = require('fs'); const big = Buffer.alloc(8 << 20, 0x61); const fd = fs.openSync(process.argv[1], 'r+');
 process.stdout.write('ready\\n');
-for (;;) { fs.ftruncateSync(fd, 1); fs.writeSync(fd, big, 0, big.length, 1); }`, path]);
+for (;;) { fs.ftruncateSync(fd, 1); fs.writeSync(fd, big, 0, big.length, 1); }`,
+      path,
+    ]);
     defer(() => writer.kill('SIGKILL'));
     await new Promise<void>((resolve) => writer.stdout.once('data', () => resolve()));
     const fd = await native.openDirectory(dir);
@@ -176,7 +191,7 @@ for (;;) { fs.ftruncateSync(fd, 1); fs.writeSync(fd, big, 0, big.length, 1); }`,
 });
 
 describe('the memory budget holds what a body needs, not max_bytes', () => {
-  it('holds a whole body\'s size and a streamed body\'s window, whatever max_bytes and the file size are', async () => {
+  it("holds a whole body's size and a streamed body's window, whatever max_bytes and the file size are", async () => {
     const dir = scratch(['out/a @ 200k', 'out/b @ 200k', 'out/c @ 200k', 'out/huge @ 64m']);
     // max_bytes 256 MiB, budget 2 MiB: reserving max_bytes, the second read would wait and fail.
     const view = await viewOf(dir, 256 * 1024 * 1024);
@@ -200,7 +215,15 @@ describe('the memory budget holds what a body needs, not max_bytes', () => {
     // which woke every other waiter, which did the same: a loop of promise jobs that never let a
     // timer, a socket or anything else run until every waiter had given up (npm run stress).
     let settled = 0;
-    const waiting = Array.from({ length: 20 }, () => view.read('b', { budget }).then((r) => r.release(), () => undefined).finally(() => settled++));
+    const waiting = Array.from({ length: 20 }, () =>
+      view
+        .read('b', { budget })
+        .then(
+          (r) => r.release(),
+          () => undefined,
+        )
+        .finally(() => settled++),
+    );
     await new Promise((r) => setTimeout(r, 20));
     expect(settled, 'a timer ran while the reads still waited').toBe(0);
     first.release();
@@ -313,7 +336,9 @@ describe('a large file read again takes its digest from the cache, under a read 
     expect(cached.digestCached).toBe(true);
     // A writer maps the file MAP_SHARED and writable, closes its descriptor, and keeps writing
     // through the mapping: bytes change, and after the first dirtying no timestamp does.
-    const writer = spawn('python3', ['-c', String.raw`
+    const writer = spawn('python3', [
+      '-c',
+      String.raw`
 import ctypes, mmap, os, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mmap.restype = ctypes.c_void_p
@@ -328,7 +353,9 @@ i = 0
 while True:
     view[(i * 4097) % size] = bytes([i % 256])
     i += 1
-`, join(dir, 'out', 'm')]);
+`,
+      join(dir, 'out', 'm'),
+    ]);
     defer(() => writer.kill('SIGKILL'));
     await new Promise<void>((resolve) => writer.stdout.once('data', () => resolve()));
     // Once every page is dirty, writes through the mapping move no time: past the racy margin the
@@ -356,7 +383,11 @@ while True:
     const view = await viewOf(dir, 512 * 1024 * 1024);
     // A writer already running, told when to open: the file is opened for writing and closed
     // again, so the lease held through the digest must give way.
-    const writer = spawn('python3', ['-c', 'import os, sys\nfor line in sys.stdin:\n    os.close(os.open(sys.argv[1], os.O_WRONLY))\n    print("opened", flush=True)', path]);
+    const writer = spawn('python3', [
+      '-c',
+      'import os, sys\nfor line in sys.stdin:\n    os.close(os.open(sys.argv[1], os.O_WRONLY))\n    print("opened", flush=True)',
+      path,
+    ]);
     defer(() => writer.kill('SIGKILL'));
     const opened = () => new Promise<void>((resolve) => writer.stdout.once('data', () => resolve()));
     let broken = 0;

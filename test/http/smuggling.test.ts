@@ -1,12 +1,10 @@
-
-import {writeFileSync,
-} from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { beforeAll, describe, expect, it, } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { filesManifest, openCapsule, type Capsule } from '../helpers/capsule.js';
 import { rawExchange, rawGet, readTrace, sha256Hex, type RawResponse } from '../helpers/http.js';
 import { makeTree, removeTree, tempDir } from '../helpers/tree.js';
-import { sleep, } from '../helpers/adversary.js';
+import { sleep } from '../helpers/adversary.js';
 
 // ── 8. Pipelining and smuggling ─────────────────────────────────────────────────────────────────
 
@@ -45,17 +43,37 @@ describe('pipelining and request smuggling', () => {
   const smuggled = `GET /resources/files/victim.txt HTTP/1.1\r\nHost: x\r\n\r\n`;
   const attempts: Array<[string, string, number[]]> = [
     ['GET with a content-length body', `GET /resources/files/f0 HTTP/1.1\r\nHost: h\r\nContent-Length: ${smuggled.length}\r\n\r\n${smuggled}`, [200, 200]],
-    ['GET with a chunked body', `GET /resources/files/f0 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n${smuggled.length.toString(16)}\r\n${smuggled}\r\n0\r\n\r\n`, [200, 200]],
-    ['duplicate content-length (0 then n)', `GET /resources/files/f0 HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\nContent-Length: ${smuggled.length}\r\n\r\n${smuggled}`, [400]],
+    [
+      'GET with a chunked body',
+      `GET /resources/files/f0 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n${smuggled.length.toString(16)}\r\n${smuggled}\r\n0\r\n\r\n`,
+      [200, 200],
+    ],
+    [
+      'duplicate content-length (0 then n)',
+      `GET /resources/files/f0 HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\nContent-Length: ${smuggled.length}\r\n\r\n${smuggled}`,
+      [400],
+    ],
     ['content-length list', `GET /resources/files/f0 HTTP/1.1\r\nHost: h\r\nContent-Length: 0, ${smuggled.length}\r\n\r\n${smuggled}`, [400]],
     ['CL + TE (CL.TE)', `POST /resources/files/f0 HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n${smuggled}`, [400]],
-    ['TE + CL (TE.CL)', `POST /resources/files/f0 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n${smuggled.length.toString(16)}\r\n${smuggled}\r\n0\r\n\r\n`, [400]],
-    ['TE with a space before the colon', `POST /resources/files/f0 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding : chunked\r\nContent-Length: 0\r\n\r\n${smuggled}`, [400]],
+    [
+      'TE + CL (TE.CL)',
+      `POST /resources/files/f0 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n${smuggled.length.toString(16)}\r\n${smuggled}\r\n0\r\n\r\n`,
+      [400],
+    ],
+    [
+      'TE with a space before the colon',
+      `POST /resources/files/f0 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding : chunked\r\nContent-Length: 0\r\n\r\n${smuggled}`,
+      [400],
+    ],
     ['TE chunked, identity', `POST /resources/files/f0 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n${smuggled}`, [400]],
     ['TE xchunked', `POST /resources/files/f0 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n${smuggled}`, [400]],
     ['obs-fold TE', `POST /resources/files/f0 HTTP/1.1\r\nHost: h\r\nX-A: b\r\n Transfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n${smuggled}`, [400]],
     ['bare LF line endings', `GET /resources/files/f0 HTTP/1.1\nHost: h\nContent-Length: ${smuggled.length}\n\n${smuggled}`, [400]],
-    ['chunk-size with extension and smuggled trailer', `GET /resources/files/f0 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n0;ext=1\r\nX: ${smuggled.replace(/\r\n/g, ' ')}\r\n\r\n`, [200, 200]],
+    [
+      'chunk-size with extension and smuggled trailer',
+      `GET /resources/files/f0 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n0;ext=1\r\nX: ${smuggled.replace(/\r\n/g, ' ')}\r\n\r\n`,
+      [200, 200],
+    ],
     ['negative content-length', `GET /resources/files/f0 HTTP/1.1\r\nHost: h\r\nContent-Length: -1\r\n\r\n${smuggled}`, [400]],
     ['plus-signed content-length', `GET /resources/files/f0 HTTP/1.1\r\nHost: h\r\nContent-Length: +${smuggled.length}\r\n\r\n${smuggled}`, [400]],
   ];

@@ -183,7 +183,10 @@ describe('a body whose digest came from the cache is sent under its read lease',
   // The writer is another process: this one serves the stream, and a writer here would block its
   // own event loop in open(2) until the lease is let go.
   const WRITERS: Array<{ name: string; script: string }> = [
-    { name: 'rewrites a byte in place', script: `import os, sys\nfd = os.open(sys.argv[1], os.O_WRONLY)\nos.pwrite(fd, b'rewritten', ${BODY - 100})\nos.close(fd)` },
+    {
+      name: 'rewrites a byte in place',
+      script: `import os, sys\nfd = os.open(sys.argv[1], os.O_WRONLY)\nos.pwrite(fd, b'rewritten', ${BODY - 100})\nos.close(fd)`,
+    },
     { name: 'appends', script: `import os, sys\nfd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)\nos.write(fd, b'more')\nos.close(fd)` },
     { name: 'only opens it for writing', script: `import os, sys\nos.close(os.open(sys.argv[1], os.O_WRONLY))` },
     { name: 'writes through a shared mapping', script: MAP_WRITE },
@@ -231,13 +234,15 @@ describe('pooled chunk buffers', () => {
     const slow = stalledReader(c.url, '/resources/files/slow.bin', () => paused++);
     const fast = (async () => {
       for (let round = 0; round < 4; round++) {
-        await Promise.all(files.map(async (f) => {
-          const r = await rawGet(c.url, `/resources/files/${f.name}`);
-          if (r.status === 503) return; // no room now: allowed, and no body
-          expect(r.status).toBe(200);
-          expect(r.body.equals(f.body), `${f.name}, round ${round}`).toBe(true);
-          expect(r.header('etag')).toBe(`"sha256:${sha256Hex(f.body)}"`);
-        }));
+        await Promise.all(
+          files.map(async (f) => {
+            const r = await rawGet(c.url, `/resources/files/${f.name}`);
+            if (r.status === 503) return; // no room now: allowed, and no body
+            expect(r.status).toBe(200);
+            expect(r.body.equals(f.body), `${f.name}, round ${round}`).toBe(true);
+            expect(r.header('etag')).toBe(`"sha256:${sha256Hex(f.body)}"`);
+          }),
+        );
       }
     })();
     await fast;

@@ -2,19 +2,17 @@
 // sections 3-4, on real trees and real sockets (127.0.0.1 only). Comments marked "Was a WEAKNESS" say
 // what an earlier version got wrong, so a regression reads as the attack it re-opens. Every loop is
 // bounded by a count or a deadline. (Shared plumbing: test/helpers/adversary.ts.)
-import { execFileSync, } from 'node:child_process';
-import {
-  closeSync, mkdirSync, openSync, writeFileSync,
-} from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { closeSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { describe, expect, it, } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type * as native from '../../src/addon/export.js';
 import { mintToken, randomNonceHex } from '../../src/handle/token.js';
 import { capsule, filesManifest, type Capsule } from '../helpers/capsule.js';
-import { rawGet, readTrace, sha256Hex, } from '../helpers/http.js';
-import { raceSwaps, racesTimeout, sawAll, } from '../helpers/race.js';
+import { rawGet, readTrace, sha256Hex } from '../helpers/http.js';
+import { raceSwaps, racesTimeout, sawAll } from '../helpers/race.js';
 import { RESOLVERS } from '../helpers/resolvers.js';
-import { scratch, } from '../helpers/tree.js';
+import { scratch } from '../helpers/tree.js';
 import { codeOf, expectNoSecret, INSIDE, opensBefore, SECRET, up, watchOpens } from '../helpers/adversary.js';
 
 // ── 10. The trace ───────────────────────────────────────────────────────────────────────────────
@@ -51,7 +49,9 @@ describe('the trace as the account of what left', () => {
     const srv = await up(work);
     const res = await rawGet(srv.url, '/resources/files/q3.mh1.tar.gz');
     expect(res.status).toBe(200);
-    const line = readTrace(srv.tracePath).filter((l) => l.event_type === 'resource_read').at(-1)!;
+    const line = readTrace(srv.tracePath)
+      .filter((l) => l.event_type === 'resource_read')
+      .at(-1)!;
     expect(line.sha256).toBe(sha256Hex('archive bytes'));
     expect(String(line.path)).toMatch(/^q3\.<handle:[0-9a-f]{16}>$/);
   });

@@ -39,7 +39,10 @@ const MESSAGE: Record<string, string> = {
 
 /** Percent-decodes once on bytes (a `%` without two hex digits stays), then decodes UTF-8 lossily. */
 function decodedAsRequested(raw: string): string {
-  const bytes = Buffer.from(raw.replace(/%([0-9A-Fa-f]{2})/g, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16))), 'latin1');
+  const bytes = Buffer.from(
+    raw.replace(/%([0-9A-Fa-f]{2})/g, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16))),
+    'latin1',
+  );
   return new TextDecoder('utf-8').decode(bytes);
 }
 
@@ -106,7 +109,13 @@ describe.each(['sealed', 'scoped'] as const)('one line per operator-plane reques
   it('session_start comes first, with the class, the resolver, the tools and the grants', () => {
     const [start] = readTrace(srv.tracePath);
     expectWellFormed(start!, srv.session, startId, since);
-    expect(start).toMatchObject({ event_type: 'session_start', parent_id: null, containment_achieved: containment, resolver: srv.session.resolver, tools_declared: [] });
+    expect(start).toMatchObject({
+      event_type: 'session_start',
+      parent_id: null,
+      containment_achieved: containment,
+      resolver: srv.session.resolver,
+      tools_declared: [],
+    });
     expect(Object.keys(start!.effective_grants as object)).toEqual(GRANT_KEYS);
     expect(start!.effective_grants).toMatchObject({
       exports_files: { root: 'out/', mode: 'read-only', max_bytes: MAX_BYTES },
@@ -231,8 +240,17 @@ describe.each(['sealed', 'scoped'] as const)('one line per operator-plane reques
 
   it('concurrent requests leave exactly one whole line each', async () => {
     const before = readTrace(srv.tracePath).length;
-    const targets = Array.from({ length: 240 }, (_, i) =>
-      ['/resources/files/report.md', '/resources/files/sub/a.txt', '/resources/files/../secret.txt', '/resources/files', '/resources/other', '/resources/files/missing'][i % 6]!,
+    const targets = Array.from(
+      { length: 240 },
+      (_, i) =>
+        [
+          '/resources/files/report.md',
+          '/resources/files/sub/a.txt',
+          '/resources/files/../secret.txt',
+          '/resources/files',
+          '/resources/other',
+          '/resources/files/missing',
+        ][i % 6]!,
     );
     const responses = await pool(targets, 24, (target) => rawGet(srv.url, target));
     const lines = readTrace(srv.tracePath).slice(before);

@@ -13,7 +13,6 @@ import { runCliAsync } from '../helpers/cli.js';
 import { scratch } from '../helpers/tree.js';
 import { CAP_YAML, unmadeCapsule } from '../helpers/capsule.js';
 
-
 /** A port this process listens on until the test ends. */
 async function takenPort(): Promise<number> {
   const server = createServer((s) => s.destroy());
@@ -24,12 +23,16 @@ async function takenPort(): Promise<number> {
 
 /** An empty records directory, a manifest file, and a workdir path that does not exist yet. */
 describe('serve on a port already in use', () => {
-  for (const [name, extra] of [['confined (the default)', []], ['with --no-landlock', ['--no-landlock']]] as const) {
+  for (const [name, extra] of [
+    ['confined (the default)', []],
+    ['with --no-landlock', ['--no-landlock']],
+  ] as const) {
     it(`${name}: exits 1 and leaves no session and no workdir behind`, async () => {
       const port = await takenPort();
       const { records, manifest, workdir } = unmadeCapsule();
-      const r = await runCliAsync(['serve', '--workdir', workdir, '--manifest', manifest, '--listen', `127.0.0.1:${port}`, ...extra],
-        { RESOURCE_PLANE_RECORDS_DIR: records });
+      const r = await runCliAsync(['serve', '--workdir', workdir, '--manifest', manifest, '--listen', `127.0.0.1:${port}`, ...extra], {
+        RESOURCE_PLANE_RECORDS_DIR: records,
+      });
       expect(r.status, r.stderr).toBe(1);
       // One line naming the flag and the address, not Node's bare `listen EADDRINUSE`.
       expect(r.stderr.split('\n').filter((l) => l.startsWith('error:'))).toEqual([

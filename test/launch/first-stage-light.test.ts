@@ -14,12 +14,21 @@ import { scratch } from '../helpers/tree.js';
 
 const ABI = landlockAbi().abi;
 const RECORDER = fileURLToPath(new URL('../helpers/load-recorder.mjs', import.meta.url));
-const HEAVY = ['/node_modules/fastify/', '/node_modules/@modelcontextprotocol/', '/node_modules/pino/', '/node_modules/prom-client/', '/node_modules/sodium-native/'];
+const HEAVY = [
+  '/node_modules/fastify/',
+  '/node_modules/@modelcontextprotocol/',
+  '/node_modules/pino/',
+  '/node_modules/prom-client/',
+  '/node_modules/sodium-native/',
+];
 
 describe('the first stage', () => {
   it.skipIf(ABI === 0)('loads neither Fastify, the MCP SDK, pino, prom-client nor libsodium', async () => {
     const workdir = scratch(['out/a.txt: a']);
-    writeFileSync(join(workdir, 'murmur.yaml'), 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n  peer_files:\n    root: out/\n    max_ttl: 15m\n');
+    writeFileSync(
+      join(workdir, 'murmur.yaml'),
+      'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n  peer_files:\n    root: out/\n    max_ttl: 15m\n',
+    );
     const record = join(scratch(), 'loads.txt');
     const s = await startServe(['--workdir', workdir, '--trace', join(scratch(), 'trace.jsonl')], {
       NODE_OPTIONS: `--import ${RECORDER}`,
@@ -30,7 +39,10 @@ describe('the first stage', () => {
       await s.exited;
     });
     expect(existsSync(record)).toBe(true);
-    const loaded = readFileSync(record, 'utf8').split('\n').filter(Boolean).map((line) => line.split('\t')[0]!);
+    const loaded = readFileSync(record, 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => line.split('\t')[0]!);
     // It did load what it needs (the arguments' parser, the manifest's model, the confinement)...
     expect(loaded.some((u) => u.includes('/node_modules/commander/'))).toBe(true);
     expect(loaded.some((u) => u.endsWith('/manifest/model.js'))).toBe(true);

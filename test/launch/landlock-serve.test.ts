@@ -73,7 +73,9 @@ describe.skipIf(ABI === 0)('a confined serve', () => {
     const peerDir = scratch(['out/report.md: the findings']);
     const peer = await launchInProcess({
       workdir: peerDir,
-      manifest: parseManifest('name: reporter\nversion: "1"\nexports:\n  peer_files:\n    root: out/\ncapabilities:\n  network:\n    allow:\n      - localhost\n'),
+      manifest: parseManifest(
+        'name: reporter\nversion: "1"\nexports:\n  peer_files:\n    root: out/\ncapabilities:\n  network:\n    allow:\n      - localhost\n',
+      ),
       tracePath: join(scratch(), 'peer.jsonl'),
     });
     defer(() => peer.stop());
@@ -81,12 +83,16 @@ describe.skipIf(ABI === 0)('a confined serve', () => {
 
     // The confined reader, spawned as a runtime spawns it, driven over MCP on stdio.
     const workdir = scratch(['out/hello.txt: hello from inside']);
-    writeFileSync(join(workdir, 'murmur.yaml'),
-      `name: reader\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\ncapabilities:\n  peer_fetch:\n    allow:\n      - ${peerAddr}\n`);
+    writeFileSync(
+      join(workdir, 'murmur.yaml'),
+      `name: reader\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\ncapabilities:\n  peer_fetch:\n    allow:\n      - ${peerAddr}\n`,
+    );
     const trace = join(scratch(), 'trace.jsonl');
     const secret = secretOutside();
     const strayPort = await strayListener();
-    const mcp = await startMcpServe(['--workdir', workdir, '--trace', trace], { env: { [UNCHECKED_READ_ENV]: secret, [UNCHECKED_CONNECT_ENV]: `127.0.0.1:${strayPort}` } });
+    const mcp = await startMcpServe(['--workdir', workdir, '--trace', trace], {
+      env: { [UNCHECKED_READ_ENV]: secret, [UNCHECKED_CONNECT_ENV]: `127.0.0.1:${strayPort}` },
+    });
     const { client, ready, pid } = mcp;
 
     // The ruleset it recorded before serving anything.
@@ -176,8 +182,26 @@ describe.skipIf(ABI === 0)('a confined serve', () => {
     const yaml = 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n';
     const trace = join(scratch(), 'trace.jsonl');
     const forged = {
-      v: 2, workdir, manifest: parseManifest(yaml), sessionId: 'ses_forged', tracePath: trace, listeners: [], notifyFd: null,
-      confinement: { applied: true, landlock_abi: ABI, reason: null, read: [], execute: [], write: [], bind_ports: null, connect_ports: null, scoped: [], skipped: [], notes: [] },
+      v: 2,
+      workdir,
+      manifest: parseManifest(yaml),
+      sessionId: 'ses_forged',
+      tracePath: trace,
+      listeners: [],
+      notifyFd: null,
+      confinement: {
+        applied: true,
+        landlock_abi: ABI,
+        reason: null,
+        read: [],
+        execute: [],
+        write: [],
+        bind_ports: null,
+        connect_ports: null,
+        scoped: [],
+        skipped: [],
+        notes: [],
+      },
     };
     const s = await startServe(['--workdir', workdir], { [HANDOFF_ENV]: JSON.stringify(forged) });
     reap(s.child);
@@ -195,8 +219,11 @@ describe('serve without Landlock', () => {
     const trace = join(scratch(), 'trace.jsonl');
     const secret = secretOutside();
     const strayPort = await strayListener();
-    const s = await startServe(['--workdir', workdir, '--trace', trace, ...args],
-      { ...env, [UNCHECKED_READ_ENV]: secret, [UNCHECKED_CONNECT_ENV]: `127.0.0.1:${strayPort}` });
+    const s = await startServe(['--workdir', workdir, '--trace', trace, ...args], {
+      ...env,
+      [UNCHECKED_READ_ENV]: secret,
+      [UNCHECKED_CONNECT_ENV]: `127.0.0.1:${strayPort}`,
+    });
     reap(s.child);
     return { s, trace, secret };
   }

@@ -43,7 +43,9 @@ describe('a failed launch leaves nothing', () => {
   it('the operator port taken after the peer listener was bound', async () => {
     const port = await takenPort();
     const { records, manifest, workdir } = unmadeCapsule();
-    const r = await runCliAsync(['serve', '--workdir', workdir, '--manifest', manifest, '--operator-listen', `127.0.0.1:${port}`], { RESOURCE_PLANE_RECORDS_DIR: records });
+    const r = await runCliAsync(['serve', '--workdir', workdir, '--manifest', manifest, '--operator-listen', `127.0.0.1:${port}`], {
+      RESOURCE_PLANE_RECORDS_DIR: records,
+    });
     expect(r.status, r.stderr).toBe(1);
     expect(r.stderr).toContain('EADDRINUSE');
     expect(readdirSync(records)).toEqual([]);
@@ -56,7 +58,9 @@ describe('a failed launch leaves nothing', () => {
     const dir = scratch();
     const sock = join(dir, 'op.sock');
     // The peer port is taken: the launch fails at its first bind, before the operator socket exists.
-    const r = await runCliAsync(['serve', '--workdir', workdir, '--manifest', manifest, '--listen', `127.0.0.1:${port}`, '--operator-listen', `unix:${sock}`], { RESOURCE_PLANE_RECORDS_DIR: records });
+    const r = await runCliAsync(['serve', '--workdir', workdir, '--manifest', manifest, '--listen', `127.0.0.1:${port}`, '--operator-listen', `unix:${sock}`], {
+      RESOURCE_PLANE_RECORDS_DIR: records,
+    });
     expect(r.status, r.stderr).toBe(1);
     expect(existsSync(sock)).toBe(false);
     expect(readdirSync(records)).toEqual([]);
@@ -68,8 +72,10 @@ describe('a failed launch leaves nothing', () => {
     // exec fits, the re-exec (the same, plus the handoff) does not.
     const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, RESOURCE_PLANE_RECORDS_DIR: records };
     const args = ['serve', '--workdir', workdir, '--manifest', manifest];
-    const used = [process.execPath, CLI, ...args, 'sh', '-c'].reduce((n, a) => n + a.length + 1, 0) +
-      Object.entries(env).reduce((n, [k, v]) => n + k.length + (v ?? '').length + 2, 0) + 300;
+    const used =
+      [process.execPath, CLI, ...args, 'sh', '-c'].reduce((n, a) => n + a.length + 1, 0) +
+      Object.entries(env).reduce((n, [k, v]) => n + k.length + (v ?? '').length + 2, 0) +
+      300;
     const room = 128 * 1024 - used - 700;
     env.BIG_A = 'x'.repeat(Math.floor(room / 2));
     env.BIG_B = 'x'.repeat(Math.floor(room / 2) - 20);
@@ -126,7 +132,10 @@ describe('a stale unix operator socket', () => {
     return dir;
   }
 
-  for (const [name, extra] of [['confined', []], ['with --no-landlock', ['--no-landlock']]] as const) {
+  for (const [name, extra] of [
+    ['confined', []],
+    ['with --no-landlock', ['--no-landlock']],
+  ] as const) {
     it(`${name}: is replaced after kill -KILL, and the log says so`, async () => {
       const workdir = scratch(['out/a.txt: a']);
       writeFileSync(join(workdir, 'murmur.yaml'), CAP_YAML);

@@ -137,11 +137,29 @@ describe.skipIf(!HAVE_ACTIVATE)('systemd socket activation', () => {
  * hand-over is for this process. sd_listen_fds ignores such variables; so must serve.
  */
 describe.skipIf(!HAVE_ACTIVATE)('a stray LISTEN_FDS (no LISTEN_PID) is not a hand-over', () => {
-  for (const [name, extra] of [['without --listen (confined)', []], ['with --listen (unconfined)', ['--listen', '127.0.0.1:0', '--no-landlock']]] as const) {
+  for (const [name, extra] of [
+    ['without --listen (confined)', []],
+    ['with --listen (unconfined)', ['--listen', '127.0.0.1:0', '--no-landlock']],
+  ] as const) {
     it(`${name}: serve binds its own listener, and fd 3 is left alone`, async () => {
       const { workdir, trace } = capsule();
       const port = await freePort();
-      const args = [`-l`, `127.0.0.1:${port}`, '--', '/usr/bin/env', '-u', 'LISTEN_PID', process.execPath, CLI, 'serve', '--workdir', workdir, '--trace', trace, ...extra];
+      const args = [
+        `-l`,
+        `127.0.0.1:${port}`,
+        '--',
+        '/usr/bin/env',
+        '-u',
+        'LISTEN_PID',
+        process.execPath,
+        CLI,
+        'serve',
+        '--workdir',
+        workdir,
+        '--trace',
+        trace,
+        ...extra,
+      ];
       const child = spawn(ACTIVATE, args, { env: process.env });
       let stdout = '';
       let stderr = '';
@@ -172,7 +190,11 @@ describe.skipIf(!HAVE_ACTIVATE)('a stray LISTEN_FDS (no LISTEN_PID) is not a han
 
 describe('the hand-over variables', () => {
   it('count only with LISTEN_PID equal to this process, and are removed either way', () => {
-    for (const env of [{ LISTEN_FDS: '1' }, { LISTEN_FDS: '1', LISTEN_PID: String(process.pid + 1), LISTEN_FDNAMES: 'peer' }, { LISTEN_FDS: '1', LISTEN_PID: '' }]) {
+    for (const env of [
+      { LISTEN_FDS: '1' },
+      { LISTEN_FDS: '1', LISTEN_PID: String(process.pid + 1), LISTEN_FDNAMES: 'peer' },
+      { LISTEN_FDS: '1', LISTEN_PID: '' },
+    ]) {
       const copy: NodeJS.ProcessEnv = { ...env, OTHER: 'kept' };
       expect(activatedListeners(copy, process.pid)).toBeNull();
       expect(copy).toEqual({ OTHER: 'kept' });
@@ -210,7 +232,10 @@ while True:
 }
 
 describe.skipIf(!HAVE_PYTHON)('readiness with NOTIFY_SOCKET', () => {
-  for (const [name, extra] of [['confined', []], ['with --no-landlock', ['--no-landlock']]] as const) {
+  for (const [name, extra] of [
+    ['confined', []],
+    ['with --no-landlock', ['--no-landlock']],
+  ] as const) {
     it(`${name}: READY=1 once it serves, STOPPING=1 when it stops`, async () => {
       const { workdir, trace } = capsule();
       const path = join(scratch(), 'notify.sock');

@@ -20,7 +20,6 @@ const HAS_SYNC_HOOKS = typeof (nodeModule as { registerHooks?: unknown }).regist
 const HAS_COMPILE_CACHE = typeof (nodeModule as { enableCompileCache?: unknown }).enableCompileCache === 'function';
 const ROOT = typeof process.geteuid === 'function' && process.geteuid() === 0;
 
-
 describe('compileCacheProblem', () => {
   it('accepts a directory of this user that no one else can write, with its version entries', () => {
     const dir = join(scratch(), 'cache');
@@ -111,8 +110,16 @@ describe("serve's log about the compile cache", () => {
       s.child.kill('SIGTERM');
       await s.exited;
     });
-    const line = s.stderr().split('\n').filter(Boolean).map((l) => JSON.parse(l) as { level: number; msg: string; compile_cache?: string }).find((l) => l.msg.startsWith('compile cache:'));
-    expect(line).toMatchObject({ level: 30, msg: `compile cache: NODE_COMPILE_CACHE is set: the caller's cache (${callers}) is used as Node opened it, unchecked` });
+    const line = s
+      .stderr()
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as { level: number; msg: string; compile_cache?: string })
+      .find((l) => l.msg.startsWith('compile cache:'));
+    expect(line).toMatchObject({
+      level: 30,
+      msg: `compile cache: NODE_COMPILE_CACHE is set: the caller's cache (${callers}) is used as Node opened it, unchecked`,
+    });
   });
 });
 
@@ -127,7 +134,10 @@ describe('serve start-up', () => {
       s.child.kill('SIGTERM');
       await s.exited;
     });
-    const loads = readFileSync(record, 'utf8').split('\n').filter(Boolean).map((line) => line.split('\t') as [string, string]);
+    const loads = readFileSync(record, 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => line.split('\t') as [string, string]);
     // The recorder sees Fastify's own requires (so the check below can see Ajv if it came)...
     expect(loads.some(([url, how]) => url.endsWith('/node_modules/fastify/lib/route.js') && how === 'require')).toBe(true);
     // ...and no schema compiler came.
@@ -140,7 +150,9 @@ describe('serve start-up', () => {
     // `npm ci` and `npm run build` fill it for the Node that runs them.
     expect(version, `no compile cache for Node ${process.versions.node} in ${COMPILE_CACHE_DIR}: run npm run build with it`).toBeDefined();
     const entries = join(COMPILE_CACHE_DIR, version!);
-    const before = readdirSync(entries).map((name) => `${name} ${statSync(join(entries, name)).mtimeMs}`).sort();
+    const before = readdirSync(entries)
+      .map((name) => `${name} ${statSync(join(entries, name)).mtimeMs}`)
+      .sort();
     const s = await startServe(['--workdir', capsuleDir(), '--trace', join(scratch(), 'trace.jsonl')], { NODE_DEBUG_NATIVE: 'COMPILE_CACHE' });
     const res = await fetch(`${s.ready.url}/resources/files/a.txt`);
     expect(res.status).toBe(200);
@@ -151,7 +163,9 @@ describe('serve start-up', () => {
     expect(s.stderr()).toMatch(/cache for (ESM )?file:\/\/\S+\/dist\/cli\/program\.js was accepted/);
     expect(s.stderr()).toMatch(/cache for (CommonJS )?\S+\/node_modules\/fastify\/fastify\.js was accepted/);
     expect(s.stderr()).toMatch(/"landlock_abi"/);
-    const after = readdirSync(entries).map((name) => `${name} ${statSync(join(entries, name)).mtimeMs}`).sort();
+    const after = readdirSync(entries)
+      .map((name) => `${name} ${statSync(join(entries, name)).mtimeMs}`)
+      .sort();
     expect(after).toEqual(before);
     expect(existsSync(COMPILE_CACHE_DIR)).toBe(true);
   });

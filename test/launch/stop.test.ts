@@ -24,7 +24,8 @@ async function launched() {
     out.on('error', reject);
     out.end(Buffer.alloc(32 * 1024 * 1024, 7), resolve);
   });
-  const yaml = 'name: stop-test\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n    max_bytes: 64Mi\n  peer_files:\n    root: out/\n    max_ttl: 10m\n';
+  const yaml =
+    'name: stop-test\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n    max_bytes: 64Mi\n  peer_files:\n    root: out/\n    max_ttl: 10m\n';
   const tracePath = join(base, 'trace.jsonl');
   const l = await launch({ workdir, manifest: parseManifest(yaml), tracePath, containment: 'sealed' });
   return { l, tracePath };

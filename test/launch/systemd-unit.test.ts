@@ -73,7 +73,17 @@ describe('the systemd unit', () => {
     expect(Number(overall![1])).toBeLessThanOrEqual(2.0);
     expect(['OK', 'SAFE']).toContain(overall![2]);
     // The layers a careful deployer expects are each in place, not only a low total.
-    for (const setting of ['NoNewPrivileges=', 'ProtectSystem=', 'ProtectHome=', 'PrivateTmp=', 'PrivateDevices=', 'RestrictAddressFamilies=~AF_PACKET', 'SystemCallArchitectures=', 'ProtectProc=', 'UMask=']) {
+    for (const setting of [
+      'NoNewPrivileges=',
+      'ProtectSystem=',
+      'ProtectHome=',
+      'PrivateTmp=',
+      'PrivateDevices=',
+      'RestrictAddressFamilies=~AF_PACKET',
+      'SystemCallArchitectures=',
+      'ProtectProc=',
+      'UMask=',
+    ]) {
       expect(r.stdout, setting).toMatch(new RegExp(`^✓ ${setting.replace(/[.*+?^${}()|[\]\\~]/g, '\\$&')}`, 'm'));
     }
   });
@@ -85,55 +95,78 @@ describe('the systemd unit', () => {
 
   // Not under the ASan suite: strace with the sanitizer runtime preloaded hangs (as ps does), and
   // the runtime's own system calls are not the server's.
-  it.skipIf(!hasAnalyze || !hasStrace || !!process.env.RESOURCE_PLANE_ASAN)('allows every system call and socket family a confined serve uses to start, list, read and stop', async () => {
-    const d = scratch(['w/out/report.md: the report', 'w/out/sub/b.txt: b', 'records/', 'run/']);
-    const manifest = join(d, 'cap.yaml');
-    const log = join(d, 'strace.txt');
-    execFileSync('chmod', ['0700', join(d, 'run')]);
-    writeFileSync(manifest, 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n');
-    const socket = join(d, 'run', 'operator.sock');
-    const child = reap(
-      spawn('strace', ['-f', '-qq', '-o', log, process.execPath, CLI, 'serve', '--workdir', join(d, 'w'), '--manifest', manifest, '--containment', 'sealed', '--operator-listen', `unix:${socket}`], {
-        env: { ...process.env, RESOURCE_PLANE_RECORDS_DIR: join(d, 'records'), RESOURCE_PLANE_LOG_LEVEL: 'warn' },
-      }),
-    );
-    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-    let out = '';
-    let err = '';
-    child.stderr.on('data', (c: Buffer) => (err += c.toString()));
-    const ready = await new Promise<{ url: string }>((resolve, reject) => {
-      child.stdout.on('data', (c: Buffer) => {
-        out += c.toString();
-        if (out.includes('\n')) resolve(JSON.parse(out.slice(0, out.indexOf('\n'))));
+  it.skipIf(!hasAnalyze || !hasStrace || !!process.env.RESOURCE_PLANE_ASAN)(
+    'allows every system call and socket family a confined serve uses to start, list, read and stop',
+    async () => {
+      const d = scratch(['w/out/report.md: the report', 'w/out/sub/b.txt: b', 'records/', 'run/']);
+      const manifest = join(d, 'cap.yaml');
+      const log = join(d, 'strace.txt');
+      execFileSync('chmod', ['0700', join(d, 'run')]);
+      writeFileSync(manifest, 'name: cap\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n');
+      const socket = join(d, 'run', 'operator.sock');
+      const child = reap(
+        spawn(
+          'strace',
+          [
+            '-f',
+            '-qq',
+            '-o',
+            log,
+            process.execPath,
+            CLI,
+            'serve',
+            '--workdir',
+            join(d, 'w'),
+            '--manifest',
+            manifest,
+            '--containment',
+            'sealed',
+            '--operator-listen',
+            `unix:${socket}`,
+          ],
+          {
+            env: { ...process.env, RESOURCE_PLANE_RECORDS_DIR: join(d, 'records'), RESOURCE_PLANE_LOG_LEVEL: 'warn' },
+          },
+        ),
+      );
+      const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+      let out = '';
+      let err = '';
+      child.stderr.on('data', (c: Buffer) => (err += c.toString()));
+      const ready = await new Promise<{ url: string }>((resolve, reject) => {
+        child.stdout.on('data', (c: Buffer) => {
+          out += c.toString();
+          if (out.includes('\n')) resolve(JSON.parse(out.slice(0, out.indexOf('\n'))));
+        });
+        void exited.then((code) => reject(new Error(`serve exited ${code}: ${err}`)));
       });
-      void exited.then((code) => reject(new Error(`serve exited ${code}: ${err}`)));
-    });
-    // The operator plane over the unix socket (a listing, a file), and the peer listener's card.
-    const curl = (path: string) => execFileSync('curl', ['-sf', '--unix-socket', socket, `http://localhost${path}`], { encoding: 'utf8' });
-    expect(JSON.parse(curl('/resources/files')).entries).toHaveLength(2);
-    expect(curl('/resources/files/report.md')).toBe('the report');
-    expect((await fetch(`${ready.url}/healthz`)).status).toBe(200);
-    // Stop it as systemctl stop does: SIGTERM to the server (strace's child), not to strace.
-    const server = Number(readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, 'utf8').trim().split(/\s+/)[0]);
-    defer(() => {
-      try {
-        process.kill(server, 'SIGKILL');
-      } catch {
-        // already gone
-      }
-    });
-    process.kill(server, 'SIGTERM');
-    expect(await exited).toBe(0);
-    expect(err).not.toContain('serving without Landlock');
+      // The operator plane over the unix socket (a listing, a file), and the peer listener's card.
+      const curl = (path: string) => execFileSync('curl', ['-sf', '--unix-socket', socket, `http://localhost${path}`], { encoding: 'utf8' });
+      expect(JSON.parse(curl('/resources/files')).entries).toHaveLength(2);
+      expect(curl('/resources/files/report.md')).toBe('the report');
+      expect((await fetch(`${ready.url}/healthz`)).status).toBe(200);
+      // Stop it as systemctl stop does: SIGTERM to the server (strace's child), not to strace.
+      const server = Number(readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, 'utf8').trim().split(/\s+/)[0]);
+      defer(() => {
+        try {
+          process.kill(server, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      });
+      process.kill(server, 'SIGTERM');
+      expect(await exited).toBe(0);
+      expect(err).not.toContain('serving without Landlock');
 
-    const lines = readFileSync(log, 'utf8').split('\n');
-    const used = new Set(lines.map((l) => /^\d+ +([a-z_0-9]+)\(/.exec(l)?.[1]).filter((n): n is string => n !== undefined));
-    expect(used.has('landlock_restrict_self'), 'the server confined itself').toBe(true);
-    const allowed = allowedSyscalls();
-    expect([...used].filter((call) => !allowed.has(call)).sort()).toEqual([]);
+      const lines = readFileSync(log, 'utf8').split('\n');
+      const used = new Set(lines.map((l) => /^\d+ +([a-z_0-9]+)\(/.exec(l)?.[1]).filter((n): n is string => n !== undefined));
+      expect(used.has('landlock_restrict_self'), 'the server confined itself').toBe(true);
+      const allowed = allowedSyscalls();
+      expect([...used].filter((call) => !allowed.has(call)).sort()).toEqual([]);
 
-    const families = new Set(directive('RestrictAddressFamilies').flatMap((v) => v.split(/\s+/)));
-    const opened = new Set(lines.map((l) => /^\d+ +socket\((AF_\w+)/.exec(l)?.[1]).filter((f): f is string => f !== undefined));
-    expect([...opened].filter((f) => !families.has(f))).toEqual([]);
-  });
+      const families = new Set(directive('RestrictAddressFamilies').flatMap((v) => v.split(/\s+/)));
+      const opened = new Set(lines.map((l) => /^\d+ +socket\((AF_\w+)/.exec(l)?.[1]).filter((f): f is string => f !== undefined));
+      expect([...opened].filter((f) => !families.has(f))).toEqual([]);
+    },
+  );
 });

@@ -73,10 +73,12 @@ function spawnServe(port: number, workdir: string, records: string) {
     if (d.toString().includes('\n')) state.ready = true;
   });
   child.stderr.on('data', (d: Buffer) => (state.stderr += d.toString()));
-  const exited = new Promise<void>((resolve) => child.once('exit', () => {
-    state.exited = true;
-    resolve();
-  }));
+  const exited = new Promise<void>((resolve) =>
+    child.once('exit', () => {
+      state.exited = true;
+      resolve();
+    }),
+  );
   const stop = async () => {
     if (!state.exited) child.kill('SIGTERM');
     await exited;
@@ -95,7 +97,7 @@ describe('a start of serve has no window', () => {
       const outcomes: Outcome[] = [];
       let refused = 0;
       // Until the server is ready and has answered once more after that.
-      for (let answeredAfterReady = 0; answeredAfterReady < 1 && refused < MAX_ATTEMPTS && !serve.state.exited;) {
+      for (let answeredAfterReady = 0; answeredAfterReady < 1 && refused < MAX_ATTEMPTS && !serve.state.exited; ) {
         const wasReady = serve.state.ready;
         const { outcome, text } = await attempt(port);
         if (outcome === 'refused') {
@@ -127,14 +129,17 @@ describe('a start of serve has no window', () => {
       for (let i = 0; i < MAX_ATTEMPTS && !held && !serve.state.exited; i++) {
         const s = await new Promise<boolean>((resolve) => {
           const c = connect({ host: '127.0.0.1', port });
-          c.once('connect', () => { c.destroy(); resolve(true); });
+          c.once('connect', () => {
+            c.destroy();
+            resolve(true);
+          });
           c.once('error', () => resolve(false));
         });
         held = s;
       }
       expect(held, serve.state.stderr).toBe(true);
       // ...then bind against it through the re-exec until it is ready, and once more after.
-      for (let afterReady = 0; afterReady < 2 && !serve.state.exited;) {
+      for (let afterReady = 0; afterReady < 2 && !serve.state.exited; ) {
         if (serve.state.ready) afterReady++;
         expect(await rivalBind(port), `start ${start}`).toBe('EADDRINUSE');
         rivalTries++;

@@ -27,7 +27,10 @@ function catchManifestError(fn: () => unknown, code: ManifestError['code']): Man
 }
 
 async function catchManifestErrorAsync(op: Promise<unknown>, code: ManifestError['code']): Promise<ManifestError> {
-  const caught: unknown = await op.then(() => undefined, (err: unknown) => err);
+  const caught: unknown = await op.then(
+    () => undefined,
+    (err: unknown) => err,
+  );
   return catchManifestError(() => {
     if (caught !== undefined) throw caught;
   }, code);
@@ -44,8 +47,7 @@ const HEAD = 'name: reporter\nversion: 0.1.0\n';
 
 /** A manifest with one exports.files block whose fields are given as YAML lines. */
 const withFiles = (...lines: string[]) => `${HEAD}exports:\n  files:\n${lines.map((l) => `    ${l}\n`).join('')}`;
-const withPeerFiles = (...lines: string[]) =>
-  `${HEAD}exports:\n  peer_files:\n${lines.map((l) => `    ${l}\n`).join('')}`;
+const withPeerFiles = (...lines: string[]) => `${HEAD}exports:\n  peer_files:\n${lines.map((l) => `    ${l}\n`).join('')}`;
 
 // ── Grammars ─────────────────────────────────────────────────────────────────────────────────────
 
@@ -114,12 +116,24 @@ describe('parseFlagByteCount (the command line: SI and IEC)', () => {
     expect(parseFlagByteCount(input)).toBe(expected);
   });
 
-  it.each([['10 MB'], ['10mb'], ['10mi'], ['10KI'], ['10Kib'], ['1.5G'], ['MB'], [''], ['0'], ['0GB'], ['-1k'], ['10bytes'], ['9007199254740992'], ['9007199255T']])(
-    'refuses %j',
-    (input) => {
-      expect(parseFlagByteCount(input)).toBeNull();
-    },
-  );
+  it.each([
+    ['10 MB'],
+    ['10mb'],
+    ['10mi'],
+    ['10KI'],
+    ['10Kib'],
+    ['1.5G'],
+    ['MB'],
+    [''],
+    ['0'],
+    ['0GB'],
+    ['-1k'],
+    ['10bytes'],
+    ['9007199254740992'],
+    ['9007199255T'],
+  ])('refuses %j', (input) => {
+    expect(parseFlagByteCount(input)).toBeNull();
+  });
 });
 
 describe('parseDuration', () => {
@@ -385,7 +399,9 @@ lifecycle:
   });
 
   it('accepts YAML integers for byte counts and durations', () => {
-    const m = parseManifest(`${HEAD}exports:\n  files: { root: out, mode: read-only, max_bytes: 2048 }\n  peer_files: { root: s, max_ttl: 900, max_bytes: 1 }\n`);
+    const m = parseManifest(
+      `${HEAD}exports:\n  files: { root: out, mode: read-only, max_bytes: 2048 }\n  peer_files: { root: s, max_ttl: 900, max_bytes: 1 }\n`,
+    );
     expect(m.files?.maxBytes).toBe(2048);
     expect(m.peerFiles?.maxTtlSecs).toBe(900);
     expect(m.peerFiles?.maxBytes).toBe(1);
@@ -470,8 +486,7 @@ describe('parseManifest: E-MAN-003', () => {
     });
 
     it('refuses duplicate keys, naming the key', () => {
-      refuse('name: a\nversion: "1"\nname: b\n', 'E-MAN-003',
-        "murmur.yaml is not valid YAML: the key 'name' appears twice in one mapping (line 3, column 1)");
+      refuse('name: a\nversion: "1"\nname: b\n', 'E-MAN-003', "murmur.yaml is not valid YAML: the key 'name' appears twice in one mapping (line 3, column 1)");
       refuse(`${HEAD}exports:\n  files: { root: a, mode: read-only, root: b }\n`, 'E-MAN-003', /the key 'root' appears twice/);
     });
 
@@ -530,8 +545,11 @@ describe('parseManifest: E-MAN-003', () => {
 
   describe('export roots', () => {
     it('requires root and mode in exports.files', () => {
-      refuse(withFiles('mode: read-only'), 'E-MAN-003',
-        'exports.files.root is required in the exports.files block and must be a relative path inside the workdir');
+      refuse(
+        withFiles('mode: read-only'),
+        'E-MAN-003',
+        'exports.files.root is required in the exports.files block and must be a relative path inside the workdir',
+      );
       refuse(withFiles('root: out'), 'E-MAN-003', 'exports.files.mode is required in the exports.files block and must be read-only');
       // An explicitly empty block is a declaration with its required fields missing, not an absent one.
       refuse(`${HEAD}exports:\n  files:\n`, 'E-MAN-003', /^exports\.files\.root is required/);
@@ -544,8 +562,11 @@ describe('parseManifest: E-MAN-003', () => {
     });
 
     it('requires root in exports.peer_files', () => {
-      refuse(withPeerFiles('max_ttl: 1h'), 'E-MAN-003',
-        'exports.peer_files.root is required in the exports.peer_files block and must be a relative path inside the workdir');
+      refuse(
+        withPeerFiles('max_ttl: 1h'),
+        'E-MAN-003',
+        'exports.peer_files.root is required in the exports.peer_files block and must be a relative path inside the workdir',
+      );
       refuse(`${HEAD}exports:\n  peer_files:\n`, 'E-MAN-003', /^exports\.peer_files\.root is required/);
     });
 
@@ -560,15 +581,12 @@ describe('parseManifest: E-MAN-003', () => {
       ['out/..', 'out/..'],
       ['"a\\0b"', 'a\0b'],
     ])('refuses root %s in both blocks', (yamlValue, got) => {
-      refuse(withFiles(`root: ${yamlValue}`, 'mode: read-only'), 'E-MAN-003',
-        `exports.files.root must be a relative path inside the workdir (got '${got}')`);
-      refuse(withPeerFiles(`root: ${yamlValue}`), 'E-MAN-003',
-        `exports.peer_files.root must be a relative path inside the workdir (got '${got}')`);
+      refuse(withFiles(`root: ${yamlValue}`, 'mode: read-only'), 'E-MAN-003', `exports.files.root must be a relative path inside the workdir (got '${got}')`);
+      refuse(withPeerFiles(`root: ${yamlValue}`), 'E-MAN-003', `exports.peer_files.root must be a relative path inside the workdir (got '${got}')`);
     });
 
     it('refuses a root that is not a scalar', () => {
-      refuse(withFiles('root: [out]', 'mode: read-only'), 'E-MAN-003',
-        'exports.files.root must be a relative path inside the workdir (got a list)');
+      refuse(withFiles('root: [out]', 'mode: read-only'), 'E-MAN-003', 'exports.files.root must be a relative path inside the workdir (got a list)');
     });
 
     it('says in the hint what to change', () => {
@@ -625,7 +643,7 @@ describe('parseManifest: E-MAN-003', () => {
       ['peer_fetch:\n    allow: []', `${nonEmpty} (got an empty list)`],
       ['peer_fetch:\n    allow: localhost', `${nonEmpty} (got 'localhost')`],
       ['peer_fetch:\n    allow: { a: 1 }', `${nonEmpty} (got a mapping)`],
-      ['peer_fetch:\n    allow: [[a]]', "capabilities.peer_fetch.allow[0] must be a network destination string (got a list)"],
+      ['peer_fetch:\n    allow: [[a]]', 'capabilities.peer_fetch.allow[0] must be a network destination string (got a list)'],
       ['network:\n    allow: localhost', "capabilities.network.allow must be a list of network destinations (got 'localhost')"],
       ['network:\n    allow: [ok, { host: x }]', 'capabilities.network.allow[1] must be a network destination string (got a mapping)'],
       ['network:\n    allow: [ok, null]', "capabilities.network.allow[1] must be a network destination string (got 'null')"],
@@ -634,11 +652,17 @@ describe('parseManifest: E-MAN-003', () => {
     });
 
     it('refuses a malformed peer_fetch.allow entry as E-MAN-003 naming the list (the public reference), a network.allow one as E-CAP-001', () => {
-      const inFetch = refuse(`${HEAD}capabilities:\n  peer_fetch:\n    allow: [localhost:1, "http://h/x"]\n`, 'E-MAN-003',
-        "capabilities.peer_fetch.allow must be a non-empty list of network destinations (got 'http://h/x')");
+      const inFetch = refuse(
+        `${HEAD}capabilities:\n  peer_fetch:\n    allow: [localhost:1, "http://h/x"]\n`,
+        'E-MAN-003',
+        "capabilities.peer_fetch.allow must be a non-empty list of network destinations (got 'http://h/x')",
+      );
       expect(inFetch.hint).toContain("it has a path ('/x')");
-      const inNetwork = refuse(`${HEAD}capabilities:\n  network:\n    allow: ["ftp://files"]\n`, 'E-CAP-001',
-        "invalid network allow entry 'ftp://files': unsupported scheme 'ftp': only http and https URLs are accepted");
+      const inNetwork = refuse(
+        `${HEAD}capabilities:\n  network:\n    allow: ["ftp://files"]\n`,
+        'E-CAP-001',
+        "invalid network allow entry 'ftp://files': unsupported scheme 'ftp': only http and https URLs are accepted",
+      );
       expect(inNetwork.hint).toMatch(/^in capabilities\.network\.allow: /);
       refuse(`${HEAD}capabilities:\n  network:\n    allow: [""]\n`, 'E-CAP-001', "invalid network allow entry '': the entry is empty");
     });
@@ -731,7 +755,9 @@ describe('the E-CAP-007 launch check (checkExportRootsAt)', async () => {
     // An absolute target is outside as every request sees it, whether or not it exists on the host.
     fs.symlinkSync(path.join(outside, 'missing'), path.join(workdir, 'share'));
     const err = await catchManifestErrorAsync(checkExportRootsAt(manifest(null, 'share'), workdir), 'E-CAP-007');
-    expect(err.message).toBe(`exports.peer_files.root 'share' resolves to '${path.join(outside, 'missing')}', which is outside the capsule workdir '${workdir}'`);
+    expect(err.message).toBe(
+      `exports.peer_files.root 'share' resolves to '${path.join(outside, 'missing')}', which is outside the capsule workdir '${workdir}'`,
+    );
   });
 
   it('passes a root caught in a symlink loop: it resolves nowhere, so it cannot lead out', async () => {
@@ -748,19 +774,17 @@ describe('the E-CAP-007 launch check (checkExportRootsAt)', async () => {
   it('refuses exports.files.root when it is a symlink pointing out', async () => {
     fs.symlinkSync(outside, path.join(workdir, 'out'));
     const err = await catchManifestErrorAsync(checkExportRootsAt(manifest('out/', null), workdir), 'E-CAP-007');
-    expect(err.message).toBe(
-      `exports.files.root 'out/' resolves to '${outside}', which is outside the capsule workdir '${workdir}'`,
+    expect(err.message).toBe(`exports.files.root 'out/' resolves to '${outside}', which is outside the capsule workdir '${workdir}'`);
+    expect(err.render()).toMatch(
+      /^error\[E-CAP-007\]: exports\.files\.root 'out\/' resolves to .*\n {2}hint: point exports\.files\.root at a directory inside the workdir/,
     );
-    expect(err.render()).toMatch(/^error\[E-CAP-007\]: exports\.files\.root 'out\/' resolves to .*\n {2}hint: point exports\.files\.root at a directory inside the workdir/);
   });
 
   it('refuses exports.peer_files.root when it is a symlink pointing out', async () => {
     fs.mkdirSync(path.join(workdir, 'out'));
     fs.symlinkSync('../outside/sub', path.join(workdir, 'share'));
     const err = await catchManifestErrorAsync(checkExportRootsAt(manifest('out', 'share'), workdir), 'E-CAP-007');
-    expect(err.message).toBe(
-      `exports.peer_files.root 'share' resolves to '${path.join(outside, 'sub')}', which is outside the capsule workdir '${workdir}'`,
-    );
+    expect(err.message).toBe(`exports.peer_files.root 'share' resolves to '${path.join(outside, 'sub')}', which is outside the capsule workdir '${workdir}'`);
   });
 
   it('refuses a root that leaves through an intermediate symlink', async () => {
@@ -785,8 +809,6 @@ describe('the E-CAP-007 launch check (checkExportRootsAt)', async () => {
     await expect(checkExportRootsAt(manifest('out', null), viaLink)).resolves.toBeUndefined();
     fs.symlinkSync(outside, path.join(workdir, 'share'));
     const err = await catchManifestErrorAsync(checkExportRootsAt(manifest('out', 'share'), viaLink), 'E-CAP-007');
-    expect(err.message).toBe(
-      `exports.peer_files.root 'share' resolves to '${outside}', which is outside the capsule workdir '${workdir}'`,
-    );
+    expect(err.message).toBe(`exports.peer_files.root 'share' resolves to '${outside}', which is outside the capsule workdir '${workdir}'`);
   });
 });

@@ -4,14 +4,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { parseManifest } from '../../src/manifest/model.js';
-import {
-  effectiveGrants,
-  PEER_INBOX_DIR,
-  renderExplainScope,
-  renderRuntimeWrites,
-  RUNTIME_WRITES,
-  SESSION_ID_PLACEHOLDER,
-} from '../../src/manifest/scope.js';
+import { effectiveGrants, PEER_INBOX_DIR, renderExplainScope, renderRuntimeWrites, RUNTIME_WRITES, SESSION_ID_PLACEHOLDER } from '../../src/manifest/scope.js';
 
 const MINIMAL = parseManifest('name: bare\nversion: 1.0.0\n');
 
@@ -66,9 +59,9 @@ describe('the runtime-writes table', () => {
   it('renders one row per entry, or <none>', () => {
     expect(renderRuntimeWrites(RUNTIME_WRITES)).toBe('  runtime writes:\n    - peer-in (directory, accessible, peer-fetch)');
     expect(renderRuntimeWrites([])).toBe('  runtime writes:\n    <none>');
-    expect(
-      renderRuntimeWrites([{ path: `runs/${SESSION_ID_PLACEHOLDER}/log`, kind: 'file', scope: 'session', condition: 'always' }]),
-    ).toBe('  runtime writes:\n    - runs/<session-id>/log (file, session, always)');
+    expect(renderRuntimeWrites([{ path: `runs/${SESSION_ID_PLACEHOLDER}/log`, kind: 'file', scope: 'session', condition: 'always' }])).toBe(
+      '  runtime writes:\n    - runs/<session-id>/log (file, session, always)',
+    );
   });
 });
 

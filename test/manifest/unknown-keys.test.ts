@@ -10,7 +10,8 @@ import { unknownKeys } from '../../src/manifest/model.js';
 import { runCli, startServe } from '../helpers/cli.js';
 import { scratch } from '../helpers/tree.js';
 
-const TYPOS = 'name: t\nversion: "1"\nexports:\n  file:\n    root: out/\n    mode: read-only\n  peer_files:\n    root: out/\n    max_tll: 10m\ncapabilites:\n  network: {}\ntools: [search]\nmodel: small\n';
+const TYPOS =
+  'name: t\nversion: "1"\nexports:\n  file:\n    root: out/\n    mode: read-only\n  peer_files:\n    root: out/\n    max_tll: 10m\ncapabilites:\n  network: {}\ntools: [search]\nmodel: small\n';
 
 describe('unknownKeys', () => {
   it('reports every unknown key in the blocks this server owns, and typos of known keys elsewhere', () => {
@@ -23,13 +24,18 @@ describe('unknownKeys', () => {
 
   it("leaves the runtime's keys alone, and reports nothing for a manifest of known keys", () => {
     expect(unknownKeys('name: t\nversion: "1"\ntools: [a]\nmodel: x\nlifecycle:\n  after_task: exit\n  restart: always\n')).toEqual([]);
-    expect(unknownKeys('name: t\nversion: "1"\nexports:\n  files: { root: out/, mode: read-only, max_bytes: 1Mi }\ncapabilities:\n  peer_fetch: { allow: [localhost] }\n')).toEqual([]);
+    expect(
+      unknownKeys(
+        'name: t\nversion: "1"\nexports:\n  files: { root: out/, mode: read-only, max_bytes: 1Mi }\ncapabilities:\n  peer_fetch: { allow: [localhost] }\n',
+      ),
+    ).toEqual([]);
     expect(unknownKeys('name: t\nversion: "1"\nexports:\n  thumbnails: {}\n')).toEqual([{ key: 'exports.thumbnails', suggestion: null, owned: true }]);
   });
 });
 
 const OWNED_TYPO = 'name: t\nversion: "1"\nexports:\n  file:\n    root: out/\n    mode: read-only\n';
-const RUNTIME_TYPOS = 'name: t\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\ncapabilites:\n  network: {}\ntools: [search]\nmodel: small\n';
+const RUNTIME_TYPOS =
+  'name: t\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\ncapabilites:\n  network: {}\ntools: [search]\nmodel: small\n';
 
 describe('serve and explain-scope', () => {
   function layout(text: string) {
@@ -60,11 +66,15 @@ describe('serve and explain-scope', () => {
     );
   });
 
-  it('serve warns of a typo in the runtime\'s blocks with its suggestion, and logs the workdir it created', async () => {
+  it("serve warns of a typo in the runtime's blocks with its suggestion, and logs the workdir it created", async () => {
     const { manifest, workdir, records } = layout(RUNTIME_TYPOS);
     const s = await startServe(['--workdir', workdir, '--manifest', manifest], { RESOURCE_PLANE_RECORDS_DIR: records });
     try {
-      const lines = s.stderr().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+      const lines = s
+        .stderr()
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l));
       const warned = lines.filter((l) => l.level === 40 && typeof l.key === 'string');
       expect(warned.map((l) => [l.key, l.suggestion])).toEqual([['capabilites', 'capabilities']]);
       expect(warned[0].msg).toBe("unknown key 'capabilites' (did you mean 'capabilities'?) in the manifest: this server ignores it");
@@ -75,11 +85,11 @@ describe('serve and explain-scope', () => {
     }
   });
 
-  it('serve --strict refuses the runtime\'s typos too, with E-MAN-003, and creates nothing', () => {
+  it("serve --strict refuses the runtime's typos too, with E-MAN-003, and creates nothing", () => {
     const { manifest, workdir, records } = layout(RUNTIME_TYPOS);
     const r = runCli(['serve', '--workdir', workdir, '--manifest', manifest, '--strict'], { RESOURCE_PLANE_RECORDS_DIR: records });
     expect(r.status).toBe(2);
-    expect(r.stderr).toContain("error[E-MAN-003]: ");
+    expect(r.stderr).toContain('error[E-MAN-003]: ');
     expect(r.stderr).toContain("unknown key 'capabilites' (did you mean 'capabilities'?)");
     expect(r.stderr).toContain('drop --strict');
     expect(existsSync(workdir)).toBe(false);
@@ -99,7 +109,7 @@ describe('serve and explain-scope', () => {
     expect(strict.stderr).toMatch(/^error\[E-MAN-003\]: .*unknown key 'capabilites'/);
   });
 
-  it('the plugin\'s open refuses an owned typo as well', async () => {
+  it("the plugin's open refuses an owned typo as well", async () => {
     const { openSession } = await import('../../src/session/open-session.js');
     const base = scratch([]);
     const workdir = join(base, 'work');

@@ -61,7 +61,13 @@ async function hashing(ctx: TestContext, s0: native.DigestCacheStats, n: number,
 /** True if `p` is still pending after `ms`. */
 async function pendingAfter(p: Promise<unknown>, ms: number): Promise<boolean> {
   const marker = Symbol('pending');
-  const first = await Promise.race([p.then(() => null, () => null), sleep(ms).then(() => marker)]);
+  const first = await Promise.race([
+    p.then(
+      () => null,
+      () => null,
+    ),
+    sleep(ms).then(() => marker),
+  ]);
   return first === marker;
 }
 

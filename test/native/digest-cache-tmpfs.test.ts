@@ -26,7 +26,6 @@ const onTmpfs = existsSync('/dev/shm') && statfsSync('/dev/shm').type === TMPFS_
 const SETTLE_MS = 2_300;
 const BIG = 1024 * 1024; // above kCachedReadMinBytes (read.h): a read of it uses the cache
 
-
 const delta = (before: native.DigestCacheStats, after: native.DigestCacheStats) =>
   Object.fromEntries(Object.entries(after).map(([k, v]) => [k, v - (before[k as keyof native.DigestCacheStats] ?? 0)])) as native.DigestCacheStats;
 
@@ -72,7 +71,10 @@ describe('the digest cache on a filesystem whose mapped writes leave the times a
     mappedWrite(big, 'NEW');
     mappedWrite(small, 'NEW');
     // The case itself: the bytes changed, no time did (tmpfs never takes the write fault).
-    for (const [path, st] of [[big, before.big], [small, before.small]] as const) {
+    for (const [path, st] of [
+      [big, before.big],
+      [small, before.small],
+    ] as const) {
       const after = statSync(path, { bigint: true });
       expect(after.ctimeNs).toBe(st.ctimeNs);
       expect(after.mtimeNs).toBe(st.mtimeNs);
@@ -94,7 +96,7 @@ describe('the digest cache on a filesystem whose mapped writes leave the times a
   });
 });
 
-describe('the digest cache on the temp directory\'s filesystem', () => {
+describe("the digest cache on the temp directory's filesystem", () => {
   const dir = tempDir('rp-digest-fs-probe-');
   const type = statfsSync(dir).type;
   const allowed = TIMES_ON_MAPPED_WRITES.has(type) && leasesWork(dir);

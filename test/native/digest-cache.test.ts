@@ -316,7 +316,7 @@ describe('the digest cache', () => {
     execFileSync('python3', ['-c', 'import os, sys; os.close(os.open(sys.argv[1], os.O_WRONLY))', path]);
     const openMs = performance.now() - t0;
     cancel.cancel();
-    expect((await listed as native.NativeError).code).toBe('CANCELLED');
+    expect(((await listed) as native.NativeError).code).toBe('CANCELLED');
     // Not a speed limit: without the poll only the kernel's own lease-break-time (after which it
     // revokes the lease) would let the open through, so it must return well before that.
     expect(openMs).toBeLessThan(LEASE_BREAK_MS - 5_000);

@@ -17,9 +17,9 @@ import { makeTree, scratch } from '../helpers/tree.js';
 const ROOT = new URL('../..', import.meta.url).pathname;
 // The raw addon, to call it the way src/addon/ must not: positionally, or with wrong types.
 // RESOURCE_PLANE_ADDON: the build src/addon/load.ts loads under `npm run test:asan`.
-const binding = (process.env.RESOURCE_PLANE_ADDON
-  ? createRequire(import.meta.url)(process.env.RESOURCE_PLANE_ADDON)
-  : createRequire(import.meta.url)('node-gyp-build')(ROOT)) as Record<string, (...args: unknown[]) => unknown>;
+const binding = (
+  process.env.RESOURCE_PLANE_ADDON ? createRequire(import.meta.url)(process.env.RESOURCE_PLANE_ADDON) : createRequire(import.meta.url)('node-gyp-build')(ROOT)
+) as Record<string, (...args: unknown[]) => unknown>;
 /** The resolver this kernel prefers: openat2 where it has it. */
 const RESOLVER: native.ResolverKind = RESOLVERS[0]!;
 const O_CLOEXEC = 0o2000000;

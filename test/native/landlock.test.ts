@@ -30,10 +30,14 @@ function inChild(body: string, args: string[] = []): Record<string, unknown> {
   return JSON.parse(r.stdout.trim().split('\n').pop()!) as Record<string, unknown>;
 }
 
-const RULE = (path: string, extra: Partial<native.LandlockPathRule> = {}): native.LandlockPathRule =>
-  ({ path, access: ['read_file', 'read_dir'], directory: true, optional: false, ...extra });
-const PLAN = (paths: native.LandlockPathRule[]): native.LandlockPlan =>
-  ({ paths, bindPorts: [], restrictConnect: true, connectPorts: [] });
+const RULE = (path: string, extra: Partial<native.LandlockPathRule> = {}): native.LandlockPathRule => ({
+  path,
+  access: ['read_file', 'read_dir'],
+  directory: true,
+  optional: false,
+  ...extra,
+});
+const PLAN = (paths: native.LandlockPathRule[]): native.LandlockPlan => ({ paths, bindPorts: [], restrictConnect: true, connectPorts: [] });
 
 describe('the Landlock ABI', () => {
   it('is detected, and the code table is the one the TS side knows', () => {
@@ -41,14 +45,22 @@ describe('the Landlock ABI', () => {
     if (abi.ok) expect(abi.abi).toBeGreaterThanOrEqual(1);
     else expect(['LANDLOCK_UNSUPPORTED', 'LANDLOCK_DISABLED']).toContain(abi.code);
     expect([...native.LANDLOCK_CODES]).toEqual([
-      'LANDLOCK_UNSUPPORTED', 'LANDLOCK_DISABLED', 'NOT_MAIN_THREAD', 'RULE_PATH_UNAVAILABLE', 'RULESET_FAILED',
-      'NO_NEW_PRIVS_FAILED', 'RESTRICT_FAILED', 'EXEC_FAILED',
+      'LANDLOCK_UNSUPPORTED',
+      'LANDLOCK_DISABLED',
+      'NOT_MAIN_THREAD',
+      'RULE_PATH_UNAVAILABLE',
+      'RULESET_FAILED',
+      'NO_NEW_PRIVS_FAILED',
+      'RESTRICT_FAILED',
+      'EXEC_FAILED',
     ] satisfies native.LandlockCode[]);
   });
 
   it('refuses malformed plans with a TypeError before touching the kernel', () => {
     expect(() => native.landlockRestrictSelf(PLAN([RULE('relative/path')]))).toThrow(/absolute/);
-    expect(() => native.landlockRestrictSelf(PLAN([RULE('/tmp', { access: ['read_everything' as native.LandlockFsRight] })]))).toThrow(/unknown filesystem right/);
+    expect(() => native.landlockRestrictSelf(PLAN([RULE('/tmp', { access: ['read_everything' as native.LandlockFsRight] })]))).toThrow(
+      /unknown filesystem right/,
+    );
     expect(() => native.landlockRestrictSelf({ ...PLAN([]), bindPorts: [70000] })).toThrow(/ports/);
     expect(() => native.landlockRestrictSelf({ ...PLAN([]), restrictConnect: 'yes' as unknown as boolean })).toThrow(/restrictConnect/);
     expect(() => native.replaceProcessImage('/bin/true', ['a\0b'], [])).toThrow(/NUL/);
@@ -59,13 +71,16 @@ describe.skipIf(ABI === 0)('restricting in a child process', () => {
   it('confines the calling thread, and leaves the pool threads that already existed outside: why serve re-executes', () => {
     const inside = scratch(['in.txt: in']);
     const outside = scratch(['out.txt: out']);
-    const out = inChild(`
+    const out = inChild(
+      `
       await readFile(args[1]);   // the pool is running (the ESM loader started it; this makes sure)
       const r = native.landlockRestrictSelf({ paths: [{ path: args[0], access: ['read_file', 'read_dir'], directory: true, optional: false }], bindPorts: [], restrictConnect: true, connectPorts: [] });
       out.ok = r.ok; out.abi = r.abi; out.handledFs = r.handledFs;
       out.mainInside = code(() => readFileSync(args[0] + '/in.txt'));
       out.mainOutside = code(() => readFileSync(args[1]));
-      out.poolOutside = await readFile(args[1]).then(() => 'ok', (e) => e.code);`, [inside, join(outside, 'out.txt')]);
+      out.poolOutside = await readFile(args[1]).then(() => 'ok', (e) => e.code);`,
+      [inside, join(outside, 'out.txt')],
+    );
     expect(out).toMatchObject({ ok: true, abi: ABI, mainInside: 'ok', mainOutside: 'EACCES' });
     expect(out.handledFs).toEqual(expect.arrayContaining(['read_file', 'write_file', 'execute', 'make_reg']));
     // The kernel's rule, shown: a thread that existed before the domain is not in it.
@@ -75,7 +90,8 @@ describe.skipIf(ABI === 0)('restricting in a child process', () => {
   it('restricts nothing when a required rule cannot be opened, and skips an optional one', () => {
     const dir = scratch(['real/f: f', 'link -> real']);
     const outside = scratch(['o: o']);
-    const out = inChild(`
+    const out = inChild(
+      `
       const missing = native.landlockRestrictSelf({ paths: [{ path: args[0] + '/nope', access: ['read_file'], directory: true, optional: false }], bindPorts: [], restrictConnect: true, connectPorts: [] });
       out.missing = [missing.ok, missing.code];
       // A symlink in a rule's path is refused: a planted link must never aim a rule elsewhere.
@@ -88,7 +104,9 @@ describe.skipIf(ABI === 0)('restricting in a child process', () => {
       ], bindPorts: [], restrictConnect: true, connectPorts: [] });
       out.skipped = [skipped.ok, skipped.skipped.map((s) => s.index)];
       out.real = code(() => readFileSync(args[0] + '/real/f'));
-      out.outside = code(() => readFileSync(args[1]));`, [dir, join(outside, 'o')]);
+      out.outside = code(() => readFileSync(args[1]));`,
+      [dir, join(outside, 'o')],
+    );
     expect(out.missing).toEqual([false, 'RULE_PATH_UNAVAILABLE']);
     expect(out.linked).toEqual([false, 'RULE_PATH_UNAVAILABLE', 40 /* ELOOP */]);
     expect(out.stillFree).toBe('ok');
@@ -98,7 +116,8 @@ describe.skipIf(ABI === 0)('restricting in a child process', () => {
 
   it('answers NOT_MAIN_THREAD from a worker thread, which would confine only itself', () => {
     const free = scratch(['f: f']);
-    const out = inChild(`
+    const out = inChild(
+      `
       const { Worker } = await import('node:worker_threads');
       // (The worker inherits --input-type=module: its source is an ES module.)
       const w = new Worker(\`
@@ -108,7 +127,9 @@ describe.skipIf(ABI === 0)('restricting in a child process', () => {
         const e = native.replaceProcessImage('/bin/true', ['true'], []);
         parentPort.postMessage([r.code, e.code]);\`, { eval: true, workerData: ${JSON.stringify(NATIVE_JS)} });
       out.codes = await new Promise((resolve) => w.once('message', resolve));
-      out.mainStillFree = code(() => readFileSync(args[0]));`, [join(free, 'f')]);
+      out.mainStillFree = code(() => readFileSync(args[0]));`,
+      [join(free, 'f')],
+    );
     expect(out.codes).toEqual(['NOT_MAIN_THREAD', 'NOT_MAIN_THREAD']);
     expect(out.mainStillFree).toBe('ok');
   });
@@ -119,14 +140,17 @@ describe.skipIf(ABI === 0)('restricting in a child process', () => {
     // The new image is a bare node reading from a pool thread and the main thread; it can start
     // only because the plan grants what node needs (the same planner serve uses).
     const plan = planConfinement({ workdir: inside, tracePath: join(inside, 'unused'), manifest: parseManifest('name: a\nversion: "1"\n'), listenPort: 0 });
-    const out = inChild(`
+    const out = inChild(
+      `
       const plan = JSON.parse(args[0]);
       const r = native.landlockRestrictSelf({ paths: plan.rules.filter((p) => p.role !== 'write').map(({ path, access, directory, optional }) => ({ path, access, directory, optional })), bindPorts: [], restrictConnect: true, connectPorts: [] });
       if (!r.ok) { out.failed = r; } else {
         const script = "const fs=require('fs');fs.readFile(process.argv[1],(e)=>{let m;try{fs.readFileSync(process.argv[1]);m='ok'}catch(x){m=x.code}process.stdout.write(JSON.stringify({pool:e?e.code:'ok',main:m})+'\\\\n')})";
         const e = native.replaceProcessImage(process.execPath, [process.execPath, '-e', script, args[1]], []);
         out.failed = e;
-      }`, [JSON.stringify(plan), join(outside, 'secret')]);
+      }`,
+      [JSON.stringify(plan), join(outside, 'secret')],
+    );
     expect(out).toEqual({ pool: 'EACCES', main: 'EACCES' });
   });
 });
@@ -137,7 +161,9 @@ describe('the plan', () => {
 
   it('connects only to the ports of the allow lists the server connects through, and to none without them', () => {
     expect(planConfinement({ ...base, manifest: manifest('') }).connectPorts).toEqual([]);
-    const fetch = manifest('capabilities:\n  peer_fetch:\n    allow:\n      - localhost:9001\n      - https://peer.example\n  network:\n    allow:\n      - localhost:7000\n');
+    const fetch = manifest(
+      'capabilities:\n  peer_fetch:\n    allow:\n      - localhost:9001\n      - https://peer.example\n  network:\n    allow:\n      - localhost:7000\n',
+    );
     // network.allow matters only with a peer plane (share-file reads the recipient's card).
     expect(planConfinement({ ...base, manifest: fetch }).connectPorts).toEqual([443, 9001]);
     const both = manifest('exports:\n  peer_files:\n    root: out/\ncapabilities:\n  network:\n    allow:\n      - localhost:7000\n');
@@ -147,11 +173,12 @@ describe('the plan', () => {
     expect(bare.notes[0]).toMatch(/'localhost' names no port/);
   });
 
-  it('writes only the trace file and, when it may fetch, peer-in (optional: it lies in the capsule\'s workdir)', () => {
+  it("writes only the trace file and, when it may fetch, peer-in (optional: it lies in the capsule's workdir)", () => {
     const writes = (m: string) => planConfinement({ ...base, manifest: manifest(m) }).rules.filter((r) => r.role === 'write');
     expect(writes('')).toEqual([{ path: base.tracePath, access: ['write_file', 'truncate'], directory: false, optional: false, role: 'write' }]);
     expect(writes('capabilities:\n  peer_fetch:\n    allow:\n      - localhost:1\n').map((r) => [r.path, r.optional])).toEqual([
-      [base.tracePath, false], ['/nonexistent-workdir/peer-in', true],
+      [base.tracePath, false],
+      ['/nonexistent-workdir/peer-in', true],
     ]);
   });
 
@@ -172,8 +199,12 @@ describe('the plan', () => {
   });
 
   it("reads the files node's own command line preloads: the re-executed image loads them again", () => {
-    expect(preloadFiles(['--import', '/a/pre.mjs', '--require=./b.cjs', '--enable-source-maps', '-r', 'some-package'],
-      '--import file:///c/d.mjs --max-old-space-size=100')).toEqual(['/a/pre.mjs', resolve('b.cjs'), '/c/d.mjs']);
+    expect(
+      preloadFiles(
+        ['--import', '/a/pre.mjs', '--require=./b.cjs', '--enable-source-maps', '-r', 'some-package'],
+        '--import file:///c/d.mjs --max-old-space-size=100',
+      ),
+    ).toEqual(['/a/pre.mjs', resolve('b.cjs'), '/c/d.mjs']);
     const dir = scratch(['pre.mjs: ']);
     const plan = planConfinement({ ...base, manifest: manifest(''), execArgv: ['--import', join(dir, 'pre.mjs')] });
     expect(plan.rules).toContainEqual({ path: join(dir, 'pre.mjs'), access: ['read_file'], directory: false, optional: false, role: 'read' });

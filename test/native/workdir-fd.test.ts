@@ -80,7 +80,10 @@ describe('a queued operation keeps the workdir it was called with', () => {
     let openB = true;
     defer(() => openB && closeSync(fdB));
     expect(fdB).not.toBe(numberA);
-    const late = view.stat('a.txt').then(() => null, (error: unknown) => error);
+    const late = view.stat('a.txt').then(
+      () => null,
+      (error: unknown) => error,
+    );
     await pool.release();
     // Called after the close: refused.
     expect(await late).toMatchObject({ code: 'io_error', detail: 'the workdir is closed' });
@@ -98,13 +101,15 @@ describe('a queued operation keeps the workdir it was called with', () => {
 
 /** The descriptors of this process open on exactly `dir`. */
 function descriptorsOn(dir: string): number[] {
-  return readdirSync('/proc/self/fd').filter((fd) => {
-    try {
-      return readlinkSync(`/proc/self/fd/${fd}`) === dir;
-    } catch {
-      return false; // the directory listing's own descriptor, gone already
-    }
-  }).map(Number);
+  return readdirSync('/proc/self/fd')
+    .filter((fd) => {
+      try {
+        return readlinkSync(`/proc/self/fd/${fd}`) === dir;
+      } catch {
+        return false; // the directory listing's own descriptor, gone already
+      }
+    })
+    .map(Number);
 }
 
 const MANIFEST = parseManifest('name: workdir-test\nversion: "1"\nexports:\n  files:\n    root: out/\n    mode: read-only\n');
@@ -114,7 +119,7 @@ async function sessionOver(workdir: string, records: string, name: string): Prom
 }
 
 describe('a closed session lets go of its workdir only when the last operation on it is done', () => {
-  it('a listing hashing while its session closes lists the old tree, never the next session\'s, and no descriptor is left', async (ctx) => {
+  it("a listing hashing while its session closes lists the old tree, never the next session's, and no descriptor is left", async (ctx) => {
     // Sparse files: cheap to make, hashed at full cost, so the listing is still hashing when the
     // session closes. Made fresh, they are too recent for the digest cache to answer.
     const big = Array.from({ length: 16 }, (_, i) => `out/old-${String(i).padStart(2, '0')}.bin @ 64m`);
@@ -134,10 +139,13 @@ describe('a closed session lets go of its workdir only when the last operation o
     const s0 = native.digestCacheStats();
     // No signal: closing the session does not cancel it, so it runs on past the close.
     let settled = false;
-    const listing = a.files!.list(undefined, render).then(
-      (l) => ({ ok: true as const, listing: l }),
-      (error: unknown) => ({ ok: false as const, error }),
-    ).finally(() => (settled = true));
+    const listing = a
+      .files!.list(undefined, render)
+      .then(
+        (l) => ({ ok: true as const, listing: l }),
+        (error: unknown) => ({ ok: false as const, error }),
+      )
+      .finally(() => (settled = true));
     if (!(await until(() => native.digestCacheStats().hashes > s0.hashes || settled, 10_000)) || settled) {
       await listing;
       await a.close();

@@ -11,7 +11,8 @@ import { capsule } from '../helpers/capsule.js';
 import { refusal } from '../helpers/refusal.js';
 import { runCli } from '../helpers/cli.js';
 
-const SHARES = 'name: alpha\nversion: "1"\nexports:\n  peer_files:\n    root: out/\n    max_ttl: 10m\n    max_bytes: 32Mi\ncapabilities:\n  network:\n    allow: [localhost, 127.0.0.1]\n';
+const SHARES =
+  'name: alpha\nversion: "1"\nexports:\n  peer_files:\n    root: out/\n    max_ttl: 10m\n    max_bytes: 32Mi\ncapabilities:\n  network:\n    allow: [localhost, 127.0.0.1]\n';
 const FETCHES = 'name: beta\nversion: "1"\ncapabilities:\n  peer_fetch:\n    allow: [localhost, 127.0.0.1]\n';
 const MiB = 1024 * 1024;
 
@@ -49,7 +50,11 @@ describe("fetch-peer-file's limit", () => {
     const toLarge = await callTool(alpha.session, 'share-file', { path: 'big.bin', peer: large.address });
     const fetched = await callTool(large.session, 'fetch-peer-file', { peer: alpha.address, handle: toLarge.handle });
     expect(fetched.bytes).toBe(20 * MiB);
-    expect(createHash('sha256').update(readFileSync(join(large.workdir, fetched.path))).digest('hex')).toBe(fetched.sha256);
+    expect(
+      createHash('sha256')
+        .update(readFileSync(join(large.workdir, fetched.path)))
+        .digest('hex'),
+    ).toBe(fetched.sha256);
   });
 
   it('is named in the tool text, which sends the agent to no tool this server lacks', async () => {
@@ -63,6 +68,8 @@ describe("fetch-peer-file's limit", () => {
   it('serve --fetch-max-bytes takes a byte count, and refuses anything else as a usage mistake', () => {
     const r = runCli(['serve', '--workdir', '/nonexistent-rp', '--fetch-max-bytes', '20 MB']);
     expect(r.status).toBe(2);
-    expect(r.stderr).toContain("--fetch-max-bytes must be a whole number of bytes, optionally suffixed Ki, Mi, Gi, Ti (powers of 1024) or k, M, G, T (powers of 1000), each with an optional B: 65536, 64Mi, 64MiB, 10GB, 1k (got '20 MB')");
+    expect(r.stderr).toContain(
+      "--fetch-max-bytes must be a whole number of bytes, optionally suffixed Ki, Mi, Gi, Ti (powers of 1024) or k, M, G, T (powers of 1000), each with an optional B: 65536, 64Mi, 64MiB, 10GB, 1k (got '20 MB')",
+    );
   });
 });

@@ -130,7 +130,10 @@ describe('a runtime drives a handoff between two spawned capsules', () => {
     expect((unknown as McpError).message).toBe("MCP error -32602: Unknown tool: 'rm-rf'");
     const bad = await c.client.callTool({ name: 'share-file', arguments: { path: 1 } });
     expect(JSON.parse((bad.content as Array<{ text: string }>)[0]!.text).error).toBe('invalid_argument');
-    const events = readFileSync(c.trace, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const events = readFileSync(c.trace, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(events.map((e) => [e.event_type, e.outcome ?? null])).toEqual([
       ['session_start', null],
       ['peer_handle_mint', 'no_peer_plane'],
@@ -146,7 +149,9 @@ describe('closing stdin ends the session', () => {
     writeFileSync(join(workdir, 'murmur.yaml'), `name: a\n${HEAD}${PEER}`);
     const traceDir = scratch();
     const trace = join(traceDir, 'trace.jsonl');
-    const child = reap(spawn(process.execPath, [CLI, 'serve', '--workdir', workdir, '--control', 'stdio', '--trace', trace], { stdio: ['pipe', 'pipe', 'pipe'] }));
+    const child = reap(
+      spawn(process.execPath, [CLI, 'serve', '--workdir', workdir, '--control', 'stdio', '--trace', trace], { stdio: ['pipe', 'pipe', 'pipe'] }),
+    );
     let out = '';
     const listening = new Promise<void>((resolve) => {
       child.stdout.on('data', (d: Buffer) => {
@@ -155,7 +160,12 @@ describe('closing stdin ends the session', () => {
       });
     });
     const send = (m: object) => child.stdin.write(`${JSON.stringify(m)}\n`);
-    send({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '0' } } });
+    send({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'initialize',
+      params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '0' } },
+    });
     send({ jsonrpc: '2.0', method: 'notifications/initialized' });
     await listening;
     // Every stdout line is a JSON-RPC message.

@@ -62,11 +62,13 @@ let autoCard = true;
 
 /** A card naming ISSUER: fetch-peer-file reads it before it sends a token (the token goes only to its issuer). */
 function cardFor(port: number): Buffer {
-  return Buffer.from(JSON.stringify({
-    name: 'peer',
-    supportedInterfaces: [{ url: `http://127.0.0.1:${port}`, protocolBinding: 'JSONRPC', protocolVersion: '0.3' }],
-    capabilities: { extensions: [{ uri: 'urn:murmur:capsule:v1', params: { planes: ['peer_files'], sessionId: ISSUER } }] },
-  }));
+  return Buffer.from(
+    JSON.stringify({
+      name: 'peer',
+      supportedInterfaces: [{ url: `http://127.0.0.1:${port}`, protocolBinding: 'JSONRPC', protocolVersion: '0.3' }],
+      capabilities: { extensions: [{ uri: 'urn:murmur:capsule:v1', params: { planes: ['peer_files'], sessionId: ISSUER } }] },
+    }),
+  );
 }
 
 /** Connections counted and awaited by the tests are the redeems: a card fetch's connection is left out. */
@@ -114,12 +116,9 @@ async function rawPeer(onRequest: (socket: Socket) => void): Promise<Hostile> {
   return { ...(await listenLoopback(server, REDEEMS_ONLY)), requests };
 }
 
-
 /** A well-shaped token this process never minted (its MAC is noise): what a peer would verify. */
 function handleFor(p: string | null = 'report.md'): string {
-  const payload = p === null
-    ? Buffer.from('not json')
-    : Buffer.from(JSON.stringify({ v: 1, iss: ISSUER, p, exp: Date.now() + 60_000, n: '0'.repeat(32) }));
+  const payload = p === null ? Buffer.from('not json') : Buffer.from(JSON.stringify({ v: 1, iss: ISSUER, p, exp: Date.now() + 60_000, n: '0'.repeat(32) }));
   return `mh1.${payload.toString('base64url')}.${randomBytes(32).toString('base64url')}`;
 }
 
@@ -147,7 +146,10 @@ function snapshot(dir: string): string[] {
 }
 
 function fetchEvents(l: Local): Array<Record<string, unknown>> {
-  return readFileSync(l.tracePath, 'utf8').trim().split('\n').map((line) => JSON.parse(line) as Record<string, unknown>)
+  return readFileSync(l.tracePath, 'utf8')
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line) as Record<string, unknown>)
     .filter((e) => e.event_type === 'peer_file_fetch');
 }
 
@@ -239,9 +241,9 @@ describe('a peer that never answers', () => {
     const port = t.port;
     const handle = handleFor();
     const started = Date.now();
-    const error = await refusal(() => fetchPeerFile(
-      gamma.session, { peer: `https://127.0.0.1:${port}`, handle }, { connectTimeoutMs: 200, totalTimeoutMs: 20_000 },
-    ));
+    const error = await refusal(() =>
+      fetchPeerFile(gamma.session, { peer: `https://127.0.0.1:${port}`, handle }, { connectTimeoutMs: 200, totalTimeoutMs: 20_000 }),
+    );
     expect(Date.now() - started).toBeLessThan(5_000);
     expect(error.code).toBe('peer_unreachable');
     expect(error.message).toMatch(/not established within 200 ms/);
@@ -367,7 +369,12 @@ describe('a peer sending more than the cap', () => {
 
 describe('what a peer says when it refuses', () => {
   it.each([
-    { label: 'its own code', status: 403, body: '{"error":"handle_not_valid","message":"the handle is not valid for this capsule"}', expected: 'handle_not_valid' },
+    {
+      label: 'its own code',
+      status: 403,
+      body: '{"error":"handle_not_valid","message":"the handle is not valid for this capsule"}',
+      expected: 'handle_not_valid',
+    },
     { label: 'handle_expired', status: 410, body: '{"error":"handle_expired"}', expected: 'handle_expired' },
     { label: 'a code outside [a-z_]', status: 403, body: '{"error":"Not Valid!"}', expected: 'http_403' },
     { label: 'the code ok', status: 403, body: '{"error":"ok"}', expected: 'http_403' },
@@ -392,7 +399,7 @@ describe('what a peer says when it refuses', () => {
     assertNothingLanded(gamma, error, handle);
   });
 
-  it('never copies the peer\'s own message (or a token in it) into the refusal', async () => {
+  it("never copies the peer's own message (or a token in it) into the refusal", async () => {
     const gamma = await local();
     const handle = handleFor();
     const peer = await httpPeer((_req, res) => {
@@ -450,7 +457,11 @@ describe('a token goes only to its issuer', () => {
     expect(error.code).toBe('issuer_mismatch');
     expect(sawToken).toBe(false);
     expect(b.requests).toEqual([]);
-    const line = readFileSync(gamma.tracePath, 'utf8').trim().split('\n').map((l) => JSON.parse(l)).at(-1);
+    const line = readFileSync(gamma.tracePath, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l))
+      .at(-1);
     expect(line).toMatchObject({ event_type: 'peer_file_fetch', outcome: 'issuer_mismatch', stored_path: null });
   });
 
@@ -581,11 +592,27 @@ describe('landing fetched bytes', () => {
 describe('an https peer', () => {
   function selfSigned(): { key: string; cert: string } {
     const dir = scratch();
-    execFileSync('openssl', [
-      'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=localhost',
-      '-addext', 'subjectAltName=IP:127.0.0.1,DNS:localhost',
-      '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'),
-    ], { stdio: 'ignore' });
+    execFileSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'rsa:2048',
+        '-nodes',
+        '-days',
+        '1',
+        '-subj',
+        '/CN=localhost',
+        '-addext',
+        'subjectAltName=IP:127.0.0.1,DNS:localhost',
+        '-keyout',
+        join(dir, 'key.pem'),
+        '-out',
+        join(dir, 'cert.pem'),
+      ],
+      { stdio: 'ignore' },
+    );
     return { key: readFileSync(join(dir, 'key.pem'), 'utf8'), cert: readFileSync(join(dir, 'cert.pem'), 'utf8') };
   }
 
@@ -645,22 +672,44 @@ describe('share-file against a hostile agent card', () => {
     expect(error.code).toBe('peer_unreachable');
     expect(error.message).toMatch(reason);
     expect(peer.requests.map((r) => [r.method, r.url])).toEqual([['GET', '/.well-known/agent-card.json']]);
-    const mint = readFileSync(alpha.tracePath, 'utf8').trim().split('\n').map((l) => JSON.parse(l)).at(-1);
+    const mint = readFileSync(alpha.tracePath, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l))
+      .at(-1);
     expect(mint).toMatchObject({ event_type: 'peer_handle_mint', handle_id: null, path: 'report.md', audience: '', outcome: 'peer_unreachable' });
   });
 
   it.each([
-    ['answers 404', (_req: IncomingMessage, res: ServerResponse) => { res.writeHead(404); res.end('{}'); }],
-    ['answers with no JSON', (_req: IncomingMessage, res: ServerResponse) => { res.writeHead(200); res.end('<html>'); }],
-    ['answers a card larger than 64 KiB', (_req: IncomingMessage, res: ServerResponse) => {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ name: 'peer', supportedInterfaces: jsonrpc('http://localhost:1'), pad: 'x'.repeat(70_000) }));
-    }],
-    ['streams a card forever', (_req: IncomingMessage, res: ServerResponse) => {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      const timer = setInterval(() => (res.destroyed ? clearInterval(timer) : res.write(' '.repeat(4096))), 2);
-      res.on('close', () => clearInterval(timer));
-    }],
+    [
+      'answers 404',
+      (_req: IncomingMessage, res: ServerResponse) => {
+        res.writeHead(404);
+        res.end('{}');
+      },
+    ],
+    [
+      'answers with no JSON',
+      (_req: IncomingMessage, res: ServerResponse) => {
+        res.writeHead(200);
+        res.end('<html>');
+      },
+    ],
+    [
+      'answers a card larger than 64 KiB',
+      (_req: IncomingMessage, res: ServerResponse) => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ name: 'peer', supportedInterfaces: jsonrpc('http://localhost:1'), pad: 'x'.repeat(70_000) }));
+      },
+    ],
+    [
+      'streams a card forever',
+      (_req: IncomingMessage, res: ServerResponse) => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        const timer = setInterval(() => (res.destroyed ? clearInterval(timer) : res.write(' '.repeat(4096))), 2);
+        res.on('close', () => clearInterval(timer));
+      },
+    ],
   ])('refuses a peer that %s as peer_unreachable', async (_label, handler) => {
     const alpha = await local({ tree: ['out/report.md: x'] });
     const peer = await httpPeer(handler);
@@ -697,11 +746,16 @@ describe('share-file against a hostile agent card', () => {
     const alpha = await local({ tree: ['out/report.md: x'] });
     const peer = await httpPeer((_req, res) => {
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ name: 'Reporter', supportedInterfaces: [
-        { url: 'grpc://ignored:1', protocolBinding: 'GRPC' },
-        ...jsonrpc('HTTP://Reporter.Example:41234/a2a'),
-        ...jsonrpc('http://second:2'),
-      ] }));
+      res.end(
+        JSON.stringify({
+          name: 'Reporter',
+          supportedInterfaces: [
+            { url: 'grpc://ignored:1', protocolBinding: 'GRPC' },
+            ...jsonrpc('HTTP://Reporter.Example:41234/a2a'),
+            ...jsonrpc('http://second:2'),
+          ],
+        }),
+      );
     });
     const minted = await shareFile(alpha.session, { path: 'report.md', peer: peer.address });
     expect(minted.audience).toBe('reporter@reporter.example:41234');

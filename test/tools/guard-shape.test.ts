@@ -95,7 +95,10 @@ describe('an undici whose private parser fields moved', () => {
       // Said at start-up too, before any fetch.
       expect(serve.stderr()).toContain('fetch-peer-file is disabled: the outbound guard cannot attach to this undici');
       await serve.client.close();
-      const events = readFileSync(trace, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+      const events = readFileSync(trace, 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
       expect(events.find((e) => e.event_type === 'peer_file_fetch')).toMatchObject({ outcome: 'io_error', stored_path: null });
       expect(events.at(-1)!.event_type).toBe('session_end');
       expect(serve.stderr()).not.toMatch(/AssertionError|ERR_ASSERTION/);

@@ -61,7 +61,13 @@ type Event = Record<string, unknown> & { event_type: string };
 
 function traceOf(c: Capsule): { text: string; events: Event[] } {
   const text = readFileSync(c.tracePath, 'utf8');
-  return { text, events: text.trim().split('\n').map((line) => JSON.parse(line) as Event) };
+  return {
+    text,
+    events: text
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Event),
+  };
 }
 
 function eventsOf(c: Capsule, type: string): Event[] {
@@ -87,7 +93,6 @@ function snapshot(dir: string): string[] {
 function countingListener() {
   return listenLoopback(createServer((socket) => socket.destroy()));
 }
-
 
 // ── End to end ───────────────────────────────────────────────────────────────
 
@@ -133,7 +138,12 @@ describe('share-file → redeem → fetch-peer-file between two capsules', () =>
     expect(redeem[0]).toMatchObject({ outcome: 'ok', audience_asserted: beta.audience, bytes: binary.length, sha256: sha256Hex(binary) });
     expect(Object.keys(fetch[0]!).slice(5)).toEqual(['peer', 'handle_id', 'stored_path', 'bytes', 'sha256', 'outcome', 'reason']);
     expect(fetch[0]).toMatchObject({
-      peer: alpha.address, stored_path: fetched.path, bytes: binary.length, sha256: sha256Hex(binary), outcome: 'ok', reason: null,
+      peer: alpha.address,
+      stored_path: fetched.path,
+      bytes: binary.length,
+      sha256: sha256Hex(binary),
+      outcome: 'ok',
+      reason: null,
     });
     expect(traceOf(alpha).text).not.toContain('mh1.');
     expect(traceOf(beta).text).not.toContain('mh1.');
@@ -150,10 +160,17 @@ describe('share-file → redeem → fetch-peer-file between two capsules', () =>
     expect(error.message).not.toContain('mh1.');
     expect(snapshot(gamma.workdir)).toEqual([]);
     expect(eventsOf(gamma, 'peer_file_fetch')[0]).toMatchObject({
-      handle_id: minted.handle_id, stored_path: null, bytes: null, sha256: null, outcome: 'handle_not_valid',
+      handle_id: minted.handle_id,
+      stored_path: null,
+      bytes: null,
+      sha256: null,
+      outcome: 'handle_not_valid',
     });
     expect(eventsOf(alpha, 'peer_handle_redeem')[0]).toMatchObject({
-      handle_id: minted.handle_id, path: null, audience_asserted: gamma.audience, outcome: 'handle_not_valid',
+      handle_id: minted.handle_id,
+      path: null,
+      audience_asserted: gamma.audience,
+      outcome: 'handle_not_valid',
     });
     // The intended peer still redeems it: the refusal was about gamma, not the handle.
     const fetched = await fetchPeerFile(beta.session, { peer: alpha.address, handle: minted.handle });
@@ -197,7 +214,8 @@ describe('a file whose name looks like a handle', () => {
   it('stays redacted in every event, and an auditor finds the file by the digest the trace holds', async () => {
     const name = 'mh1.report.final';
     const alpha = await capsule({
-      name: 'alpha', yaml: `exports:\n  files:\n    root: out/\n    mode: read-only\n${SHARES().slice('exports:\n'.length)}`,
+      name: 'alpha',
+      yaml: `exports:\n  files:\n    root: out/\n    mode: read-only\n${SHARES().slice('exports:\n'.length)}`,
       tree: [`out/${name}: what left the capsule`, 'out/decoy.txt: something else', 'out/sub/mh1.other.final: another token-shaped name'],
     });
     const beta = await capsule({ name: 'beta', yaml: FETCHES });
@@ -218,7 +236,12 @@ describe('a file whose name looks like a handle', () => {
     const listing = await fetch(`${alpha.url}/resources/files`).then((r) => r.json() as Promise<{ entries: Array<{ path: string; sha256: string }> }>);
     expect(listing.entries.filter((e) => e.sha256 === redeem.sha256).map((e) => e.path)).toEqual([name]);
     // The redacted name's id is the first 16 hex of the name's own sha256, so it confirms the match.
-    expect(redacted).toBe(`<handle:${createHash('sha256').update(listing.entries.find((e) => e.sha256 === redeem.sha256)!.path).digest('hex').slice(0, 16)}>`);
+    expect(redacted).toBe(
+      `<handle:${createHash('sha256')
+        .update(listing.entries.find((e) => e.sha256 === redeem.sha256)!.path)
+        .digest('hex')
+        .slice(0, 16)}>`,
+    );
 
     // The fetcher's side: stored_path is redacted too, and its sha256 names the landed file.
     const [landed] = eventsOf(beta, 'peer_file_fetch');
@@ -256,7 +279,9 @@ describe('share-file judges the path by the redeem resolver', () => {
     it('gives every escape-table case the code the table gives (too_large mints)', async () => {
       const beta = await capsule({ name: 'beta', yaml: FETCHES });
       const alpha = await capsule({
-        name: 'alpha', containment, escapeTree: true,
+        name: 'alpha',
+        containment,
+        escapeTree: true,
         yaml: `exports:\n  peer_files:\n    root: out/\n    max_bytes: ${MAX_BYTES}\ncapabilities:\n  network:\n    allow: ["127.0.0.1"]\n`,
       });
       for (const c of ESCAPE_CASES) {
@@ -344,7 +369,13 @@ describe('share-file lifetimes', () => {
     const alpha = await capsule({ name: 'alpha', yaml: SHARES(), tree: ['out/report.md: x'] });
     const beta = await capsule({ name: 'beta', yaml: FETCHES });
     // Bracketed by clock readings either side of each mint: exact, not slack-tolerant.
-    const cases: Array<[string | undefined, number]> = [['1d', 60_000], ['86400', 60_000], ['5s', 5_000], ['1m', 60_000], [undefined, 60_000]];
+    const cases: Array<[string | undefined, number]> = [
+      ['1d', 60_000],
+      ['86400', 60_000],
+      ['5s', 5_000],
+      ['1m', 60_000],
+      [undefined, 60_000],
+    ];
     for (const [ttl, expectedMs] of cases) {
       const before = Date.now();
       const minted = await shareFile(alpha.session, { path: 'report.md', peer: beta.address, ...(ttl === undefined ? {} : { ttl }) });
@@ -357,7 +388,8 @@ describe('share-file lifetimes', () => {
 
   it('defaults to one hour when max_ttl is not declared', async () => {
     const alpha = await capsule({
-      name: 'alpha', tree: ['out/report.md: x'],
+      name: 'alpha',
+      tree: ['out/report.md: x'],
       yaml: 'exports:\n  peer_files:\n    root: out/\ncapabilities:\n  network:\n    allow: ["127.0.0.1"]\n',
     });
     const beta = await capsule({ name: 'beta', yaml: FETCHES });
@@ -386,14 +418,17 @@ describe('share-file and the network allow list', () => {
     const peer = await countingListener();
     const port = peer.address.split(':')[1];
     for (const allow of ['["localhost"]', `["127.0.0.1:${Number(port) === 65535 ? 1 : Number(port) + 1}"]`, `["https://127.0.0.1:${port}"]`, null]) {
-      const yaml = allow === null
-        ? 'exports:\n  peer_files:\n    root: out/\n'
-        : `exports:\n  peer_files:\n    root: out/\ncapabilities:\n  network:\n    allow: ${allow}\n`;
+      const yaml =
+        allow === null
+          ? 'exports:\n  peer_files:\n    root: out/\n'
+          : `exports:\n  peer_files:\n    root: out/\ncapabilities:\n  network:\n    allow: ${allow}\n`;
       const alpha = await capsule({ name: 'alpha', yaml, tree: ['out/report.md: x'] });
       const error = await refusal(() => shareFile(alpha.session, { path: 'report.md', peer: peer.address }));
       // Refused by the manifest, not unreachable: nothing was tried.
       expect(error.code, String(allow)).toBe('peer_not_allowed');
-      expect(error.message).toContain(`capabilities.network.allow does not include the peer (allowed: ${allow === null ? 'nothing' : JSON.parse(allow).join(', ')}; asked: ${peer.address}`);
+      expect(error.message).toContain(
+        `capabilities.network.allow does not include the peer (allowed: ${allow === null ? 'nothing' : JSON.parse(allow).join(', ')}; asked: ${peer.address}`,
+      );
       expect(eventsOf(alpha, 'peer_handle_mint')[0]).toMatchObject({ handle_id: null, audience: '', outcome: 'peer_not_allowed' });
     }
     expect(peer.connections()).toBe(0);
@@ -402,7 +437,11 @@ describe('share-file and the network allow list', () => {
   it('names the mismatch when the peer is written as 127.0.0.1 and the list allows localhost (issue 40)', async () => {
     const peer = await countingListener();
     const port = peer.address.split(':')[1];
-    const alpha = await capsule({ name: 'alpha', yaml: `exports:\n  peer_files:\n    root: out/\ncapabilities:\n  network:\n    allow: ["localhost:${port}"]\n`, tree: ['out/report.md: x'] });
+    const alpha = await capsule({
+      name: 'alpha',
+      yaml: `exports:\n  peer_files:\n    root: out/\ncapabilities:\n  network:\n    allow: ["localhost:${port}"]\n`,
+      tree: ['out/report.md: x'],
+    });
     const error = await refusal(() => shareFile(alpha.session, { path: 'report.md', peer: `127.0.0.1:${port}` }));
     expect([error.code, error.message]).toEqual([
       'peer_not_allowed',
@@ -462,7 +501,11 @@ describe('fetch-peer-file before any connection', () => {
       expect(error.message).not.toContain('mh1.');
       expect(snapshot(gamma.workdir)).toEqual([]);
       expect(eventsOf(gamma, 'peer_file_fetch')[0]).toMatchObject({
-        peer: peer.address, stored_path: null, bytes: null, sha256: null, outcome: 'peer_not_allowed',
+        peer: peer.address,
+        stored_path: null,
+        bytes: null,
+        sha256: null,
+        outcome: 'peer_not_allowed',
       });
       expect(traceOf(gamma).text).not.toContain('mh1.');
     }

@@ -37,7 +37,8 @@ async function launch(manifest: string, tree: string[] = []): Promise<Capsule> {
   return { client, advertised: ready.advertised_url, trace: ready.trace, workdir };
 }
 
-const BOTH = 'version: "1"\nexports:\n  peer_files:\n    root: out/\n    max_ttl: 10m\ncapabilities:\n  network:\n    allow: [localhost]\n  peer_fetch:\n    allow: [localhost]\n';
+const BOTH =
+  'version: "1"\nexports:\n  peer_files:\n    root: out/\n    max_ttl: 10m\ncapabilities:\n  network:\n    allow: [localhost]\n  peer_fetch:\n    allow: [localhost]\n';
 const FETCH_ONLY = 'version: "1"\ncapabilities:\n  peer_fetch:\n    allow: [localhost]\n';
 
 function byName(tools: Tool[], name: string): Tool {
@@ -78,8 +79,11 @@ describe('what a host reads', () => {
   });
 });
 
-describe('the list a host reads is the SDK\'s own rendering', () => {
-  it.each([['both tools', BOTH], ['fetch only', FETCH_ONLY]])('%s: tools/list equals what registerTool lists for the same contracts', async (_label, manifest) => {
+describe("the list a host reads is the SDK's own rendering", () => {
+  it.each([
+    ['both tools', BOTH],
+    ['fetch only', FETCH_ONLY],
+  ])('%s: tools/list equals what registerTool lists for the same contracts', async (_label, manifest) => {
     const c = await launch(`name: a\n${manifest}`);
     const served = (await c.client.listTools()).tools;
     // A reference server that registers the same specs the way the SDK's high-level API does.
@@ -146,12 +150,20 @@ describe('what a host gets back', () => {
       const inProcess = await refusal(callTool(offline.session, 'share-file', args));
       expect({ error: inProcess.code, message: inProcess.message }).toEqual({ error: 'invalid_argument', message });
     }
-    expect(readFileSync(offline.tracePath, 'utf8').trim().split('\n').map((l) => JSON.parse(l).event_type)).toEqual(['session_start']);
+    expect(
+      readFileSync(offline.tracePath, 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l).event_type),
+    ).toEqual(['session_start']);
     // An argument name is caller text: a pasted token never comes back.
     const pasted = await c.client.callTool({ name: 'share-file', arguments: { path: 'a', peer: 'b', [token]: 'x' } });
     expect(errorBody(pasted).error).toBe('invalid_argument');
     expect(errorBody(pasted).message).not.toContain(token);
-    const events = readFileSync(c.trace, 'utf8').trim().split('\n').map((l) => JSON.parse(l).event_type);
+    const events = readFileSync(c.trace, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l).event_type);
     expect(events).toEqual(['session_start']);
   });
 });
@@ -171,7 +183,12 @@ describe('an unknown tool on the wire', () => {
       });
     });
     const send = (m: object) => child.stdin.write(`${JSON.stringify(m)}\n`);
-    send({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '0' } } });
+    send({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'initialize',
+      params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '0' } },
+    });
     send({ jsonrpc: '2.0', method: 'notifications/initialized' });
     send({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'rm-rf', arguments: {} } });
     send({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: longName, arguments: {} } });

@@ -36,7 +36,6 @@ const RESET_AFTER_MS = [0, 1, 2, 5];
 /** How the peer ends its 200: the whole body then FIN; the whole body kept open; no content-length, the FIN ends it; cut short then FIN; cut short then RST. */
 type Ending = BodyEnding;
 
-
 function cardFor(port: number): string {
   return JSON.stringify({
     name: 'peer',
@@ -100,7 +99,10 @@ async function fetchEach(ending: Ending) {
   }
   // Closing the control channel ends the session; close() waits for the process to exit.
   await serve.client.close();
-  const events = readFileSync(trace, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+  const events = readFileSync(trace, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
   return { workdir, results, events, stderr: serve.stderr() };
 }
 
@@ -113,18 +115,21 @@ function assertSessionSurvived(run: Awaited<ReturnType<typeof fetchEach>>): void
 }
 
 describe('a peer that closes its redeem answer while the fetcher is not reading', () => {
-  it.each<Ending>(['close', 'keep-alive', 'unframed'])('a whole body around 64 KiB (%s) lands whole, and the session lives on to session_end', async (ending) => {
-    const run = await fetchEach(ending);
-    assertSessionSurvived(run);
-    for (const r of run.results) {
-      expect(r.answer.isError, `${r.size} bytes: ${r.answer.content[0]?.text}`).toBeFalsy();
-      const landed = r.answer.structuredContent as { path: string; bytes: number; sha256: string; generation: number };
-      expect(landed).toMatchObject({ path: `peer-in/${handleId(r.handle)}-blob-${r.size}.bin`, bytes: r.size, sha256: sha256Hex(r.body), generation: 3 });
-      expect(readFileSync(join(run.workdir, landed.path)).equals(r.body)).toBe(true);
-    }
-    const fetches = run.events.filter((e) => e.event_type === 'peer_file_fetch');
-    expect(fetches.map((e) => [e.outcome, e.bytes])).toEqual(run.results.map((r) => ['ok', r.size]));
-  });
+  it.each<Ending>(['close', 'keep-alive', 'unframed'])(
+    'a whole body around 64 KiB (%s) lands whole, and the session lives on to session_end',
+    async (ending) => {
+      const run = await fetchEach(ending);
+      assertSessionSurvived(run);
+      for (const r of run.results) {
+        expect(r.answer.isError, `${r.size} bytes: ${r.answer.content[0]?.text}`).toBeFalsy();
+        const landed = r.answer.structuredContent as { path: string; bytes: number; sha256: string; generation: number };
+        expect(landed).toMatchObject({ path: `peer-in/${handleId(r.handle)}-blob-${r.size}.bin`, bytes: r.size, sha256: sha256Hex(r.body), generation: 3 });
+        expect(readFileSync(join(run.workdir, landed.path)).equals(r.body)).toBe(true);
+      }
+      const fetches = run.events.filter((e) => e.event_type === 'peer_file_fetch');
+      expect(fetches.map((e) => [e.outcome, e.bytes])).toEqual(run.results.map((r) => ['ok', r.size]));
+    },
+  );
 
   it.each<Ending>(['early-close', 'reset'])('a body cut short around 64 KiB (%s) is refused, nothing lands, and the session lives on', async (ending) => {
     const run = await fetchEach(ending);

@@ -3,8 +3,22 @@
 // marked @ts-expect-error must not (internal files are not part of the package's face).
 import Fastify from 'fastify';
 import {
-  CATALOGUE, callTool, launch, openSession, parseManifest, Refusal, renderHttp, resourcePlanes, routeRawTargets,
-  type Code, type FetchPeerFileResult, type Launched, type Manifest, type PlaneCode, type ShareFileResult, type ToolName,
+  CATALOGUE,
+  callTool,
+  launch,
+  openSession,
+  parseManifest,
+  Refusal,
+  renderHttp,
+  resourcePlanes,
+  routeRawTargets,
+  type Code,
+  type FetchPeerFileResult,
+  type Launched,
+  type Manifest,
+  type PlaneCode,
+  type ShareFileResult,
+  type ToolName,
 } from 'capsule-resource-plane';
 
 export async function main(): Promise<void> {

@@ -61,7 +61,7 @@ export function register(cmd: Command): void {
     .command('explain-scope')
     .description('what a launch would grant, before any session exists (creates nothing)')
     .option('--workdir <dir>', 'the workdir a launch would use: its murmur.yaml is read as serve reads it, and the export roots are checked against it')
-    .option('--manifest <file>', 'the manifest to explain instead of <workdir>/murmur.yaml (the workdir then defaults to the manifest\'s directory)')
+    .option('--manifest <file>', "the manifest to explain instead of <workdir>/murmur.yaml (the workdir then defaults to the manifest's directory)")
     .option('--json', 'print the effective grants as one line of JSON (session_start.effective_grants)')
     .option('--strict', "a likely typo in the runtime's manifest blocks is an error, not a warning")
     .addOption(new Option('--containment <class>', 'the containment class to assume').choices(['advisory', 'scoped', 'sealed']).default('advisory'))

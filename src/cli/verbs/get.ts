@@ -41,7 +41,10 @@ export function register(cmd: Command): void {
     .description('download one file, verifying its etag against the bytes before saving')
     .argument('<url>', 'the capsule URL, or unix:/path/to/operator.sock')
     .argument('<path>', 'the path relative to the export root')
-    .option('-o, --output <file>', "where to save it: a file, a directory (ending in '/' or existing) to save into under the file's name, or '-' for stdout (default: its name, here)")
+    .option(
+      '-o, --output <file>',
+      "where to save it: a file, a directory (ending in '/' or existing) to save into under the file's name, or '-' for stdout (default: its name, here)",
+    )
     .option('--force', 'replace an existing file')
     .option('--max-bytes <bytes>', 'the largest file saved, e.g. 4Gi (default 1Gi)')
     .option('-H, --header <line>', "a request header, 'Name: value' (repeatable; never logged)", collect, [])
@@ -69,7 +72,11 @@ Examples:
       } catch (error) {
         fail(error, 'get');
       }
-      const r = await stoppable('get', async (signal) => download(url, path, { output: flags.output, force: flags.force, maxBytes, headers, progress: await terminalProgress(), signal }), 'interrupted; nothing was saved');
+      const r = await stoppable(
+        'get',
+        async (signal) => download(url, path, { output: flags.output, force: flags.force, maxBytes, headers, progress: await terminalProgress(), signal }),
+        'interrupted; nothing was saved',
+      );
       if (r.savedTo) process.stderr.write(`saved ${r.bytes} bytes to ${r.savedTo} (sha256 ${r.sha256}, etag verified)\n`);
     });
   shortErrors(get, 'get');

@@ -9,7 +9,10 @@ import { collect, fail, parseBytesFlag, parseMaxBytes, PROGRAM, shortErrors, sto
 async function terminalFileProgress(stream: NodeJS.WriteStream = process.stderr): Promise<MirrorProgress | null> {
   if (!stream.isTTY) return null;
   const { Presets, SingleBar } = (await import('cli-progress')).default;
-  const bar = new SingleBar({ stream, format: '{bar} {value} of {total} files | eta {eta_formatted}', hideCursor: true, clearOnComplete: true, barsize: 30, fps: 10 }, Presets.shades_classic);
+  const bar = new SingleBar(
+    { stream, format: '{bar} {value} of {total} files | eta {eta_formatted}', hideCursor: true, clearOnComplete: true, barsize: 30, fps: 10 },
+    Presets.shades_classic,
+  );
   let done = 0;
   return {
     start: (total) => bar.start(total, 0),
@@ -55,27 +58,37 @@ Examples:
   ${PROGRAM} mirror unix:/run/cap/operator.sock ./export --delete --jobs 8
   ${PROGRAM} mirror http://127.0.0.1:8080/cap ./export -H 'Authorization: Bearer …' --json`,
     )
-    .action(async (url: string, dir: string, flags: { delete?: boolean; jobs?: string; json?: boolean; maxBytes?: string; listingMaxBytes?: string; header: string[] }) => {
-      const { parseHeaders } = await import('../client.js');
-      const { mirror, mirrorExitStatus, renderSummary } = await import('../mirror.js');
-      const { printable } = await import('../client.js');
-      let opts: Parameters<typeof mirror>[2] = {};
-      try {
-        opts = {
-          delete: flags.delete === true,
-          jobs: parseJobs(flags.jobs, MAX_JOBS),
-          maxBytes: parseMaxBytes(flags.maxBytes),
-          listingMaxBytes: flags.listingMaxBytes === undefined ? undefined : parseBytesFlag('--listing-max-bytes', flags.listingMaxBytes),
-          headers: parseHeaders(flags.header),
-        };
-      } catch (error) {
-        fail(error, 'mirror');
-      }
-      const summary = await stoppable('mirror', async (signal) => mirror(url, dir, { ...opts, progress: await terminalFileProgress(), signal }), 'interrupted; files already placed are verified, and no partial file was left');
-      for (const f of summary.failures) process.stderr.write(`error: ${printable(f.path)}: ${f.message}\n`);
-      process.stdout.write(renderSummary(summary, flags.json === true, flags.delete === true));
-      const status = mirrorExitStatus(summary);
-      if (status !== 0) process.exit(status);
-    });
+    .action(
+      async (
+        url: string,
+        dir: string,
+        flags: { delete?: boolean; jobs?: string; json?: boolean; maxBytes?: string; listingMaxBytes?: string; header: string[] },
+      ) => {
+        const { parseHeaders } = await import('../client.js');
+        const { mirror, mirrorExitStatus, renderSummary } = await import('../mirror.js');
+        const { printable } = await import('../client.js');
+        let opts: Parameters<typeof mirror>[2] = {};
+        try {
+          opts = {
+            delete: flags.delete === true,
+            jobs: parseJobs(flags.jobs, MAX_JOBS),
+            maxBytes: parseMaxBytes(flags.maxBytes),
+            listingMaxBytes: flags.listingMaxBytes === undefined ? undefined : parseBytesFlag('--listing-max-bytes', flags.listingMaxBytes),
+            headers: parseHeaders(flags.header),
+          };
+        } catch (error) {
+          fail(error, 'mirror');
+        }
+        const summary = await stoppable(
+          'mirror',
+          async (signal) => mirror(url, dir, { ...opts, progress: await terminalFileProgress(), signal }),
+          'interrupted; files already placed are verified, and no partial file was left',
+        );
+        for (const f of summary.failures) process.stderr.write(`error: ${printable(f.path)}: ${f.message}\n`);
+        process.stdout.write(renderSummary(summary, flags.json === true, flags.delete === true));
+        const status = mirrorExitStatus(summary);
+        if (status !== 0) process.exit(status);
+      },
+    );
   shortErrors(mirrorCmd, 'mirror');
 }

@@ -18,9 +18,20 @@ async function recordsCommand(flags: { json?: boolean; prune?: string; dryRun?: 
     const width = Math.max('CAPSULE'.length, ...sessions.map((s) => nameOf(s).length));
     const row = (s: import('../records-tool.js').RecordedSession) =>
       flags.json
-        ? JSON.stringify({ session_id: s.sessionId, capsule: s.capsule, workdir_digest: s.workdir, start_ms: s.startMs, end_ms: s.endMs, end_reason: s.endReason, bytes: s.bytes, live: s.live, dir: s.dir })
+        ? JSON.stringify({
+            session_id: s.sessionId,
+            capsule: s.capsule,
+            workdir_digest: s.workdir,
+            start_ms: s.startMs,
+            end_ms: s.endMs,
+            end_reason: s.endReason,
+            bytes: s.bytes,
+            live: s.live,
+            dir: s.dir,
+          })
         : `${s.sessionId.padEnd(36)}  ${nameOf(s).padEnd(width)}  ${when(s.startMs).padEnd(20)}  ${(s.live ? 'live' : when(s.endMs)).padEnd(20)}  ${humanBytes(s.bytes).padStart(9)}`;
-    if (!flags.json) process.stdout.write(`${'SESSION'.padEnd(36)}  ${'CAPSULE'.padEnd(width)}  ${'START'.padEnd(20)}  ${'END'.padEnd(20)}  ${'SIZE'.padStart(9)}\n`);
+    if (!flags.json)
+      process.stdout.write(`${'SESSION'.padEnd(36)}  ${'CAPSULE'.padEnd(width)}  ${'START'.padEnd(20)}  ${'END'.padEnd(20)}  ${'SIZE'.padStart(9)}\n`);
     for (const s of sessions) process.stdout.write(`${row(s)}\n`);
     if (!flags.json && sessions.length === 0) process.stderr.write(`no sessions under ${recordsDirectory()}\n`);
     return;
@@ -29,7 +40,12 @@ async function recordsCommand(flags: { json?: boolean; prune?: string; dryRun?: 
   if (seconds === null) throw new UsageError(`--prune must be a duration like 30d, 12h or 90m (got '${flags.prune}')`);
   const { removed, kept } = pruneSessions(seconds * 1000, { dryRun: flags.dryRun === true });
   const verb = flags.dryRun ? 'would remove' : 'removed';
-  for (const s of removed) process.stdout.write(flags.json ? `${JSON.stringify({ [verb.replace(' ', '_')]: s.sessionId, capsule: s.capsule, dir: s.dir, bytes: s.bytes })}\n` : `${verb} ${s.sessionId} (${nameOf(s)}, ended ${when(s.endMs)}, ${humanBytes(s.bytes)})\n`);
+  for (const s of removed)
+    process.stdout.write(
+      flags.json
+        ? `${JSON.stringify({ [verb.replace(' ', '_')]: s.sessionId, capsule: s.capsule, dir: s.dir, bytes: s.bytes })}\n`
+        : `${verb} ${s.sessionId} (${nameOf(s)}, ended ${when(s.endMs)}, ${humanBytes(s.bytes)})\n`,
+    );
   // Silence would read as "did it run?": said on stderr, like the kept ones, so stdout stays the list.
   if (removed.length === 0) process.stderr.write(`nothing to prune: no session under ${recordsDirectory()} ended more than ${flags.prune} ago\n`);
   for (const { session, why } of kept) process.stderr.write(`kept ${session.sessionId}: ${why}\n`);

@@ -72,7 +72,20 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
   checkLogLevel();
   checkResolverChoice();
   const early = earlyLogger();
-  const { manifest, trace, control: _control, memoryBudget, refusalTraceRate, listingBudget, digestCacheEntries, landlock, listenGiven, strict: _strict, fetchMaxBytes, ...rest } = flags;
+  const {
+    manifest,
+    trace,
+    control: _control,
+    memoryBudget,
+    refusalTraceRate,
+    listingBudget,
+    digestCacheEntries,
+    landlock,
+    listenGiven,
+    strict: _strict,
+    fetchMaxBytes,
+    ...rest
+  } = flags;
   let opts: LaunchOptions = {
     ...rest,
     listen: rest.listen ?? '127.0.0.1:0',
@@ -118,7 +131,14 @@ async function serveCommand(flags: ServeFlags): Promise<void> {
       confinement = notConfined(why ?? 'disabled');
       if (activated) opts = { ...opts, listeners: asLaunchListeners(activated) };
     } else {
-      const first = await confineAndReexec(opts, (fields, msg) => early('debug', fields, msg), activated, notifyFd, opts.onStaleSocket, await testPauseBeforeExec());
+      const first = await confineAndReexec(
+        opts,
+        (fields, msg) => early('debug', fields, msg),
+        activated,
+        notifyFd,
+        opts.onStaleSocket,
+        await testPauseBeforeExec(),
+      );
       confinement = first.confinement;
       opts = { ...opts, sessionId: first.sessionId, tracePath: first.tracePath, ...(first.listeners ? { listeners: asLaunchListeners(first.listeners) } : {}) };
     }
@@ -222,15 +242,30 @@ export function register(cmd: Command): void {
     .addOption(new Option('--containment <class>', 'the containment class the sandbox achieved').choices(['advisory', 'scoped', 'sealed']).default('advisory'))
     .option('--trace <file>', 'the trace file (default: in the records directory, outside the workdir)')
     .option('--metrics', 'count answers and serve Prometheus metrics at GET /metrics (on the --operator-listen listener when there is one)')
-    .option('--metrics-listen <addr>', 'serve GET /metrics alone on its own listener, HOST:PORT or unix:PATH (implies --metrics), e.g. for a Prometheus scrape beside a unix operator socket')
+    .option(
+      '--metrics-listen <addr>',
+      'serve GET /metrics alone on its own listener, HOST:PORT or unix:PATH (implies --metrics), e.g. for a Prometheus scrape beside a unix operator socket',
+    )
     .option('--memory-budget <bytes>', 'bytes reads and redeems in flight may hold, e.g. 256Mi (default 256Mi)')
-    .option('--refusal-trace-rate <n>', 'refusals traced one by one per second, all clients together (default 200, burst 10x); past it they are summarised: bounds the trace\'s growth under refusals')
+    .option(
+      '--refusal-trace-rate <n>',
+      "refusals traced one by one per second, all clients together (default 200, burst 10x); past it they are summarised: bounds the trace's growth under refusals",
+    )
     .option('--fetch-max-bytes <bytes>', 'the largest file fetch-peer-file lands, e.g. 64Mi (default 10Mi)')
     .option('--listing-budget <duration>', 'how long one listing may run, e.g. 30s (default 30s)')
-    .option('--digest-cache-entries <n>', 'most file digests kept for repeat listings and large reads, 0 to 16777216 (default 262144; ~100 bytes each once stored, beside --memory-budget)')
-    .option('--operator-listen <addr>', 'serve the operator plane on its own listener, HOST:PORT or unix:PATH (a unix socket outside the workdir, created 0600, is recommended); the main listener then serves only the peer plane and the card')
+    .option(
+      '--digest-cache-entries <n>',
+      'most file digests kept for repeat listings and large reads, 0 to 16777216 (default 262144; ~100 bytes each once stored, beside --memory-budget)',
+    )
+    .option(
+      '--operator-listen <addr>',
+      'serve the operator plane on its own listener, HOST:PORT or unix:PATH (a unix socket outside the workdir, created 0600, is recommended); the main listener then serves only the peer plane and the card',
+    )
     .addOption(new Option('--control <channel>', 'the control channel: stdio speaks MCP').choices(['stdio', 'none']).default('none'))
-    .option('--strict', "a likely typo in the runtime's manifest blocks is an error (E-MAN-003), not a warning (an unknown key in exports.* or the allow lists always is)")
+    .option(
+      '--strict',
+      "a likely typo in the runtime's manifest blocks is an error (E-MAN-003), not a warning (an unknown key in exports.* or the allow lists always is)",
+    )
     .option('--no-access-log', 'no info line per request on stderr (it is then logged at debug)')
     .option('--no-landlock', 'serve without confining the process with Landlock (also RESOURCE_PLANE_LANDLOCK=off)')
     .addHelpText(
