@@ -8,7 +8,7 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 describe('the code as the formatter and linter want it', () => {
   it('passes `biome check` (format and lint) with no finding', () => {
-    const r = spawnSync(process.execPath, ['node_modules/@biomejs/biome/bin/biome', 'check', '--max-diagnostics=20', '.'], {
+    const r = spawnSync(process.execPath, ['node_modules/@biomejs/biome/bin/biome', 'check', '--error-on-warnings', '--max-diagnostics=20', '.'], {
       cwd: ROOT,
       encoding: 'utf8',
       timeout: 60_000,
