@@ -17,6 +17,7 @@
         "native/bind_landlock.cc",
         "native/bind_sockets.cc",
         "native/bind_stream.cc",
+        "native/bind_workdir.cc",
         "native/codes.cc",
         "native/resolve.cc",
         "native/sha256.cc",

@@ -9,6 +9,8 @@
 #include <utility>
 
 #include "bind_common.h"
+#include "bind_workdir.h"
+#include "hex.h"
 #include "bind_stream.h"
 #include "digest_cache.h"
 #include "limits.h"
@@ -21,119 +23,6 @@
 
 namespace rp {
 
-std::string hex(const unsigned char* bytes, size_t n) {
-  static const char digits[] = "0123456789abcdef";
-  std::string out(n * 2, '0');
-  for (size_t i = 0; i < n; i++) {
-    out[2 * i] = digits[bytes[i] >> 4];
-    out[2 * i + 1] = digits[bytes[i] & 15];
-  }
-  return out;
-}
-
-namespace {
-
-// ── Cancel tokens ───────────────────────────────────────────────────────────────────────────────
-// `new CancelToken()` in JS; `cancel()` sets a flag that every worker given the token asks
-// between chunks. The flag is shared, so a worker still running after JS dropped the token is fine.
-
-class CancelTokenHandle final : public Napi::ObjectWrap<CancelTokenHandle> {
- public:
-  static Napi::Function Define(Napi::Env env) {
-    return DefineClass(env, "CancelToken",
-                       {InstanceMethod<&CancelTokenHandle::Cancel>("cancel"),
-                        InstanceAccessor<&CancelTokenHandle::Cancelled>("cancelled")});
-  }
-  // Not std::make_shared: since GCC 9 it calls std::_Sp_make_shared_tag::_S_eq, which libstdc++
-  // exports only from GCC 9 on (GLIBCXX_3.4.26), above the prebuild's floor (see compat.cc).
-  explicit CancelTokenHandle(const Napi::CallbackInfo& info)
-      : Napi::ObjectWrap<CancelTokenHandle>(info), flag_(new std::atomic<bool>(false)) {}
-  const CancelFlag& flag() const { return flag_; }
-
- private:
-  Napi::Value Cancel(const Napi::CallbackInfo& info) {
-    flag_->store(true, std::memory_order_relaxed);
-    return info.Env().Undefined();
-  }
-  Napi::Value Cancelled(const Napi::CallbackInfo& info) {
-    return Napi::Boolean::New(info.Env(), flag_->load(std::memory_order_relaxed));
-  }
-
-  CancelFlag flag_;
-};
-
-// ── The workdir ─────────────────────────────────────────────────────────────────────────────────
-// `new Workdir(fd)` in JS takes over an open directory descriptor (workdir.h). The handle holds
-// one reference and every operation given it takes another, on this thread, when it is queued.
-// close() drops the handle's: operations given it afterwards fail IO_ERROR (EBADF), those already
-// queued or running keep theirs, and the descriptor closes when the last is done. Dropped without
-// close(), the finalizer lets go the same way.
-
-class WorkdirHandle final : public Napi::ObjectWrap<WorkdirHandle> {
- public:
-  static Napi::Function Define(Napi::Env env) {
-    return DefineClass(env, "Workdir",
-                       {InstanceMethod<&WorkdirHandle::Close>("close"),
-                        InstanceAccessor<&WorkdirHandle::Closed>("closed")});
-  }
-  explicit WorkdirHandle(const Napi::CallbackInfo& info) : Napi::ObjectWrap<WorkdirHandle>(info) {
-    Napi::Env env = info.Env();
-    if (info.Length() != 1 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "new Workdir(fd) takes a descriptor number");
-    double d = info[0].As<Napi::Number>().DoubleValue();
-    if (!(d >= 0) || d > 2147483647.0 || d != static_cast<double>(static_cast<int>(d)))
-      throw Napi::RangeError::New(env, "fd is not a descriptor");
-    int err = 0;
-    ref_ = adopt_workdir(static_cast<int>(d), &err);
-    if (!ref_) {  // not taken over: the caller still owns the descriptor
-      Failure failure;
-      failure.set(Code::IoError, err);
-      throw to_error(env, failure);
-    }
-  }
-  // A new reference for an operation; null once closed.
-  WorkdirRef ref() const { return ref_; }
-
- private:
-  Napi::Value Close(const Napi::CallbackInfo& info) {
-    ref_.reset();
-    return info.Env().Undefined();
-  }
-  Napi::Value Closed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), !ref_); }
-
-  WorkdirRef ref_;
-};
-
-}  // namespace
-
-WorkdirRef workdir_field(const Napi::Object& o) {
-  Napi::Value v = field(o, "workdirFd");
-  AddonData* data = o.Env().GetInstanceData<AddonData>();
-  if (v.IsObject() && v.As<Napi::Object>().InstanceOf(data->workdir_ctor.Value()))
-    return WorkdirHandle::Unwrap(v.As<Napi::Object>())->ref();
-  if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), "workdirFd must be a Workdir or a descriptor number");
-  return duplicate_workdir(fd_field(o, "workdirFd"));
-}
-
-// ── Options of the export operations ────────────────────────────────────────────────────────────
-
-static Resolver resolver_field(const Napi::Object& o) {
-  std::string name = string_field(o, "resolver");
-  if (name == "openat2") return Resolver::Openat2;
-  if (name == "walk") return Resolver::Walk;
-  throw Napi::TypeError::New(o.Env(), "resolver must be 'openat2' or 'walk'");
-}
-
-// `cancel`: absent, or a CancelToken made by this addon (anything else is a TypeError: an object
-// that merely looks like one could never be cancelled).
-CancelFlag cancel_field(const Napi::Object& o) {
-  Napi::Value v = field(o, "cancel");
-  if (v.IsUndefined()) return nullptr;
-  AddonData* data = o.Env().GetInstanceData<AddonData>();
-  if (!v.IsObject() || !v.As<Napi::Object>().InstanceOf(data->cancel_ctor.Value()))
-    throw Napi::TypeError::New(o.Env(), "cancel must be a CancelToken");
-  return CancelTokenHandle::Unwrap(v.As<Napi::Object>())->flag();
-}
-
 // `timeBudgetMs`: absent, or a whole number of milliseconds in [1, 2^31 - 1].
 static void budget_field(const Napi::Object& o, StopSignal* stop) {
   Napi::Value v = field(o, "timeBudgetMs");
@@ -143,20 +32,6 @@ static void budget_field(const Napi::Object& o, StopSignal* stop) {
   if (!(d >= 1) || d > 2147483647.0 || d != static_cast<double>(static_cast<int64_t>(d)))
     throw Napi::RangeError::New(o.Env(), "timeBudgetMs must be a whole number of ms in [1, 2^31 - 1]");
   stop->set_budget(static_cast<uint64_t>(d));
-}
-
-// The one input of read/stat/list: {workdirFd, root, relpath?, maxBytes?, refuseSymlinks, resolver},
-// workdirFd being a Workdir or a descriptor number (workdir_field).
-ExportRequest request_from(const Napi::Object& o, Wants wants) {
-  // (cancel and timeBudgetMs are read by the operations that honour them: Read and List.)
-  ExportRequest req;
-  req.workdir = workdir_field(o);
-  req.root = string_field(o, "root");
-  if (wants != Wants::Root) req.rel = string_field(o, "relpath");
-  if (wants == Wants::FileWithCeiling) req.max_bytes = byte_count_field(o, "maxBytes");
-  req.policy = bool_field(o, "refuseSymlinks") ? SymlinkPolicy::Refuse : SymlinkPolicy::Follow;
-  req.resolver = resolver_field(o);
-  return req;
 }
 
 // Hands `bytes` to JS as a Node Buffer. Small: copied into a buffer V8 owns (a finalizer per
@@ -190,20 +65,6 @@ Napi::Object read_result_value(Napi::Env env, ReadResult& result) {
 namespace {
 
 // ── Export operations ───────────────────────────────────────────────────────────────────────────
-
-class OpenDirectoryWorker final : public PromiseWorker {
- public:
-  OpenDirectoryWorker(Napi::Env env, std::string path)
-      : PromiseWorker(env, "resource-plane:open-directory"), path_(std::move(path)) {}
-  void Execute() override { fd_ = open_directory_following_links(path_, &failure_); }
-  Napi::Value Result(Napi::Env env) override {
-    return Napi::Number::New(env, fd_.release());  // JS owns it now and closes it with closeFd
-  }
-
- private:
-  std::string path_;
-  Fd fd_;
-};
 
 class ReadWorker final : public PromiseWorker {
  public:
@@ -305,20 +166,7 @@ class ListWorker final : public PromiseWorker {
 
 }  // namespace
 
-void InitExportBindings(Napi::Env env, Napi::Object exports) {
-  AddonData* data = env.GetInstanceData<AddonData>();
-  Napi::Function cancel = CancelTokenHandle::Define(env);
-  data->cancel_ctor = Napi::Persistent(cancel);
-  exports.Set("CancelToken", cancel);
-  Napi::Function workdir = WorkdirHandle::Define(env);
-  data->workdir_ctor = Napi::Persistent(workdir);
-  exports.Set("Workdir", workdir);
-}
-
-Napi::Value OpenDirectory(const Napi::CallbackInfo& info) {
-  if (!info[0].IsString()) throw Napi::TypeError::New(info.Env(), "path must be a string");
-  return queue<OpenDirectoryWorker>(info.Env(), info[0].As<Napi::String>().Utf8Value());
-}
+namespace {
 
 // read({workdirFd, root, relpath, maxBytes, refuseSymlinks, resolver, cancel?}): one resolution,
 // max_bytes refused by fstat, then the first size bytes of that descriptor, hashed.
@@ -394,13 +242,6 @@ Napi::Value CheckRoot(const Napi::CallbackInfo& info) {
   return queue<CheckRootWorker>(info.Env(), std::move(req));
 }
 
-// closeFd(fd): synchronous; close(2) on a descriptor we own does not block meaningfully.
-Napi::Value CloseFd(const Napi::CallbackInfo& info) {
-  if (!info[0].IsNumber()) throw Napi::TypeError::New(info.Env(), "descriptor must be a number");
-  Fd owned(info[0].As<Napi::Number>().Int32Value());  // closed when this scope ends
-  return info.Env().Undefined();
-}
-
 // digestCacheStats() -> counters and size of the process-wide digest cache (digest_cache.h).
 // Synchronous: it copies a few integers under the cache's mutex.
 Napi::Value DigestCacheStatsOf(const Napi::CallbackInfo& info) {
@@ -453,4 +294,25 @@ Napi::Value ExportResolutions(const Napi::CallbackInfo& info) {
 Napi::Value ProbeOpenat2(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(info.Env(), openat2_available());
 }
+
+}  // namespace
+
+void InitExportBindings(Napi::Env env, Napi::Object exports) {
+  exports.Set("read", Napi::Function::New(env, Read, "read"));
+  exports.Set("readSmall", Napi::Function::New(env, ReadSmall, "readSmall"));
+  exports.Set("stat", Napi::Function::New(env, Stat, "stat"));
+  exports.Set("list", Napi::Function::New(env, List, "list"));
+  exports.Set("checkRoot", Napi::Function::New(env, CheckRoot, "checkRoot"));
+  exports.Set("probeOpenat2", Napi::Function::New(env, ProbeOpenat2, "probeOpenat2"));
+  exports.Set("exportResolutions", Napi::Function::New(env, ExportResolutions, "exportResolutions"));
+  exports.Set("digestCacheStats", Napi::Function::New(env, DigestCacheStatsOf, "digestCacheStats"));
+  exports.Set("setDigestCacheCapacity", Napi::Function::New(env, SetDigestCacheCapacity, "setDigestCacheCapacity"));
+  exports.Set("setListingCacheMinBytes", Napi::Function::New(env, SetListingCacheMinBytes, "setListingCacheMinBytes"));
+  exports.Set("defaultDigestCacheEntries", Napi::Number::New(env, static_cast<double>(kDefaultDigestCacheEntries)));
+  Napi::Array codes = Napi::Array::New(env);
+  // Every failure code, straight from the table, so a test can prove the TS catalogue covers it.
+  for (int c = static_cast<int>(Code::NotFound); c <= static_cast<int>(Code::IoError); c++) codes.Set(codes.Length(), code_name(static_cast<Code>(c)));
+  exports.Set("codes", codes);
+}
+
 }  // namespace rp

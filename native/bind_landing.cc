@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "bind_common.h"
-#include "bind_exports.h"
+#include "bind_workdir.h"
 #include "workdir.h"
 #include "write.h"
 
@@ -162,17 +162,18 @@ Napi::Value LandingHandle::Close(const Napi::CallbackInfo& info) {
   return queue<LandingCloseWorker>(info.Env(), info.This().As<Napi::Object>(), this);
 }
 
-}  // namespace
-
-void InitLandingBinding(Napi::Env env) {
-  env.GetInstanceData<AddonData>()->landing_ctor = Napi::Persistent(LandingHandle::Define(env));
-}
-
 // landingOpen({workdirFd, inbox}) -> LandingHandle; workdirFd a Workdir or a number (workdir_field).
 Napi::Value LandingOpen(const Napi::CallbackInfo& info) {
   Napi::Object o = options_arg(info);
   std::string inbox = string_field(o, "inbox");
   return queue<LandingOpenWorker>(info.Env(), workdir_field(o), std::move(inbox));
+}
+
+}  // namespace
+
+void InitLandingBinding(Napi::Env env, Napi::Object exports) {
+  env.GetInstanceData<AddonData>()->landing_ctor = Napi::Persistent(LandingHandle::Define(env));
+  exports.Set("landingOpen", Napi::Function::New(env, LandingOpen, "landingOpen"));
 }
 
 }  // namespace rp

@@ -7,10 +7,8 @@
 
 namespace rp {
 
-// Defines the LandingHandle class (recorded in the AddonData, not exported); after InitAddonData.
-void InitLandingBinding(Napi::Env env);
-
-// landingOpen({workdirFd, inbox}) -> LandingHandle
-Napi::Value LandingOpen(const Napi::CallbackInfo& info);
+// Defines the LandingHandle class (recorded in the AddonData, not exported) and registers
+// landingOpen({workdirFd, inbox}) -> LandingHandle on `exports`; after InitWorkdirBindings.
+void InitLandingBinding(Napi::Env env, Napi::Object exports);
 
 }  // namespace rp

@@ -63,8 +63,6 @@ Napi::Object landlock_failure(Napi::Env env, LandlockCode code, int err, const s
   return out;
 }
 
-}  // namespace
-
 // landlockAbi() -> {ok, code, errno, detail, abi}: abi 0 where the kernel offers none.
 Napi::Value LandlockAbi(const Napi::CallbackInfo& info) {
   int err = 0;
@@ -150,6 +148,18 @@ Napi::Value ReplaceProcessImage(const Napi::CallbackInfo& info) {
   }
   LandlockOutcome outcome = replace_process_image(path, argv, env, keep);
   return landlock_failure(info.Env(), outcome.code, outcome.err, outcome.detail);
+}
+
+}  // namespace
+
+void InitLandlockBindings(Napi::Env env, Napi::Object exports) {
+  exports.Set("landlockAbi", Napi::Function::New(env, LandlockAbi, "landlockAbi"));
+  exports.Set("landlockRestrictSelf", Napi::Function::New(env, LandlockRestrictSelf, "landlockRestrictSelf"));
+  exports.Set("replaceProcessImage", Napi::Function::New(env, ReplaceProcessImage, "replaceProcessImage"));
+  Napi::Array codes = Napi::Array::New(env);
+  for (int c = static_cast<int>(LandlockCode::Unsupported); c <= static_cast<int>(LandlockCode::ExecFailed); c++)
+    codes.Set(codes.Length(), landlock_code_name(static_cast<LandlockCode>(c)));
+  exports.Set("landlockCodes", codes);
 }
 
 }  // namespace rp

@@ -9,8 +9,7 @@
 
 namespace rp {
 
-Napi::Value LandlockAbi(const Napi::CallbackInfo& info);
-Napi::Value LandlockRestrictSelf(const Napi::CallbackInfo& info);
-Napi::Value ReplaceProcessImage(const Napi::CallbackInfo& info);
+// Registers landlockAbi, landlockRestrictSelf, replaceProcessImage and landlockCodes on `exports`.
+void InitLandlockBindings(Napi::Env env, Napi::Object exports);
 
 }  // namespace rp

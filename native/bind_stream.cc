@@ -7,7 +7,9 @@
 
 #include "bind_common.h"
 #include "bind_exports.h"
+#include "bind_workdir.h"
 #include "buffer.h"
+#include "hex.h"
 #include "limits.h"
 #include "read.h"
 #include "stream.h"
@@ -233,6 +235,15 @@ Napi::Value OpenFileHandle::Body(const Napi::CallbackInfo& info) {
   return queue<FileBodyWorker>(info.Env(), take(info.Env()), max_bytes, snapshot_ok, std::move(stop));
 }
 
+// releasePages(buffer) -> bytes given back: see release_pages (buffer.h). For an idle pooled body
+// buffer only; the caller promises nothing else uses it.
+Napi::Value ReleasePages(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsBuffer()) throw Napi::TypeError::New(env, "releasePages takes one Buffer");
+  Napi::Buffer<unsigned char> buffer = info[0].As<Napi::Buffer<unsigned char>>();
+  return Napi::Number::New(env, static_cast<double>(release_pages(buffer.Data(), buffer.Length())));
+}
+
 }  // namespace
 
 void InitStreamBinding(Napi::Env env, Napi::Object exports) {
@@ -252,6 +263,7 @@ void InitStreamBinding(Napi::Env env, Napi::Object exports) {
   set("mmapThresholdBytes", static_cast<uint64_t>(kMmapThresholdBytes));
   limits.Freeze();
   exports.Set("limits", limits);
+  exports.Set("releasePages", Napi::Function::New(env, ReleasePages, "releasePages"));
 }
 
 Napi::Value open_file_value(Napi::Env env, Fd fd, const struct stat& st) {
@@ -261,15 +273,6 @@ Napi::Value open_file_value(Napi::Env env, Fd fd, const struct stat& st) {
   Napi::Object handle = env.GetInstanceData<AddonData>()->open_file_ctor.New({Napi::External<OpenedFile>::New(env, file.get())});
   file.release();
   return handle;
-}
-
-// releasePages(buffer) -> bytes given back: see release_pages (buffer.h). For an idle pooled body
-// buffer only; the caller promises nothing else uses it.
-Napi::Value ReleasePages(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (info.Length() < 1 || !info[0].IsBuffer()) throw Napi::TypeError::New(env, "releasePages takes one Buffer");
-  Napi::Buffer<unsigned char> buffer = info[0].As<Napi::Buffer<unsigned char>>();
-  return Napi::Number::New(env, static_cast<double>(release_pages(buffer.Data(), buffer.Length())));
 }
 
 }  // namespace rp

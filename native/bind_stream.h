@@ -22,6 +22,4 @@ void InitStreamBinding(Napi::Env env, Napi::Object exports);
 Napi::Value open_file_value(Napi::Env env, Fd fd, const struct stat& st);
 
 // releasePages(buffer): an idle pooled buffer's pages back to the system.
-Napi::Value ReleasePages(const Napi::CallbackInfo& info);
-
 }  // namespace rp

@@ -4,18 +4,11 @@
 #include <cstdio>
 #include <cstring>
 
+#include "hex.h"
+
 namespace rp {
 
 namespace {
-
-const char kHex[] = "0123456789abcdef";
-
-void append_hex(std::string* out, const unsigned char* bytes, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    out->push_back(kHex[bytes[i] >> 4]);
-    out->push_back(kHex[bytes[i] & 15]);
-  }
-}
 
 void append_entry(std::string* out, const ListEntry& e) {
   out->append("{\"path\":");

@@ -46,8 +46,6 @@ class Landing {
   // Closes both descriptors; an uncommitted temporary file is removed. Idempotent.
   void close();
 
-  bool is_open() const { return state_ == State::Writing || state_ == State::Committed; }
-
  private:
   enum class State { Closed, Writing, Committed };
 

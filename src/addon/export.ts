@@ -1,4 +1,4 @@
-// The export path's face of the addon (native/bind_exports.cc, bind_stream.cc): the resolver's
+// The export path's face of the addon (native/bind_workdir.cc, bind_exports.cc, bind_stream.cc): the resolver's
 // choice, the workdir's descriptor, reads, streams, listings and the digest cache, as typed,
 // promise-returning wrappers whose rejections are NativeError. Callers validate meaning (lowered
 // paths, byte ceilings) before calling; the addon re-checks types only.
@@ -143,7 +143,7 @@ export interface RenderedListing {
   body: Buffer;
 }
 
-/** The one input of read, stat and list, passed by name (native/bind_exports.cc reads each field). */
+/** The one input of read, stat and list, passed by name (native/bind_workdir.cc reads each field). */
 interface ExportCall {
   workdirFd: WorkdirRef;
   root: string;

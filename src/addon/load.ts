@@ -1,6 +1,6 @@
 // The only module that loads the addon (native/), and what every call into it shares: the error
 // a rejection becomes, with a stable `code`. Each module beside this one types and wraps the slice
-// of the binding its native/bind_*.cc registers: export.ts (bind_exports, bind_stream), landing.ts,
+// of the binding its native/bind_*.cc registers: export.ts (bind_workdir, bind_exports, bind_stream), landing.ts,
 // landlock.ts, sockets.ts; for-tests.ts holds what only tests and the bench call.
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
