@@ -50,6 +50,9 @@ beforeAll(() => {
     RESOURCE_PLANE_RECORDS_DIR: join(base, 'records'),
   };
   delete env.npm_config_loglevel;
+  // The commands run as a reader runs them: without `npm run test:asan`'s sanitizer runtime, which
+  // a preloaded curl hangs under, and with the committed prebuild rather than the ASan build.
+  for (const name of ['LD_PRELOAD', 'ASAN_OPTIONS', 'UBSAN_OPTIONS', 'RESOURCE_PLANE_ADDON', 'RESOURCE_PLANE_ASAN']) delete env[name];
 }, 60_000);
 afterAll(() => rmSync(base, { recursive: true, force: true }));
 
