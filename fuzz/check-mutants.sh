@@ -87,14 +87,15 @@ one_mutant() {
   : >"$out"
   # shellcheck disable=SC2207
   named=($(sed -n '1,/^--- /s/^Caught by: //p' "$patch"))
+  # One bounded run of FILES… in the scratch copy, stopping at the first failure; its output to $log.
+  fuzz_run() { (cd "$scratch" && FORCE_COLOR=0 npx vitest run "$@" --maxWorkers=1 --bail=1 "${filter[@]}" >"$log" 2>&1); }
   for ((r = 1; r <= rounds; r++)); do
     log="$scratch/round-$r.log"
-    if [ ${#named[@]} -gt 0 ] &&
-      ! (cd "$scratch" && FORCE_COLOR=0 npx vitest run "${named[@]}" --maxWorkers=1 --bail=1 "${filter[@]}" >"$log" 2>&1); then
+    if [ ${#named[@]} -gt 0 ] && ! fuzz_run "${named[@]}"; then
       caught=$((caught + 1))
       which="$(failing_properties "$log")"
       echo "$name: round $r caught by ${which:-a failing test} (${named[*]##*/})" >>"$out"
-    elif (cd "$scratch" && FORCE_COLOR=0 npx vitest run test/fuzz --maxWorkers=1 --bail=1 "${filter[@]}" >"$log" 2>&1); then
+    elif fuzz_run test/fuzz; then
       echo "$name: round $r MISSED" >>"$out"
     else
       caught=$((caught + 1))

@@ -144,7 +144,7 @@ export interface RenderedListing {
 }
 
 /** The one input of read, stat and list, passed by name (native/bind_workdir.cc reads each field). */
-interface ExportCall {
+export interface ExportCall {
   workdirFd: WorkdirRef;
   root: string;
   refuseSymlinks: boolean;
@@ -343,17 +343,12 @@ export function statFile(workdirFd: WorkdirRef, root: string, relpath: string, o
  * object per entry, so a listing of a huge tree costs its body and nothing else in JS.
  */
 export function listRendered(workdirFd: WorkdirRef, root: string, opts: ListOptions, render: { head: string; tail: string }): Promise<RenderedListing> {
-  return call(
-    binding.list({
-      workdirFd,
-      root,
-      refuseSymlinks: opts.refuseSymlinks,
-      resolver: opts.resolver,
-      cancel: opts.cancel,
-      timeBudgetMs: opts.timeBudgetMs,
-      render,
-    }),
-  );
+  return call(binding.list({ ...listCall(workdirFd, root, opts), render }));
+}
+
+/** A listing's input as native/bind_workdir.cc reads it (listRendered's, and the testing entry's). */
+export function listCall(workdirFd: WorkdirRef, root: string, opts: ListOptions): ExportCall & { cancel?: CancelToken; timeBudgetMs?: number } {
+  return { workdirFd, root, refuseSymlinks: opts.refuseSymlinks, resolver: opts.resolver, cancel: opts.cancel, timeBudgetMs: opts.timeBudgetMs };
 }
 
 /** Resolves only the export root, as every request does: false if it does not exist (yet). */

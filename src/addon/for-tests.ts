@@ -1,25 +1,16 @@
-// What only tests and the bench call: never imported by src/ (test/audits/layers.test.ts).
+// What only tests and the bench call: never imported by src/ (test/audits/addon-face.test.ts).
 import { addon, call } from './load.js';
-import type { ListOptions, ListResult, WorkdirRef } from './export.js';
+import { listCall, type ExportCall, type ListOptions, type ListResult, type WorkdirRef } from './export.js';
 
 const binding = addon as {
-  list(call: { workdirFd: WorkdirRef; root: string; refuseSymlinks: boolean; resolver: string; cancel?: unknown; timeBudgetMs?: number }): Promise<ListResult>;
+  list(call: ExportCall & { cancel?: unknown; timeBudgetMs?: number }): Promise<ListResult>;
   exportResolutions(): number;
   setListingCacheMinBytes(bytes: number): void;
 };
 
 /** A listing as JS objects, one per entry (the server renders its listings in the addon: listRendered). */
 export function listForTests(workdirFd: WorkdirRef, root: string, opts: ListOptions): Promise<ListResult> {
-  return call(
-    binding.list({
-      workdirFd,
-      root,
-      refuseSymlinks: opts.refuseSymlinks,
-      resolver: opts.resolver,
-      cancel: opts.cancel,
-      timeBudgetMs: opts.timeBudgetMs,
-    }),
-  );
+  return call(binding.list(listCall(workdirFd, root, opts)));
 }
 
 /** How many times this process resolved a served path in the addon (a read resolves once). */

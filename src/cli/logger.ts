@@ -59,7 +59,7 @@ export class AccessLog implements AccessLogger {
     const n = LEVEL[level];
     if (n < this.threshold) return;
     this.dest.write(
-      `{"level":${n},"time":${Date.now()}${this.members},"reqId":${JSON.stringify(f.reqId)},"req":{"method":${JSON.stringify(f.method)},` +
+      `${this.head(n)},"reqId":${JSON.stringify(f.reqId)},"req":{"method":${JSON.stringify(f.method)},` +
         `"url":${JSON.stringify(f.url)}},"res":{"statusCode":${jsonNumber(f.statusCode)}},"responseTime":${jsonNumber(f.responseTime)},` +
         `"bytes":${jsonNumber(f.bytes)},"msg":"request completed"}\n`,
     );
@@ -71,7 +71,12 @@ export class AccessLog implements AccessLogger {
 
   private write(level: number, fields: object, msg: string): void {
     if (level < this.threshold) return;
-    this.dest.write(`{"level":${level},"time":${Date.now()}${this.members}${jsonMembers(fields)},"msg":${JSON.stringify(msg)}}\n`);
+    this.dest.write(`${this.head(level)}${jsonMembers(fields)},"msg":${JSON.stringify(msg)}}\n`);
+  }
+
+  /** pino's opening members, in its order: level, time, pid and the bindings. */
+  private head(level: number): string {
+    return `{"level":${level},"time":${Date.now()}${this.members}`;
   }
 }
 
