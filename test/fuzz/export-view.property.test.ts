@@ -164,7 +164,8 @@ describe('operator plane, in process, against the reference model', () => {
                   return { sha256: body.sha256, bytes: (await drain(body))! };
                 });
                 const label = where(`read '${show(raw)}'`);
-                expect(got.code, label).toBe(expected.code);
+                // The refusal's detail (an io_error's errno) goes in the message: a rare one must say what it was.
+                expect(got.code, got.detail ? `${label}\ndetail: ${got.detail}` : label).toBe(expected.code);
                 if (got.value) {
                   noSecret(got.value.bytes, label);
                   expect(got.value.sha256, label).toBe(sha256Hex(got.value.bytes));
@@ -172,7 +173,9 @@ describe('operator plane, in process, against the reference model', () => {
                 if (expected.code === 'ok') expect(got.value!.bytes.equals(expected.bytes), label).toBe(true);
                 // The mint's check: the same resolution, no size ceiling.
                 const stat = await outcome(async () => view.stat(view.lower(raw, 'url')));
-                expect(stat.code, where(`stat '${show(raw)}'`)).toBe(expected.code === 'too_large' ? 'ok' : expected.code);
+                expect(stat.code, where(`stat '${show(raw)}'${stat.detail ? ` (detail: ${stat.detail})` : ''}`)).toBe(
+                  expected.code === 'too_large' ? 'ok' : expected.code,
+                );
               }
               const expectedList = model.list(tree.root, containment);
               const label = where('list');
@@ -181,10 +184,11 @@ describe('operator plane, in process, against the reference model', () => {
               for (const e of listed.value ?? []) {
                 if (wd.secrets.some((sec) => sha256Hex(sec) === e.sha256)) throw new Error(`${label}: a secret's digest was listed as ${e.path}`);
               }
+              const listLabel = listed.detail ? `${label}\ndetail: ${listed.detail}` : label;
               if (!Array.isArray(expectedList)) {
-                expect(listed.code, label).toBe(expectedList.code);
+                expect(listed.code, listLabel).toBe(expectedList.code);
               } else {
-                expect(listed.code, label).toBe('ok');
+                expect(listed.code, listLabel).toBe('ok');
                 const entries = listed.value!;
                 expect(
                   entries.map((e) => e.path),

@@ -34,7 +34,7 @@ import {
 } from '../helpers/live.js';
 import { scratch } from '../helpers/tree.js';
 import { fuzzIt, guard } from './runner.js';
-import { SETTLED_AFTER_MS } from './thresholds.js';
+import { settledSince } from './thresholds.js';
 import { sha256Hex } from '../helpers/http.js';
 
 const KiB = 1024;
@@ -120,6 +120,7 @@ async function runCase(c: Case): Promise<void> {
   /** What each still file holds now (a touch changes it). */
   const current = [...initial];
   let touches = 0;
+  const written = Date.now();
   const dir = liveWorkdir(Object.fromEntries(initial.map((b, i) => [`f${i}`, b])));
   const beside = join(dir, 'beside');
   mkdirSync(beside);
@@ -142,8 +143,9 @@ async function runCase(c: Case): Promise<void> {
   const writers = await Promise.all(
     c.files.map((f, i) => (f.writer === 'still' ? null : startWriter(WRITERS[f.writer], join(dir, 'out', `f${i}`), join(beside, `f${i}`)))),
   );
-  // A still file written at the start is settled (it streams, under a digest) after the racy margin.
-  if (c.settleFirst) await new Promise((r) => setTimeout(r, SETTLED_AFTER_MS));
+  // A still file written at the start is settled (it streams, under a digest) after the racy margin
+  // (counted from its writing: the server's start and the writers' took part of it).
+  if (c.settleFirst) await settledSince(written);
   let full = false;
   let reads200 = 0;
   let lists200 = 0;
