@@ -345,16 +345,17 @@ export async function mirror(url: string, dir: string, opts: MirrorOptions = {})
   const keptDirs = new Set<string>();
   listing.entries.forEach((entry, index) => {
     const parts = safeComponents(entry.path);
+    // Each reads after the CLI's `error: <path>: `.
     const why =
       parts === null
-        ? 'names no place inside the directory (absolute, empty, or with a `.`, `..` or empty component); skipped'
+        ? 'the listing names no place inside the directory (absolute, empty, or with a `.`, `..` or empty component); skipped'
         : keep.has(entry.path)
-          ? 'is listed twice; skipped'
+          ? 'the listing names it twice; skipped'
           : !SHA256.test(entry.sha256)
             ? `its listed sha256 ${printable(entry.sha256)} is not 64 lowercase hex digits, so no body could be verified; skipped`
             : null;
     if (why !== null) {
-      failures.set(index, { path: entry.path, kind: 'unverified', message: `the listing ${why}` });
+      failures.set(index, { path: entry.path, kind: 'unverified', message: why });
       return;
     }
     keep.add(entry.path);

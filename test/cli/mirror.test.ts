@@ -341,6 +341,21 @@ describe('a hostile server', () => {
     expect(parts(dst)).toEqual([]);
   });
 
+  it('skips a name listed twice and a digest that is none, each error line reading after its path', async () => {
+    const srv = await fake(
+      [entry('a.txt', 'first'), entry('a.txt', 'second'), { path: 'b.txt', sha256: 'Z'.repeat(64), size_bytes: 1 }, entry('c.txt', 'fine')],
+      (p) => (p === 'a.txt' ? { body: 'first' } : p === 'c.txt' ? { body: 'fine' } : undefined),
+    );
+    const dst = scratch();
+    const r = await runCliAsync(['mirror', srv.url, dst]);
+    expect(r.status).toBe(5);
+    expect(r.stderr).toBe(
+      `error: a.txt: the listing names it twice; skipped\nerror: b.txt: its listed sha256 ${'Z'.repeat(64)} is not 64 lowercase hex digits, so no body could be verified; skipped\n`,
+    );
+    expect(tree(dst)).toEqual({ 'a.txt': 'first', 'c.txt': 'fine' });
+    expect(srv.gets.sort()).toEqual(['a.txt', 'c.txt']);
+  });
+
   it('refuses a listing whose etag does not name its bytes, writing nothing', async () => {
     const srv = createServer((_req, res) => {
       const body = JSON.stringify({
