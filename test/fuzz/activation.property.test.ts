@@ -1,7 +1,8 @@
 // Socket activation (SPEC 10: the launch has no window; the operator plane apart; issue 39). The
 // real `serve` command is started as systemd would start it: listening sockets handed over as
 // descriptors 3, 4, 5… with LISTEN_FDS, LISTEN_PID and LISTEN_FDNAMES, here under generated
-// environments: one to three sockets (TCP or unix, or a descriptor that is no listening socket),
+// environments: one to three sockets (TCP or unix, or a descriptor that is no listening socket: a
+// file, or a connected TCP stream that is a stream socket but not listening),
 // LISTEN_FDS equal to the count, another count or not a number, LISTEN_PID naming the launched
 // process, this test's process (a parent that was activated and did not clear the variables),
 // PID 1, empty or absent, and LISTEN_FDNAMES absent, empty, or names from peer, operator,
@@ -21,7 +22,7 @@
 //    the peer socket as `url` and the operator and metrics sockets as `operator_url`, `metrics_url`.
 import { spawn } from 'node:child_process';
 import { mkdirSync, openSync, closeSync, writeFileSync } from 'node:fs';
-import { connect } from 'node:net';
+import { type AddressInfo, connect, createServer } from 'node:net';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { describe, expect } from 'vitest';
@@ -32,7 +33,7 @@ import { CLI } from '../helpers/cli.js';
 import { scratch } from '../helpers/tree.js';
 import { fuzzIt, guard } from './runner.js';
 
-type Slot = 'tcp' | 'unix' | 'file';
+type Slot = 'tcp' | 'unix' | 'file' | 'connected';
 type Pid = 'self' | 'parent' | 'init' | 'empty' | 'absent';
 const NAMES = ['peer', 'operator', 'metrics', 'unknown', '', 'Peer', 'x'] as const;
 interface Case {
@@ -55,7 +56,20 @@ interface Opened {
 }
 
 /** One socket or a plain file descriptor, made here (never accepted on by this process). */
-function open(slot: Slot, dir: string, i: number): Opened {
+async function open(slot: Slot, dir: string, i: number): Promise<Opened> {
+  if (slot === 'connected') {
+    // A stream socket that is not listening: the client end of a loopback connection.
+    const server = createServer((s) => s.on('error', () => undefined));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const client = connect({ host: '127.0.0.1', port: (server.address() as AddressInfo).port });
+    await new Promise<void>((r) => client.once('connect', () => r()));
+    client.on('error', () => undefined);
+    defer(async () => {
+      client.destroy();
+      server.close();
+    });
+    return { slot, fd: (client as unknown as { _handle: { fd: number } })._handle.fd, target: null, url: null };
+  }
   if (slot === 'file') {
     const path = join(dir, `not-a-socket-${i}`);
     writeFileSync(path, '');
@@ -110,12 +124,13 @@ function model(c: Case, listenFds: string | undefined): Verdict {
     if (!ok) return { kind: 'refused', why: 'LISTEN_FDNAMES' };
     roles = given as Role[];
   }
-  for (let i = 0; i < n; i++) if (c.slots[i] === undefined || c.slots[i] === 'file') return { kind: 'refused', why: 'LISTEN_FDS' };
+  for (let i = 0; i < n; i++)
+    if (c.slots[i] === undefined || c.slots[i] === 'file' || c.slots[i] === 'connected') return { kind: 'refused', why: 'LISTEN_FDS' };
   return { kind: 'served', roles };
 }
 
 const caseArb: fc.Arbitrary<Case> = fc.record({
-  slots: fc.array(fc.constantFrom<Slot>('tcp', 'tcp', 'unix', 'unix', 'file'), { minLength: 1, maxLength: 3 }),
+  slots: fc.array(fc.constantFrom<Slot>('tcp', 'tcp', 'unix', 'unix', 'file', 'connected'), { minLength: 1, maxLength: 3 }),
   fds: fc.oneof(
     { weight: 6, arbitrary: fc.constant({ k: 'count' as const }) },
     { weight: 2, arbitrary: fc.constantFrom('0', '1', '2', '3', '4', '01', ' 2', '2a', '', '-1', '1000').map((value) => ({ k: 'other' as const, value })) },
@@ -147,7 +162,7 @@ async function runCase(c: Case): Promise<void> {
   writeFileSync(join(dir, 'out', 'a.txt'), BODY);
   const run = join(scratch(), 'run');
   mkdirSync(run, { mode: 0o700 });
-  const opened = c.slots.map((s, i) => open(s, run, i));
+  const opened = await Promise.all(c.slots.map((s, i) => open(s, run, i)));
   const listenFds = c.fds.k === 'count' ? String(c.slots.length) : c.fds.k === 'other' ? c.fds.value : undefined;
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const v of ['LISTEN_FDS', 'LISTEN_PID', 'LISTEN_FDNAMES']) delete env[v];
@@ -164,7 +179,8 @@ async function runCase(c: Case): Promise<void> {
     stdio: ['ignore', 'pipe', 'pipe', ...opened.map((o) => o.fd)],
   });
   // This process keeps no copy: only the child holds the sockets now.
-  for (const o of opened) o.slot === 'file' ? closeSync(o.fd) : native.closeFd(o.fd);
+  // (A connected socket's descriptor is its Node socket's, closed by its cleanup.)
+  for (const o of opened) if (o.slot !== 'connected') o.slot === 'file' ? closeSync(o.fd) : native.closeFd(o.fd);
   let stdout = '';
   let stderr = '';
   child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -230,13 +246,16 @@ describe('socket activation', () => {
     runs: 4,
     timeoutMs: 120_000,
     // Fixed cases: the names out of order (operator first), all three shuffled, a hand-over for the
-    // parent process, a duplicate name, one socket named nothing.
+    // parent process, a duplicate name, one socket named nothing, one socket named operator, a
+    // stream socket that is not listening.
     examples: (): Array<[Case]> => [
       [{ slots: ['unix', 'tcp'], fds: { k: 'count' }, pid: 'self', names: ['operator', 'peer'] }],
       [{ slots: ['tcp', 'unix', 'tcp'], fds: { k: 'count' }, pid: 'self', names: ['metrics', 'operator', 'peer'] }],
       [{ slots: ['tcp', 'unix'], fds: { k: 'count' }, pid: 'parent', names: ['peer', 'operator'] }],
       [{ slots: ['tcp', 'tcp'], fds: { k: 'count' }, pid: 'self', names: ['peer', 'peer'] }],
       [{ slots: ['tcp', 'unix'], fds: { k: 'other', value: '1' }, pid: 'self', names: null }],
+      [{ slots: ['tcp'], fds: { k: 'count' }, pid: 'self', names: ['operator'] }],
+      [{ slots: ['connected'], fds: { k: 'count' }, pid: 'self', names: ['peer'] }],
     ],
     // Invariant: a hand-over counts only for the PID it names; adopted sockets serve by name (operator plane only where named, or on the peer socket when none is; /metrics only on its own); a malformed hand-over is status 2 and nothing is answered.
     property: () => fc.asyncProperty(fc.oneof(caseArb, validArb), guard(runCase)),
