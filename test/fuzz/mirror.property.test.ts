@@ -297,7 +297,7 @@ async function runCase(c: Case): Promise<void> {
   }
   const after = snapshot(dst);
   const label = (what: string) =>
-    `${what}\nlisting: ${JSON.stringify(entries.map((e) => ({ ...e, path: e.path })))}\nbefore: ${JSON.stringify([...before])}\nafter: ${JSON.stringify([...after])}\nfailures: ${JSON.stringify(summary.failures)}\nGETs: ${JSON.stringify(serving.gets)}`;
+    `${what}\nlisting: ${JSON.stringify(entries)}\nbefore: ${JSON.stringify([...before])}\nafter: ${JSON.stringify([...after])}\nfailures: ${JSON.stringify(summary.failures)}\nGETs: ${JSON.stringify(serving.gets)}`;
 
   // Nothing beside the directory changed, whatever the names and the planted links.
   expect([...snapshot(root, 'dst')], label('outside the directory')).toEqual([...outsideBefore]);
