@@ -60,17 +60,38 @@ export function compileCacheProblem(dir: string, euid = process.geteuid?.() ?? 0
   }
   const own = untrusted(stat, euid);
   if (own !== null) return `${dir} ${own}`;
-  for (const name of readdirSync(dir)) {
-    const version = join(dir, name);
-    const problem = untrusted(lstatSync(version), euid);
-    if (problem !== null) return `${version} ${problem}`;
-    for (const file of readdirSync(version)) {
-      const path = join(version, file);
-      const fileProblem = untrusted(lstatSync(path), euid, 'file');
-      if (fileProblem !== null) return `${path} ${fileProblem}`;
+  // Another process may be saving into the cache meanwhile (Node writes a temporary file and
+  // renames it into place, and makes a version directory on first use): an entry that is gone by
+  // the time it is looked at is skipped; any other failure turns the cache off, never the command.
+  try {
+    for (const name of readdirSync(dir)) {
+      const version = join(dir, name);
+      const versionStat = lstatSync(version, { throwIfNoEntry: false });
+      if (versionStat === undefined) continue;
+      const problem = untrusted(versionStat, euid);
+      if (problem !== null) return `${version} ${problem}`;
+      for (const file of listOrNothing(version)) {
+        const path = join(version, file);
+        const fileStat = lstatSync(path, { throwIfNoEntry: false });
+        if (fileStat === undefined) continue;
+        const fileProblem = untrusted(fileStat, euid, 'file');
+        if (fileProblem !== null) return `${path} ${fileProblem}`;
+      }
     }
+  } catch (error) {
+    return `cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`;
   }
   return null;
+}
+
+/** The names in `dir`, or none when it was removed since its parent was read. */
+function listOrNothing(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw error;
+  }
 }
 
 /** What the last useCompileCache decided, for the serve log: null while it has not run. */

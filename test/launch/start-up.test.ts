@@ -2,6 +2,7 @@
 // node:http only through require (an ES import builds node:http's facade, which loads Node's bundled
 // undici), and the confined image takes its compiled modules from the package's compile cache,
 // which only a directory no one else can write may be, and which the confined image never writes.
+import { spawn } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import * as nodeModule from 'node:module';
 import { join } from 'node:path';
@@ -26,6 +27,38 @@ describe('compileCacheProblem', () => {
     mkdirSync(join(dir, 'v22-x64-0'), { recursive: true, mode: 0o755 });
     chmodSync(dir, 0o755);
     expect(compileCacheProblem(dir)).toBeNull();
+  });
+
+  it('is not thrown by entries that vanish while it looks: another process writing the cache meanwhile', async () => {
+    // Node saves a compiled module as a temporary file renamed into place, and makes a version
+    // directory on first use: a command started while another saves used to die of ENOENT (an
+    // lstat of a name readdir had just returned). Count-based: a fixed number of checks while a
+    // writer churns, none may throw, and each sees only this user's files.
+    const dir = join(scratch(), 'cache');
+    mkdirSync(join(dir, 'v22-x64-0'), { recursive: true, mode: 0o755 });
+    chmodSync(dir, 0o755);
+    const writer = spawn(
+      process.execPath,
+      [
+        '-e',
+        `const fs = require('fs'), d = process.argv[1];
+         process.stdout.write('ready\\n');
+         for (let i = 0; ; i++) {
+           const v = d + '/v' + (i % 3) + '-x64-0';
+           fs.mkdirSync(v, { recursive: true, mode: 0o755 });
+           fs.writeFileSync(v + '/f' + (i % 5) + '.tmp' + i, 'x', { mode: 0o644 });
+           fs.renameSync(v + '/f' + (i % 5) + '.tmp' + i, v + '/f' + (i % 5));
+           if (i % 7 === 0) fs.rmSync(v, { recursive: true, force: true });
+         }`,
+        dir,
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    defer(() => {
+      writer.kill('SIGKILL');
+    });
+    await new Promise((r) => writer.stdout!.once('data', r));
+    for (let i = 0; i < 2_000; i++) expect(compileCacheProblem(dir)).toBeNull();
   });
 
   it('refuses a missing directory, a symbolic link and a file', () => {
