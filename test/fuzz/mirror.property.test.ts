@@ -19,13 +19,13 @@
 //   - a file served honestly (or changed once, then honest) whose name nothing else claims is in
 //     place; one never served as listed fails and leaves what was there;
 //   - the failures are the listing's, in its order, and no message holds a terminal control.
-import { lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, symlinkSync, writeFileSync } from 'node:fs';
+import { lstatSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
 import { mirror, type MirrorSummary } from '../../src/cli/mirror.js';
-import { removeTree, tempDir } from '../helpers/tree.js';
+import { removeTree, tempDir, type TreeNode, treeState } from '../helpers/tree.js';
 import { bytesFrom, sha256Hex } from './hostile.js';
 import { TERMINAL_CONTROL } from './peer-model.js';
 import { fuzzIt, guard } from './runner.js';
@@ -87,30 +87,6 @@ function placeInside(path: string): string[] | null {
   if (path === '' || !path.isWellFormed() || path.includes('\0') || Buffer.byteLength(path) > 4096) return null;
   const parts = path.split('/');
   return parts.every((p) => p !== '' && p !== '.' && p !== '..' && Buffer.byteLength(p) <= 255) ? parts : null;
-}
-
-type Node = { type: 'file'; sha: string; bytes: number } | { type: 'dir' } | { type: 'link'; target: string } | { type: 'other' };
-
-/** Every name beneath `dir` (no link followed), with what it is: a file's digest, a link's target. */
-function snapshot(dir: string, skip?: string): Map<string, Node> {
-  const out = new Map<string, Node>();
-  const visit = (rel: string) => {
-    for (const name of readdirSync(join(dir, rel))) {
-      const path = rel === '' ? name : `${rel}/${name}`;
-      if (path === skip) continue;
-      const st = lstatSync(join(dir, path));
-      if (st.isDirectory()) {
-        out.set(path, { type: 'dir' });
-        visit(path);
-      } else if (st.isSymbolicLink()) out.set(path, { type: 'link', target: readlinkSync(join(dir, path)) });
-      else if (st.isFile()) {
-        const bytes = readFileSync(join(dir, path));
-        out.set(path, { type: 'file', sha: sha256Hex(bytes), bytes: bytes.length });
-      } else out.set(path, { type: 'other' });
-    }
-  };
-  visit('');
-  return out;
 }
 
 let base: string;
@@ -264,8 +240,8 @@ async function runCase(c: Case): Promise<void> {
   });
   for (const [path, spec] of kept) serving.files.set(path, { spec, bytes: bytesOf(spec) });
 
-  const outsideBefore = snapshot(root, 'dst');
-  const before = c.local.length > 0 ? snapshot(dst) : new Map<string, Node>();
+  const outsideBefore = treeState(root, 'dst');
+  const before = c.local.length > 0 ? treeState(dst) : new Map<string, TreeNode>();
   const isPrefix = (a: string, b: string) => b.startsWith(`${a}/`);
   const verdict = new Map<string, 'placed' | 'failed' | 'either'>();
   const upToDate = new Set<string>();
@@ -295,12 +271,12 @@ async function runCase(c: Case): Promise<void> {
   } catch (error) {
     throw new Error(`mirror rejected: ${(error as Error).message}`);
   }
-  const after = snapshot(dst);
+  const after = treeState(dst);
   const label = (what: string) =>
     `${what}\nlisting: ${JSON.stringify(entries)}\nbefore: ${JSON.stringify([...before])}\nafter: ${JSON.stringify([...after])}\nfailures: ${JSON.stringify(summary.failures)}\nGETs: ${JSON.stringify(serving.gets)}`;
 
   // Nothing beside the directory changed, whatever the names and the planted links.
-  expect([...snapshot(root, 'dst')], label('outside the directory')).toEqual([...outsideBefore]);
+  expect([...treeState(root, 'dst')], label('outside the directory')).toEqual([...outsideBefore]);
   // GETs: only for names kept, never for a file already right, at most three each.
   for (const g of new Set(serving.gets)) {
     expect(kept.has(g), label(`a GET for '${g}', which the listing names no kept file by`)).toBe(true);

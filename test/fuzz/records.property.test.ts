@@ -18,14 +18,14 @@
 //  - `--dry-run` (in process) names the same sessions and removes nothing.
 // The CLI runs with RESOURCE_PLANE_RECORDS_DIR and HOME pointing into this case's own directory.
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, readlinkSync, symlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import fc from 'fast-check';
 import { describe, expect } from 'vitest';
 import { listSessions, pruneSessions } from '../../src/cli/records-tool.js';
 import { defer } from '../helpers/cleanup.js';
 import { runCliAsync } from '../helpers/cli.js';
-import { scratch } from '../helpers/tree.js';
+import { scratch, treeState } from '../helpers/tree.js';
 import { fuzzIt, guard } from './runner.js';
 
 const HOUR = 3_600_000;
@@ -112,24 +112,6 @@ interface Expected {
   bytes: number;
   live: boolean;
   dir: string;
-}
-
-/** Every file and link under `dir` (relative path → bytes or link target). */
-function snapshot(dir: string): Map<string, string> {
-  const out = new Map<string, string>();
-  const walk = (d: string) => {
-    for (const name of readdirSync(d)) {
-      const p = join(d, name);
-      const st = lstatSync(p);
-      if (st.isSymbolicLink()) out.set(relative(dir, p), `-> ${readlinkSync(p)}`);
-      else if (st.isDirectory()) {
-        out.set(relative(dir, p), 'dir');
-        walk(p);
-      } else out.set(relative(dir, p), readFileSync(p, 'latin1'));
-    }
-  };
-  walk(dir);
-  return out;
 }
 
 async function runCase(c: Case): Promise<void> {
@@ -242,10 +224,10 @@ async function runCase(c: Case): Promise<void> {
   const keptUnended = expected.filter((s) => !s.live && s.end_ms === null && s.start_ms !== null && now - s.start_ms > limit);
 
   // --dry-run names the same and removes nothing.
-  const before = snapshot(base);
+  const before = treeState(base);
   const dry = pruneSessions(limit, { root, dryRun: true });
   expect(dry.removed.map((s) => s.dir).sort(), `${label}: --dry-run`).toEqual(removable.map((s) => s.dir).sort());
-  expect(snapshot(base), `${label}: --dry-run removes nothing`).toEqual(before);
+  expect(treeState(base), `${label}: --dry-run removes nothing`).toEqual(before);
 
   const pruned = await runCliAsync(['records', '--prune', c.threshold, '--json'], env);
   expect(pruned.status, `${label}: ${pruned.stderr}`).toBe(0);
@@ -265,7 +247,7 @@ async function runCase(c: Case): Promise<void> {
   expect(pruned.stderr.split('\n').filter((l) => l.startsWith('kept ')).length, `${label}: kept lines`).toBe(keptLive.length + keptUnended.length);
   // Nothing else moved: every other file, link and link target is as it was, and a workdir's
   // directory went only with its last session.
-  const after = snapshot(base);
+  const after = treeState(base);
   const removedRel = removable.map((s) => relative(base, join(real, s.workdir_digest, s.session_id)));
   for (const [path, content] of before) {
     const underRemoved = removedRel.some((r) => path === r || path.startsWith(`${r}/`));
@@ -276,7 +258,7 @@ async function runCase(c: Case): Promise<void> {
       expect(left, `${label}: ${path} removed while it still held entries`).toEqual([]);
       continue;
     }
-    expect(after.get(path), `${label}: ${path} is untouched`).toBe(content);
+    expect(after.get(path), `${label}: ${path} is untouched`).toEqual(content);
   }
   for (const d of DIGESTS) {
     const rel = relative(base, join(real, d));

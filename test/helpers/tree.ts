@@ -4,10 +4,13 @@
 //   's ='           a UNIX socket        'z @ 8g'       a sparse file of that size (k/m/g)
 // `scratch` is the usual way in: a fresh temp directory holding such a tree, gone after the test.
 import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import {
+  lstatSync,
   mkdirSync,
   readdirSync,
   readFileSync,
+  readlinkSync,
   mkdtempSync,
   openSync,
   closeSync,
@@ -96,4 +99,32 @@ export function childPids(pid: number): number[] {
     if (ppid === pid) children.push(Number(name));
   }
   return children;
+}
+
+/** One name in treeState: a file by its digest and size, a link by its target, a directory, or anything else. */
+export type TreeNode = { type: 'file'; sha: string; bytes: number } | { type: 'dir' } | { type: 'link'; target: string } | { type: 'other' };
+
+/**
+ * Every name beneath `dir` (relative path, in readdir order), with what it is; no link is followed
+ * and no special file opened. `skip` leaves out one name at the top (and what is beneath it).
+ */
+export function treeState(dir: string, skip?: string): Map<string, TreeNode> {
+  const out = new Map<string, TreeNode>();
+  const visit = (rel: string) => {
+    for (const name of readdirSync(join(dir, rel))) {
+      const path = rel === '' ? name : `${rel}/${name}`;
+      if (path === skip) continue;
+      const st = lstatSync(join(dir, path));
+      if (st.isDirectory()) {
+        out.set(path, { type: 'dir' });
+        visit(path);
+      } else if (st.isSymbolicLink()) out.set(path, { type: 'link', target: readlinkSync(join(dir, path)) });
+      else if (st.isFile()) {
+        const bytes = readFileSync(join(dir, path));
+        out.set(path, { type: 'file', sha: createHash('sha256').update(bytes).digest('hex'), bytes: bytes.length });
+      } else out.set(path, { type: 'other' });
+    }
+  };
+  visit('');
+  return out;
 }
