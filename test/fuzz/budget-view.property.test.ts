@@ -22,6 +22,7 @@ import * as native from '../../src/addon/export.js';
 import { Refusal } from '../../src/codes.js';
 import { ExportView } from '../../src/export/export-view.js';
 import { MemoryBudget } from '../../src/export/memory.js';
+import { bodyBytes } from '../helpers/body.js';
 import { sha256Hex } from '../helpers/http.js';
 import { removeTree, tempDir } from '../helpers/tree.js';
 import { fuzzIt, guard } from './runner.js';
@@ -59,19 +60,6 @@ afterAll(() => {
   if (workdirFd !== undefined) native.closeFd(workdirFd);
   removeTree(base);
 });
-
-/** A body's bytes, read without giving its share back (test/helpers/body.ts's drain releases it). */
-async function bytesOf(body: Awaited<ReturnType<ExportView['read']>>): Promise<Buffer> {
-  if (body.kind === 'whole') return body.bytes;
-  if (body.kind === 'snapshot') return Buffer.concat(body.chunks);
-  const parts: Buffer[] = [];
-  for (;;) {
-    const chunk = Buffer.allocUnsafe(CHUNK);
-    const { bytes, final } = await native.nextChunk(body.stream, chunk);
-    parts.push(chunk.subarray(0, bytes));
-    if (final) return Buffer.concat(parts);
-  }
-}
 
 type Kind = 'whole' | 'snapshot' | 'stream';
 /** What the model says one read does, given what is held: its kind and share, or refused. */
@@ -115,7 +103,7 @@ async function runCase(ops: Op[]): Promise<void> {
         } else {
           expect(refused, `${label(i)}: a ${o.size}-byte read fits (its share ${want.share})`).toBeNull();
           expect(body!.kind, `${label(i)}: a ${o.size}-byte file written just now`).toBe(want.kind);
-          const got = await bytesOf(body!);
+          const got = await bodyBytes(body!);
           expect(got?.equals(bytes) && body!.sha256 === sha256Hex(bytes), `${label(i)}: the body is the file's bytes`).toBe(true);
           if (o.keep) {
             kept.push({ share: want.share, release: body!.release });

@@ -5,21 +5,26 @@ import type { Body, ExportView } from '../../src/export/export-view.js';
 import * as native from '../../src/addon/export.js';
 
 export async function drain(body: Body): Promise<Buffer | null> {
-  const parts: Buffer[] = [];
   try {
-    if (body.kind === 'whole') return body.bytes;
-    if (body.kind === 'snapshot') return Buffer.concat(body.chunks);
-    for (;;) {
-      const chunk = Buffer.allocUnsafe(native.LIMITS.streamChunkBytes);
-      const { bytes, final } = await native.nextChunk(body.stream, chunk);
-      parts.push(chunk.subarray(0, bytes));
-      if (final) return Buffer.concat(parts);
-    }
+    return await bodyBytes(body);
   } catch (error) {
     if (error instanceof native.NativeError && error.code === 'FILE_CHANGED') return null;
     throw error;
   } finally {
     body.release();
+  }
+}
+
+/** The body's bytes, read without giving back what it holds (its budget share stays until release()). */
+export async function bodyBytes(body: Body): Promise<Buffer> {
+  if (body.kind === 'whole') return body.bytes;
+  if (body.kind === 'snapshot') return Buffer.concat(body.chunks);
+  const parts: Buffer[] = [];
+  for (;;) {
+    const chunk = Buffer.allocUnsafe(native.LIMITS.streamChunkBytes);
+    const { bytes, final } = await native.nextChunk(body.stream, chunk);
+    parts.push(chunk.subarray(0, bytes));
+    if (final) return Buffer.concat(parts);
   }
 }
 
