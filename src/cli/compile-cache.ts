@@ -52,18 +52,13 @@ function untrusted(stat: Stats, euid: number, kind: 'directory' | 'file' = 'dire
  * off. A directory that does not exist is a reason too.
  */
 export function compileCacheProblem(dir: string, euid = process.geteuid?.() ?? 0): string | null {
-  let stat: Stats;
-  try {
-    stat = lstatSync(dir);
-  } catch (error) {
-    return `cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`;
-  }
-  const own = untrusted(stat, euid);
-  if (own !== null) return `${dir} ${own}`;
   // Another process may be saving into the cache meanwhile (Node writes a temporary file and
   // renames it into place, and makes a version directory on first use): an entry that is gone by
-  // the time it is looked at is skipped; any other failure turns the cache off, never the command.
+  // the time it is looked at is skipped; any other failure (the directory itself missing included)
+  // turns the cache off, never the command.
   try {
+    const own = untrusted(lstatSync(dir), euid);
+    if (own !== null) return `${dir} ${own}`;
     for (const name of readdirSync(dir)) {
       const version = join(dir, name);
       const versionStat = lstatSync(version, { throwIfNoEntry: false });

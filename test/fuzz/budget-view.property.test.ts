@@ -104,7 +104,7 @@ async function runCase(ops: Op[]): Promise<void> {
           expect(refused, `${label(i)}: a ${o.size}-byte read fits (its share ${want.share})`).toBeNull();
           expect(body!.kind, `${label(i)}: a ${o.size}-byte file written just now`).toBe(want.kind);
           const got = await bodyBytes(body!);
-          expect(got?.equals(bytes) && body!.sha256 === sha256Hex(bytes), `${label(i)}: the body is the file's bytes`).toBe(true);
+          expect(got.equals(bytes) && body!.sha256 === sha256Hex(bytes), `${label(i)}: the body is the file's bytes`).toBe(true);
           if (o.keep) {
             kept.push({ share: want.share, release: body!.release });
             held += want.share;
